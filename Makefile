@@ -1,0 +1,54 @@
+# d5pipe: the two commands are `make run` and `make test`; everything else is a step they use.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.d5pipe-installed
+TEST_STAMP := $(VENV)/.d5pipe-test-installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test install install-test system-deps horovod bench lint clean
+
+# Python environment: torch (CPU wheel, pinned) first, then d5pipe and its dependencies.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Test-only dependencies: MPI (PyPI Open MPI + mpi4py), Horovod (built against this torch),
+# Debian's Slurm + munge (the tests start a local cluster) and Chromium (report screenshots).
+$(TEST_STAMP): $(STAMP) scripts/install_horovod.sh tests/cluster/install.sh
+	$(PIP) install -q -e '.[mpi,test]'
+	$(MAKE) system-deps
+	bash scripts/install_horovod.sh $(VENV)
+	touch $(TEST_STAMP)
+
+install-test: $(TEST_STAMP)
+
+system-deps:
+	@if ! command -v chromium >/dev/null; then \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi
+	bash tests/cluster/install.sh
+
+horovod: $(STAMP)
+	bash scripts/install_horovod.sh $(VENV)
+
+run: install
+	$(VENV)/bin/d5pipe run quickstart
+
+test: install-test
+	$(VENV)/bin/pytest -q
+
+bench: install-test
+	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
+
+lint: install
+	$(PY) -m snakemake --lint --snakefile Snakefile --directory $$(mktemp -d) || true
+
+clean:
+	rm -rf runs .snakemake

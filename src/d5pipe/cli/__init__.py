@@ -1,0 +1,1 @@
+"""The ``d5pipe`` command line: one module per subcommand (``add_arguments`` + ``main``)."""

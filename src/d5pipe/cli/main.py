@@ -1,0 +1,78 @@
+"""Entry point of the ``d5pipe`` command: parse, dispatch, map user errors to one line + exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn
+
+from d5pipe import __version__
+from d5pipe.errors import D5PipeError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("d5pipe.cli.cmd_run", "run an experiment (plan, then the Snakemake workflow)"),
+    "plan": ("d5pipe.cli.cmd_plan", "show points and jobs per stage without running anything"),
+    "status": ("d5pipe.cli.cmd_status", "finished/failed/pending points of a run directory"),
+    "report": ("d5pipe.cli.cmd_report", "rebuild report.html/report.md of a run directory"),
+    "env": ("d5pipe.cli.cmd_env", "print the environment record and its hash; --diff A B"),
+    "bundle": ("d5pipe.cli.cmd_bundle", "checksum a run directory; --archive writes a .tar.gz"),
+    "reproduce": ("d5pipe.cli.cmd_reproduce", "re-run a bundle and check it reproduced"),
+    "compare": ("d5pipe.cli.cmd_compare", "compare two runs metric by metric"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"d5pipe: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
+def _usage() -> str:
+    lines = ["usage: d5pipe COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_text}" for name, (_, help_text) in SUBCOMMANDS.items()]
+    lines.append("\nd5pipe COMMAND --help for the options of one command.")
+    return "\n".join(lines)
+
+
+def build_parser(command: str) -> OneLineParser:
+    """The parser of one subcommand (options and positionals may be intermixed)."""
+    module, help_text = SUBCOMMANDS[command]
+    mod = importlib.import_module(module)
+    parser = OneLineParser(prog=f"d5pipe {command}", description=help_text)
+    mod.add_arguments(parser)
+    parser.set_defaults(_main=mod.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or args_list[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args_list else 2
+    if args_list[0] == "--version":
+        print(f"d5pipe {__version__}")
+        return 0
+    command = args_list[0]
+    if command not in SUBCOMMANDS:
+        sys.stderr.write(f"d5pipe: error: unknown command {command!r} (one of: {', '.join(SUBCOMMANDS)})\n")
+        return 2
+    try:
+        parser = build_parser(command)
+        args = parser.parse_intermixed_args(args_list[1:])
+        rc: int = args._main(args)
+        return rc
+    except D5PipeError as err:
+        sys.stderr.write(f"d5pipe: error: {err}\n")
+        return err.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("d5pipe: interrupted\n")
+        return 130
+    except BrokenPipeError:  # e.g. `d5pipe plan X --json | head`
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+"""After all shards: tidy results (with acceptance verdicts) and the completed manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from d5pipe.manifest import merge_dataset_meta
+
+
+def planned_ids(run_dir: Path) -> dict[str, list[str]]:
+    """Point IDs of the current plan, per stage (old records of other configs are ignored)."""
+    import json
+
+    out: dict[str, list[str]] = {}
+    plan_dir = Path(run_dir) / "plan"
+    with open(plan_dir / "index.json", encoding="utf-8") as fh:
+        index = json.load(fh)
+    for stage, info in index["stages"].items():
+        ids: list[str] = []
+        for shard in info["shards"]:
+            with open(plan_dir / stage / f"{shard}.json", encoding="utf-8") as fh:
+                ids.extend(p["point_id"] for p in json.load(fh)["points"])
+        out[stage] = ids
+    return out
+
+
+def finalize_results(run_dir: Path, out: Path) -> Path:
+    from d5pipe.aggregate import aggregate
+
+    merge_dataset_meta(run_dir)
+    return aggregate(Path(run_dir), planned_ids(run_dir), Path(out))

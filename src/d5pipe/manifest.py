@@ -1,0 +1,76 @@
+"""``manifest.json``: the provenance of a run (first version; bundles extend it)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from d5pipe import __version__
+from d5pipe.atomic import write_if_changed
+from d5pipe.plan import Plan
+
+MANIFEST_SCHEMA_VERSION = 1
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    try:
+        with open(Path(run_dir) / "manifest.json", encoding="utf-8") as fh:
+            data: dict[str, Any] = json.load(fh)
+            return data
+    except FileNotFoundError:
+        return {}
+
+
+def build_manifest(plan: Plan, environment: dict[str, Any], env_hash: str) -> dict[str, Any]:
+    return {
+        "schema_version": MANIFEST_SCHEMA_VERSION,
+        "d5pipe_version": __version__,
+        "experiment": plan.experiment,
+        "config_hash": plan.config_hash,
+        "config": plan.config,
+        "seed": plan.root_seed,
+        "seed_policy": "point seed = derive_seed(root, '<stage>/<point_id>'); "
+        "rank seed = derive_seed(point seed, 'rank<r>'); derive_seed = sha256('<parent>:<label>')[:8] & (2**63-1)",
+        "seeds": {
+            s: dict(zip(sp.point_ids, sp.seeds)) for s, sp in plan.stages.items()
+        },
+        "datasets": {k: {"config": v} for k, v in plan.datasets.items()},
+        "environment": environment,
+        "env_hash": env_hash,
+    }
+
+
+def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write atomically, keeping ``created`` and dataset checksums from an earlier write."""
+    old = read_manifest(run_dir)
+    manifest = dict(manifest)
+    manifest["created"] = old.get("created") or datetime.now(timezone.utc).isoformat(
+        timespec="seconds"
+    )
+    for key, info in manifest.get("datasets", {}).items():
+        prev = old.get("datasets", {}).get(key, {})
+        if "checksum" in prev and prev.get("config") == info.get("config"):
+            info.update({k: v for k, v in prev.items() if k != "config"})
+    data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
+    write_if_changed(Path(run_dir) / "manifest.json", data)
+
+
+def merge_dataset_meta(run_dir: Path) -> None:
+    """Copy prepared datasets' metadata (checksum, sizes) from ``data/<key>.json`` into the manifest.
+
+    Run once, by the aggregate job, so concurrent prepare jobs never race on the manifest.
+    """
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    if not manifest:
+        return
+    for key, entry in manifest.get("datasets", {}).items():
+        meta_path = run_dir / "data" / f"{key}.json"
+        if meta_path.exists():
+            with open(meta_path, encoding="utf-8") as fh:
+                meta = json.load(fh)
+            entry.update({k: v for k, v in meta.items() if k != "config"})
+    data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
+    write_if_changed(run_dir / "manifest.json", data)

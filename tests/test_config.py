@@ -1,0 +1,70 @@
+"""Config composition errors: one line naming the key (and file), exit 2 from the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from d5pipe.config import compose_config
+from d5pipe.errors import D5PipeError
+
+
+def _write(d: Path, rel: str, text: str) -> None:
+    p = d / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+@pytest.fixture()
+def user_conf(tmp_path: Path) -> Path:
+    _write(tmp_path, "experiment/typo.yaml", "# @package _global_\nname: typo\nstages: [level0]\noperators:\n  sise: 3\n")
+    _write(tmp_path, "experiment/wrongtype.yaml", "# @package _global_\nname: w\nstages: [level2]\ntrain:\n  epochs: many\n")
+    _write(tmp_path, "experiment/noname.yaml", "# @package _global_\nstages: [level0]\n")
+    _write(tmp_path, "experiment/badsweep.yaml",
+           "# @package _global_\nname: b\nstages: [level0]\nsweep:\n  grid:\n    operators.size: [8, big]\n")
+    _write(tmp_path, "experiment/mine.yaml",
+           "# @package _global_\ndefaults:\n  - override /model: wide\nname: mine\nstages: [level1]\n")
+    _write(tmp_path, "model/wide.yaml", "name: mlp\nhidden: [128, 128]\n")
+    return tmp_path
+
+
+def test_quickstart_composes() -> None:
+    cfg = compose_config("quickstart")
+    assert cfg.name == "quickstart" and cfg.seed == 1234
+
+
+def test_user_config_dir_is_searched(user_conf: Path) -> None:
+    cfg = compose_config("mine", [], [user_conf])
+    assert list(cfg.model.hidden) == [128, 128]
+
+
+@pytest.mark.parametrize(
+    ("experiment", "overrides", "expected"),
+    [
+        ("typo", [], "key 'operators.sise' in experiment/typo.yaml"),
+        ("wrongtype", [], "key 'train.epochs' in experiment/wrongtype.yaml"),
+        ("noname", [], "key 'name'"),
+        ("badsweep", [], "sweep.grid.operators.size: value 'big'"),
+        ("mine", ["train.lr=fast"], "key 'train.lr'"),
+        ("mine", ["model.widht=3"], "key 'model.widht'"),
+        ("nosuch", [], "unknown experiment 'nosuch'"),
+    ],
+)
+def test_errors_name_key_and_file(user_conf: Path, experiment: str, overrides: list[str], expected: str) -> None:
+    with pytest.raises(D5PipeError) as err:
+        compose_config(experiment, overrides, [user_conf])
+    assert expected in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cli_user_error_is_one_line_exit_2(user_conf: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "d5pipe.cli.main", "plan", "typo", "--config-dir", str(user_conf)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "operators.sise" in lines[0] and "Traceback" not in r.stderr

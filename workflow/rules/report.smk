@@ -1,0 +1,24 @@
+# Aggregation and the report.
+
+
+rule aggregate:
+    input:
+        all_shard_markers,
+    output:
+        "results.parquet",
+    log:
+        "logs/aggregate/aggregate.log",
+    script:
+        "../scripts/aggregate.py"
+
+
+rule report:
+    input:
+        "results.parquet",
+    output:
+        html="report.html",
+        md="report.md",
+    log:
+        "logs/report/report.log",
+    script:
+        "../scripts/report.py"
