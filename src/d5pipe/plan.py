@@ -67,8 +67,10 @@ def shard_name(index: int) -> str:
 
 
 def dataset_key(dataset_cfg: dict[str, Any]) -> str:
-    """Stable key of a dataset config (same function as d5pipe.datasets.dataset_key)."""
-    return digest({"dataset": dataset_cfg}, 12)
+    """Stable key of a dataset config (d5pipe.datasets.dataset_key, imported when needed)."""
+    from d5pipe.datasets import dataset_key as key
+
+    return key(dataset_cfg)
 
 
 def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:

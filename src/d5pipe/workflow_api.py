@@ -63,10 +63,12 @@ def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
 
 def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     """Snakemake resources of a stage's shard jobs (SLURM names; ignored by the local executor)."""
+    ex = executor_config(run_dir)
+    if ex.get("name") != "slurm":
+        return {}
     from d5pipe.slurm import snakemake_resources
 
-    ex = executor_config(run_dir)
     res = ex.get("resources", {}) or {}
     merged = dict(res.get("default", {}) or {})
     merged.update(res.get(stage, {}) or {})
-    return snakemake_resources(merged) if ex.get("name") == "slurm" else {}
+    return snakemake_resources(merged)

@@ -5,6 +5,8 @@ rule prepare_data:
     output:
         data="data/{dataset}.npz",
         meta="data/{dataset}.json",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/prepare_data/{dataset}.log",
     resources:

@@ -10,6 +10,8 @@ rule level0:
         "shards/level0/{shard}.json",
     params:
         stage="level0",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/level0/{shard}.log",
     resources:
@@ -26,6 +28,8 @@ rule level1:
         "shards/level1/{shard}.json",
     params:
         stage="level1",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/level1/{shard}.log",
     resources:
@@ -42,6 +46,8 @@ rule level2:
         "shards/level2/{shard}.json",
     params:
         stage="level2",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/level2/{shard}.log",
     resources:
@@ -58,6 +64,8 @@ rule level3:
         "shards/level3/{shard}.json",
     params:
         stage="level3",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/level3/{shard}.log",
     resources:

@@ -6,6 +6,8 @@ rule aggregate:
         all_shard_markers,
     output:
         "results.parquet",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/aggregate/aggregate.log",
     script:
@@ -18,6 +20,8 @@ rule report:
     output:
         html="report.html",
         md="report.md",
+    conda:
+        "../envs/d5pipe.yaml"
     log:
         "logs/report/report.log",
     script:

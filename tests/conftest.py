@@ -1,0 +1,28 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_CONF = ROOT / "tests" / "configs"
+
+
+def d5pipe(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess."""
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.run(
+        [sys.executable, "-m", "d5pipe.cli.main", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
+    )
+
+
+@pytest.fixture()
+def cli():
+    return d5pipe

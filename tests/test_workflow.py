@@ -1,0 +1,100 @@
+"""A tiny experiment end to end through Snakemake: outputs, no-op re-run, per-point resume, lint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, TEST_CONF, d5pipe
+
+pytestmark = pytest.mark.slow
+
+
+def _mtimes(run: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in (run / "points" / "level0").glob("*.json")}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("tiny") / "run"
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(run))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert str((run / "report.html").resolve()) in r.stdout
+    return run
+
+
+def test_run_writes_results_manifest_config_report(tiny_run: Path) -> None:
+    for name in ("results.parquet", "manifest.json", "config.yaml", "report.html", "report.md"):
+        assert (tiny_run / name).is_file(), name
+    df = pd.read_parquet(tiny_run / "results.parquet")
+    for col in ("experiment", "stage", "point_id", "metric", "value", "unit", "status", "seed", "env_hash",
+                "operators.size"):
+        assert col in df.columns, col
+    assert set(df["operators.size"]) == {16, 32, 48}
+    assert set(df["status"]) == {"ok"}
+    assert (df["experiment"] == "tiny").all()
+    manifest = json.loads((tiny_run / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1 and manifest["seed"] == 42
+    assert set(manifest["seeds"]["level0"]) == set(df["point_id"])
+    assert manifest["env_hash"] in set(df["env_hash"])
+
+
+def test_second_run_does_nothing(tiny_run: Path) -> None:
+    before = _mtimes(tiny_run)
+    report_mtime = (tiny_run / "report.html").stat().st_mtime_ns
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(tiny_run))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Nothing to be done" in r.stdout + r.stderr
+    assert _mtimes(tiny_run) == before
+    assert (tiny_run / "report.html").stat().st_mtime_ns == report_mtime
+
+
+def test_deleted_record_is_recomputed_alone(tiny_run: Path) -> None:
+    before = _mtimes(tiny_run)
+    victim = sorted(before)[0]
+    (tiny_run / "points" / "level0" / victim).unlink()
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(tiny_run))
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = _mtimes(tiny_run)
+    assert set(after) == set(before)
+    changed = {k for k in after if after[k] != before[k]}
+    assert changed == {victim}
+
+
+def test_plan_reports_done_points(tiny_run: Path) -> None:
+    r = d5pipe("plan", "tiny", "--config-dir", str(TEST_CONF), "--out", str(tiny_run), "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    st = info["stages"][0]
+    assert st["points"] == 3 and st["points_done"] == 3 and st["jobs"] == 2 and st["jobs_done"] == 2
+
+
+def test_report_regenerates_without_rerun(tiny_run: Path) -> None:
+    (tiny_run / "report.html").unlink()
+    before = _mtimes(tiny_run)
+    r = d5pipe("report", str(tiny_run))
+    assert r.returncode == 0, r.stderr
+    assert (tiny_run / "report.html").is_file()
+    assert _mtimes(tiny_run) == before
+
+
+def test_status_counts(tiny_run: Path) -> None:
+    r = d5pipe("status", str(tiny_run))
+    assert r.returncode == 0
+    assert r.stdout.splitlines()[1].split() == ["level0", "3", "3", "0", "0", "0"]
+
+
+def test_snakemake_lint(tiny_run: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint", "--snakefile", str(ROOT / "Snakefile"),
+         "--directory", str(tiny_run)],
+        capture_output=True, text=True, timeout=300,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-2000:]
+    assert "Lints for" not in out, out[-3000:]
