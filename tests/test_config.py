@@ -27,6 +27,8 @@ def user_conf(tmp_path: Path) -> Path:
            "# @package _global_\nname: b\nstages: [level0]\nsweep:\n  grid:\n    operators.size: [8, big]\n")
     _write(tmp_path, "experiment/mine.yaml",
            "# @package _global_\ndefaults:\n  - override /model: wide\nname: mine\nstages: [level1]\n")
+    _write(tmp_path, "experiment/evil.yaml",
+           "# @package _global_\nname: evil\nstages: [level0]\noperators:\n  op: boom\n  custom:\n    boom: 'os:system'\n")
     _write(tmp_path, "model/wide.yaml", "name: mlp\nhidden: [128, 128]\n")
     return tmp_path
 
@@ -51,6 +53,7 @@ def test_user_config_dir_is_searched(user_conf: Path) -> None:
         ("mine", ["train.lr=fast"], "key 'train.lr'"),
         ("mine", ["model.widht=3"], "key 'model.widht'"),
         ("nosuch", [], "unknown experiment 'nosuch'"),
+        ("evil", [], "os:system"),
     ],
 )
 def test_errors_name_key_and_file(user_conf: Path, experiment: str, overrides: list[str], expected: str) -> None:

@@ -155,6 +155,12 @@ def validate(cfg: DictConfig, experiment: str) -> None:
                 f"(known: {', '.join(STAGES)}; experiment '{experiment}')"
             )
     validate_sweep_values(cfg)
+    if "level0" in cfg.stages:
+        from d5pipe.level0 import validate_operators  # lazy: imports torch
+
+        ops = OmegaConf.to_container(cfg.operators, resolve=True)
+        assert isinstance(ops, dict)
+        validate_operators(ops)
     if cfg.shards.points_per_shard < 1:
         raise D5PipeError("config error: key 'shards.points_per_shard' must be >= 1")
 

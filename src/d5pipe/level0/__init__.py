@@ -1,0 +1,14 @@
+"""Level 0: operator benchmarks (Deep500 L0).
+
+``run_point(ctx)`` times one operator point with the shared timer (d5pipe.timer), reports the
+median time with its 95% CI, GFLOP/s and GB/s (CI carried through), % of the machine's measured
+peak, and checks the forward result and the gradients against a float64 reference.
+
+Modules: ``spec`` (what an operator is), ``operators`` (built-ins, FLOP/byte conventions),
+``registry`` (lookup, custom operators), ``correctness`` (tolerances), ``peak`` (machine peak),
+``runner`` (the point), ``testing_ops`` (deliberately broken operators for tests).
+"""
+
+from d5pipe.level0.runner import run_point, validate_operators
+
+__all__ = ["run_point", "validate_operators"]
