@@ -42,6 +42,8 @@ def test_run_writes_results_manifest_config_report(tiny_run: Path) -> None:
     assert manifest["schema_version"] == 1 and manifest["seed"] == 42
     assert set(manifest["seeds"]["level0"]) == set(df["point_id"])
     assert manifest["env_hash"] in set(df["env_hash"])
+    assert manifest["env_hashes"] == sorted(set(df["env_hash"]))
+    assert (tiny_run / "env" / f"{manifest['env_hash']}.json").is_file()
 
 
 def test_second_run_does_nothing(tiny_run: Path) -> None:

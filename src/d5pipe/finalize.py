@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from d5pipe.manifest import merge_dataset_meta
+from d5pipe.manifest import finalize_environment, merge_dataset_meta
 
 
 def planned_ids(run_dir: Path) -> dict[str, list[str]]:
@@ -27,5 +27,11 @@ def planned_ids(run_dir: Path) -> dict[str, list[str]]:
 def finalize_results(run_dir: Path, out: Path) -> Path:
     from d5pipe.aggregate import aggregate
 
+    import pandas as pd
+
     merge_dataset_meta(run_dir)
-    return aggregate(Path(run_dir), planned_ids(run_dir), Path(out))
+    path = aggregate(Path(run_dir), planned_ids(run_dir), Path(out))
+    hashes = pd.read_parquet(path, columns=["env_hash"])["env_hash"].dropna()
+    ranked = [str(h) for h in hashes.value_counts().index if str(h)]
+    finalize_environment(Path(run_dir), ranked)
+    return path

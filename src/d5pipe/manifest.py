@@ -37,6 +37,10 @@ def build_manifest(plan: Plan, environment: dict[str, Any], env_hash: str) -> di
             s: dict(zip(sp.point_ids, sp.seeds)) for s, sp in plan.stages.items()
         },
         "datasets": {k: {"config": v} for k, v in plan.datasets.items()},
+        "submit_environment": environment,
+        "submit_env_hash": env_hash,
+        # Replaced by finalize_environment() with the environment the points actually ran in
+        # (Snakemake jobs set e.g. OMP/MKL thread variables, so it can differ from the submitter).
         "environment": environment,
         "env_hash": env_hash,
     }
@@ -49,6 +53,9 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     manifest["created"] = old.get("created") or datetime.now(timezone.utc).isoformat(
         timespec="seconds"
     )
+    if "env_hashes" in old:  # finalised by an earlier aggregate: keep the points' environment
+        for key in ("environment", "env_hash", "env_hashes"):
+            manifest[key] = old[key]
     for key, info in manifest.get("datasets", {}).items():
         prev = old.get("datasets", {}).get(key, {})
         if "checksum" in prev and prev.get("config") == info.get("config"):
@@ -72,5 +79,26 @@ def merge_dataset_meta(run_dir: Path) -> None:
             with open(meta_path, encoding="utf-8") as fh:
                 meta = json.load(fh)
             entry.update({k: v for k, v in meta.items() if k != "config"})
+    data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
+    write_if_changed(run_dir / "manifest.json", data)
+
+
+def finalize_environment(run_dir: Path, used_hashes: list[str]) -> None:
+    """Record the environment(s) the results were measured in (``RUN/env/<hash>.json``).
+
+    ``env_hash`` becomes the hash on most result rows, ``env_hashes`` all of them (several when
+    shards ran on different nodes or software), ``environment`` the full record of ``env_hash``.
+    """
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    if not manifest or not used_hashes:
+        return
+    main = used_hashes[0]
+    env_path = run_dir / "env" / f"{main}.json"
+    if env_path.exists():
+        with open(env_path, encoding="utf-8") as fh:
+            manifest["environment"] = json.load(fh)
+    manifest["env_hash"] = main
+    manifest["env_hashes"] = sorted(set(used_hashes))
     data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
     write_if_changed(run_dir / "manifest.json", data)

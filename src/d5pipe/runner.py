@@ -117,6 +117,10 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     if retry_failed:
         remove_failed(run_dir, plan)
     invalidate_stale_markers(run_dir, plan)
+    if any(s.points_done < s.points for s in summarize(plan, run_dir).stages):
+        # Snakemake does not re-create a missing intermediate file while the final outputs are
+        # newer, so drop the aggregate output too: it then needs the shard markers again.
+        (run_dir / "results.parquet").unlink(missing_ok=True)
 
 
 def run(
@@ -147,6 +151,9 @@ def run(
         raise WorkflowFailed(
             f"workflow failed (snakemake exit {rc}); see {run_dir}/logs/ and {run_dir}/.snakemake/log/"
         )
+    from d5pipe.bundle import write_checksums
+
+    write_checksums(run_dir)  # the run directory is a bundle: seal it
     print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)
     return run_dir
 

@@ -59,10 +59,16 @@ def _is_done(path: Path) -> bool:
     return rec.get("status") in ("ok", "failed", "skipped")
 
 
-def process_env_hash() -> str:
+def process_env_hash(run_dir: Path) -> str:
+    """This process's env hash; its full record is kept once in ``RUN/env/<hash>.json``."""
     from d5pipe.envinfo import env_hash, environment_record
 
-    return env_hash(environment_record())
+    record = environment_record()
+    h = env_hash(record)
+    path = Path(run_dir) / "env" / f"{h}.json"
+    if not path.exists():
+        write_json(path, record)
+    return h
 
 
 def run_point_record(
@@ -109,7 +115,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
     config = load_config(run_dir)
     base = stage_base(config, stage)
     executor = dict(config.get("executor", {}))
-    env_hash = process_env_hash()
+    env_hash = process_env_hash(run_dir)
     cache: dict[str, Any] = {}
     statuses: dict[str, str] = {}
     runner = None

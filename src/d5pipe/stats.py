@@ -207,8 +207,8 @@ class Summary:
             Metric(f"{prefix}std", self.std, unit, "info"),
             Metric(f"{prefix}cv", self.cv, "", "info"),
             Metric(f"{prefix}normal_p", self.normal_p, "", "info"),
-            Metric(f"{prefix}n_samples", self.n, "", "count"),
-            Metric(f"{prefix}outliers", self.outliers, "", "count"),
+            Metric(f"{prefix}n_samples", self.n, "", "info"),
+            Metric(f"{prefix}outliers", self.outliers, "", "info"),
         ]
 
 

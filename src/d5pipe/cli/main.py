@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("d5pipe.cli.cmd_status", "finished/failed/pending points of a run directory"),
     "report": ("d5pipe.cli.cmd_report", "rebuild report.html/report.md of a run directory"),
     "env": ("d5pipe.cli.cmd_env", "print the environment record and its hash; --diff A B"),
-    "bundle": ("d5pipe.cli.cmd_bundle", "checksum a run directory; --archive writes a .tar.gz"),
+    "bundle": ("d5pipe.cli.cmd_bundle", "seal a run dir (CHECKSUMS.sha256); --archive, --verify, --extract"),
     "reproduce": ("d5pipe.cli.cmd_reproduce", "re-run a bundle and check it reproduced"),
     "compare": ("d5pipe.cli.cmd_compare", "compare two runs metric by metric"),
 }

@@ -1,0 +1,66 @@
+"""``d5pipe env``: print this machine's environment record and hash, or diff two records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from d5pipe import envinfo
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the full record as JSON")
+    parser.add_argument("--hash", action="store_true", help="print only the env_hash")
+    parser.add_argument(
+        "--diff", nargs="+", metavar="PATH", type=Path,
+        help="explain differences: PATH (manifest.json, run dir or bundle) vs this machine, or PATH vs PATH2",
+    )
+
+
+def summary_lines(record: dict[str, object]) -> list[str]:
+    """A short human summary of a record (the full record is ``--json``)."""
+    def get(dotted: str) -> object:
+        cur: object = record
+        for part in dotted.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        return cur
+
+    packages = record.get("packages")
+    lines = [
+        f"env_hash   {envinfo.env_hash(record)}",
+        f"python     {get('python.implementation')} {get('python.version')}",
+        f"packages   {len(packages) if isinstance(packages, dict) else 0} distributions",
+        f"torch      {get('torch.version')} (cuda {get('torch.cuda')}, cudnn {get('torch.cudnn')}, "
+        f"threads {get('torch.num_threads')}/{get('torch.num_interop_threads')})",
+        f"mpi        {get('mpi.library')}",
+        f"horovod    {json.dumps(get('horovod'))}",
+        f"cpu        {get('cpu.model')} ({get('cpu.logical_cpus')} logical, {get('cpu.affinity_cpus')} usable)",
+        f"gpu        {get('gpu.models')} driver {get('gpu.driver')}",
+        f"os         {get('os.distro')} kernel {get('os.kernel')}",
+        f"hostname   {record.get('hostname')}",
+        f"git        {get('git.commit')} dirty={get('git.dirty')}",
+    ]
+    return lines
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.diff:
+        paths: list[Path] = list(args.diff)
+        if len(paths) > 2:
+            raise SystemExit("d5pipe env --diff takes one or two paths")
+        a = envinfo.load_record(paths[0])
+        b = envinfo.load_record(paths[1]) if len(paths) == 2 else envinfo.environment_record()
+        ha, hb = envinfo.env_hash(a), envinfo.env_hash(b)
+        print(f"env_hash {ha} vs {hb}: {'same' if ha == hb else 'different'}")
+        for line in envinfo.diff_records(a, b):
+            print(f"  {line}")
+        return 0
+    record = envinfo.environment_record()
+    if args.hash:
+        print(envinfo.env_hash(record))
+    elif args.json:
+        print(json.dumps(record, indent=1, sort_keys=True))
+    else:
+        print("\n".join(summary_lines(record)))
+    return 0

@@ -1,0 +1,170 @@
+"""Matplotlib (Agg) figures as PNG bytes, to be embedded in the report.
+
+Rules (DESIGN.md section 3): error bars / bands from the recorded CI of the median; lines connect
+points only along a numeric sweep axis; a categorical x axis gets markers only.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Literal
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+MAX_PANELS = 6
+MAX_SERIES = 10
+Ideal = Literal["linear", "one"] | None
+
+
+def to_png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _grid(n_panels: int, width: float = 4.3, height: float = 3.2) -> tuple[Figure, list[Axes]]:
+    ncols = min(3, max(1, n_panels))
+    nrows = math.ceil(n_panels / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
+                             layout="constrained")
+    flat = list(axes.ravel())
+    for ax in flat[n_panels:]:
+        ax.set_visible(False)
+    return fig, flat[:n_panels]
+
+
+def _legend(fig: Figure, axes: list[Axes]) -> None:
+    """One legend for the figure, right of the panels, so it never hides data."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label[:48], handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), fontsize=8, loc="upper left",
+                   bbox_to_anchor=(1.0, 0.98), frameon=False)
+
+
+def _yerr(df: pd.DataFrame) -> np.ndarray | None:
+    if df["ci_low"].isna().all() or df["ci_high"].isna().all():
+        return None
+    low = (df["value"] - df["ci_low"]).clip(lower=0).fillna(0).to_numpy()
+    high = (df["ci_high"] - df["value"]).clip(lower=0).fillna(0).to_numpy()
+    return np.vstack([low, high])
+
+
+def _draw_series(ax: Axes, df: pd.DataFrame, label: str, numeric_x: bool, band: bool,
+                 positions: dict[str, int] | None) -> None:
+    df = df.sort_values("x")
+    xs = df["x"].to_numpy(dtype=float) if positions is None else df["x"].astype(str).map(positions).to_numpy()
+    err = _yerr(df)
+    style = "-o" if numeric_x else "o"
+    if numeric_x:  # line through the per-x median, markers + CI on every point
+        med = df.assign(_x=xs).groupby("_x", sort=True)["value"].median()
+        (line,) = ax.plot(med.index, med.to_numpy(), style, label=label, markersize=4)
+        color = line.get_color()
+    else:
+        (line,) = ax.plot(xs, df["value"].to_numpy(), style, label=label, markersize=6)
+        color = line.get_color()
+    if err is not None:
+        ax.errorbar(xs, df["value"].to_numpy(), yerr=err, fmt="none", ecolor=color, capsize=3, alpha=0.8)
+        if band and numeric_x:
+            g = df.assign(_x=xs).groupby("_x", sort=True)
+            ax.fill_between(g["ci_low"].median().index, g["ci_low"].median().to_numpy(),
+                            g["ci_high"].median().to_numpy(), color=color, alpha=0.18, linewidth=0)
+
+
+def metric_vs_axis(
+    frame: pd.DataFrame,
+    *,
+    xlabel: str,
+    ylabel: str,
+    numeric_x: bool,
+    logx: bool = False,
+    logy: bool = False,
+    band: bool = False,
+    ideal: Ideal = None,
+) -> tuple[bytes, int]:
+    """Plot ``frame`` (x, value, ci_low, ci_high, series, facet): one panel per facet.
+
+    Returns the PNG and the number of facets that were left out (at most MAX_PANELS drawn).
+    """
+    facets = list(dict.fromkeys(frame["facet"]))
+    shown = facets[:MAX_PANELS]
+    fig, axes = _grid(len(shown))
+    positions = None
+    if not numeric_x:
+        positions = {c: i for i, c in enumerate(dict.fromkeys(frame["x"].astype(str)))}
+    for ax, facet in zip(axes, shown):
+        sub = frame[frame["facet"] == facet]
+        for series in list(dict.fromkeys(sub["series"]))[:MAX_SERIES]:
+            _draw_series(ax, sub[sub["series"] == series], str(series), numeric_x, band, positions)
+        if ideal is not None and numeric_x and len(sub):
+            xs = np.sort(sub["x"].astype(float).unique())
+            if ideal == "linear":
+                ax.plot(xs, xs / xs[0], "k--", linewidth=1, label="ideal")
+            else:
+                ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="ideal")
+        if positions is not None:
+            ax.set_xticks(list(positions.values()))
+            ax.set_xticklabels([s[:18] for s in positions], rotation=30, ha="right", fontsize=8)
+        if logx and numeric_x:
+            ax.set_xscale("log", base=2)
+        if numeric_x:
+            ticks = np.sort(sub["x"].astype(float).unique())
+            if 0 < len(ticks) <= 12:
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if facet:
+            ax.set_title(str(facet)[:70], fontsize=9)
+        ax.grid(True, alpha=0.3)
+    _legend(fig, axes)
+    return to_png(fig), len(facets) - len(shown)
+
+
+def roofline(frame: pd.DataFrame, peak_gflops: float | None, peak_gbps: float | None) -> bytes:
+    """GFLOP/s vs arithmetic intensity (frame: ai, gflops, series) with the measured peak lines."""
+    fig, (ax,) = _grid(1, width=6.5, height=4.2)
+    for series in list(dict.fromkeys(frame["series"]))[:MAX_SERIES]:
+        sub = frame[frame["series"] == series]
+        ax.plot(sub["ai"], sub["gflops"], "o", label=str(series), markersize=5)
+    lo, hi = float(frame["ai"].min()) / 2, float(frame["ai"].max()) * 2
+    ai = np.geomspace(lo, hi, 200)
+    if peak_gflops:
+        ax.axhline(peak_gflops, color="k", linestyle="--", linewidth=1, label=f"peak {peak_gflops:.3g} GFLOP/s")
+    if peak_gbps:
+        roof = ai * peak_gbps if not peak_gflops else np.minimum(ai * peak_gbps, peak_gflops)
+        ax.plot(ai, roof, "k:", linewidth=1.2, label=f"bandwidth {peak_gbps:.3g} GB/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("GFLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    _legend(fig, [ax])
+    return to_png(fig)
+
+
+def curves(frame: pd.DataFrame, series_names: list[str]) -> bytes:
+    """Training curves (frame: label, series, step, value), one panel per series name."""
+    fig, axes = _grid(len(series_names))
+    for ax, name in zip(axes, series_names):
+        sub = frame[frame["series"] == name]
+        for label in list(dict.fromkeys(sub["label"]))[:MAX_SERIES]:
+            s = sub[sub["label"] == label].sort_values("step")
+            ax.plot(s["step"], s["value"], "-o", markersize=3, label=str(label)[:40])
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    _legend(fig, axes)
+    return to_png(fig)

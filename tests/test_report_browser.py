@@ -1,0 +1,73 @@
+"""Render report.html in headless Chromium (Debian package ``chromium``): not blank, no console output.
+
+Needs ``chromium`` on PATH (``apt-get install -y chromium``); the test fails, not skips, without it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from report_fixtures import RunSpec, make_run_dir  # noqa: E402
+
+from d5pipe.aggregate import aggregate  # noqa: E402
+from d5pipe.report import build_report  # noqa: E402
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CONSOLE = re.compile(r":CONSOLE[:(]")
+
+
+def render(page: Path, shot: Path, profile: Path) -> str:
+    """Screenshot ``page``; return Chromium's stderr log (console messages appear as CONSOLE lines)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is not installed: apt-get install -y chromium"
+    profile.mkdir()
+    cmd = [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
+        f"--screenshot={shot}", "--window-size=1280,2000", page.resolve().as_uri(),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert shot.exists(), proc.stderr[-2000:]
+    return proc.stderr
+
+
+def console_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if CONSOLE.search(line)]
+
+
+def test_console_detection_works(tmp_path: Path) -> None:
+    """The console check catches a page that logs an error (so the real check can fail)."""
+    page = tmp_path / "bad.html"
+    page.write_text('<p>x</p><script>console.error("d5-marker")</script>', encoding="utf-8")
+    log = render(page, tmp_path / "bad.png", tmp_path / "profile")
+    assert any("d5-marker" in line for line in console_lines(log))
+
+
+def test_report_renders_and_is_not_blank(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    make_run_dir(run_dir, RunSpec(levels=("level0", "level3"), failed=1))
+    aggregate(run_dir)
+    html_path, _ = build_report(run_dir)
+    shot = tmp_path / "report.png"
+    log = render(html_path, shot, tmp_path / "profile")
+    assert console_lines(log) == []
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float64)
+    assert pixels.shape == (2000, 1280)
+    non_white = float((pixels < 245).mean())
+    assert non_white > 0.03, f"screenshot is nearly blank ({non_white:.1%} non-white)"
+    assert pixels.std() > 20.0
+    # the dark header band is at the top: the CSS was applied
+    assert pixels[:40].mean() < 120.0
