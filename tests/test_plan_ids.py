@@ -106,5 +106,5 @@ def test_axis_errors(sweep: dict, culprit: str) -> None:
 def test_fixed_key_cannot_be_swept() -> None:
     cfg = _cfg()
     cfg["recipe"]["fixed"] = ["operators.size"]
-    with pytest.raises(D5PipeError, match="recipe.fixed: the sweep varies fixed key 'operators.size'"):
+    with pytest.raises(D5PipeError, match="recipe.fixed: sweep varies fixed key 'operators.size'"):
         build_plan(cfg)

@@ -161,6 +161,14 @@ def validate(cfg: DictConfig, experiment: str) -> None:
         ops = OmegaConf.to_container(cfg.operators, resolve=True)
         assert isinstance(ops, dict)
         validate_operators(ops)
+    acceptance = OmegaConf.to_container(cfg.recipe.acceptance, resolve=True)
+    if acceptance:
+        import pandas as pd
+
+        from d5pipe.recipes import evaluate_acceptance
+
+        assert isinstance(acceptance, list)
+        evaluate_acceptance(pd.DataFrame(), acceptance)  # validates ops and stages up front
     if cfg.shards.points_per_shard < 1:
         raise D5PipeError("config error: key 'shards.points_per_shard' must be >= 1")
 

@@ -149,11 +149,9 @@ def check_axes(config: dict[str, Any], axes: tuple[str, ...], fixed: list[str]) 
             get_dotted(config, a)
         except KeyError:
             raise D5PipeError(f"sweep axis '{a}': no such config key") from None
-    fixed_set = set(fixed)
-    for a in axes:
-        for f in fixed_set:
-            if a == f or a.startswith(f + ".") or f.startswith(a + "."):
-                raise D5PipeError(f"recipe.fixed: the sweep varies fixed key '{f}' (axis '{a}')")
+    from d5pipe.recipes import check_fixed
+
+    check_fixed(fixed, axes)
 
 
 def build_plan(config: dict[str, Any]) -> Plan:
