@@ -1,0 +1,74 @@
+"""Launch argument lists: torchrun, mpirun, srun; launcher choice; oversubscription; hostile values."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from d5pipe.distributed.launch import LOOPBACK, build_launch, choose_launcher
+from d5pipe.errors import D5PipeError
+
+HOSTILE = "x; touch owned"
+
+
+def _spec(tmp_path: Path) -> Path:
+    return tmp_path / HOSTILE / "spec.json"
+
+
+def test_launcher_choice() -> None:
+    assert choose_launcher("ddp", "auto", "local") == "torchrun"
+    assert choose_launcher("horovod", "auto", "local") == "mpirun"
+    assert choose_launcher("mpi", "auto", "local") == "mpirun"
+    assert choose_launcher("ddp", "auto", "slurm") == "srun"
+    assert choose_launcher("ddp", "mpirun", "local") == "mpirun"
+    with pytest.raises(D5PipeError, match="distributed.launcher"):
+        choose_launcher("mpi", "torchrun", "local")
+    with pytest.raises(D5PipeError, match="distributed.backend"):
+        choose_launcher("nccl2", "auto", "local")
+
+
+def test_torchrun_argv_is_a_list_with_the_spec_path_as_one_argument(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    plan = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=29511,
+                        extra_args=[HOSTILE])
+    assert plan.launcher == "torchrun" and all(isinstance(a, str) for a in plan.argv)
+    assert plan.argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--nproc-per-node=2" in plan.argv
+    assert f"--master-addr={LOOPBACK}" in plan.argv and "--master-port=29511" in plan.argv
+    assert plan.argv[-1] == str(spec)  # the hostile directory name stays one argument
+    assert HOSTILE in plan.argv  # an extra argument is passed as one element, never split
+    assert plan.env["MASTER_ADDR"] == LOOPBACK and plan.env["MASTER_PORT"] == "29511"
+    assert not plan.oversubscribed and plan.threads_per_rank == 1
+
+
+def test_mpirun_argv_oversubscribes_when_ranks_exceed_cores(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    plan = build_launch(backend="horovod", ranks=4, spec_path=spec, cores=2, port=29512)
+    assert plan.launcher == "mpirun" and Path(plan.argv[0]).name == "mpirun"
+    assert plan.argv[1:3] == ["-n", "4"]
+    assert "--oversubscribe" in plan.argv and plan.oversubscribed
+    assert plan.argv[-4:] == [sys.executable, "-m", "d5pipe.distributed.worker", str(spec)]
+    forwarded = {plan.argv[i + 1] for i, a in enumerate(plan.argv) if a == "-x"}
+    assert {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PATH"} <= forwarded
+    fits = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=29512)
+    assert "--oversubscribe" not in fits.argv and not fits.oversubscribed
+    with pytest.raises(D5PipeError, match="oversubscribe"):
+        build_launch(backend="mpi", ranks=4, spec_path=spec, cores=2, oversubscribe=False)
+
+
+def test_srun_argv_under_slurm(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    plan = build_launch(backend="mpi", ranks=8, spec_path=spec, executor_name="slurm", cores=2,
+                        port=29513, slurm_nodes=2, extra_args=["--cpu-bind=cores"],
+                        master_addr="node001")
+    assert plan.launcher == "srun" and plan.argv[0] == "srun"
+    assert "--ntasks=8" in plan.argv and "--nodes=2" in plan.argv and "--mpi=pmix" in plan.argv
+    assert "--cpu-bind=cores" in plan.argv
+    assert plan.argv[-1] == str(spec) and not plan.oversubscribed  # SLURM places the ranks
+    assert plan.env["MASTER_ADDR"] == "node001" and "GLOO_SOCKET_IFNAME" not in plan.env
+    ddp = build_launch(backend="ddp", ranks=4, spec_path=spec, executor_name="slurm", cores=2, port=1)
+    assert "--mpi=pmix" not in ddp.argv
+    with pytest.raises(D5PipeError, match="distributed.ranks"):
+        build_launch(backend="ddp", ranks=0, spec_path=spec)

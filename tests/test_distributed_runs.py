@@ -1,0 +1,95 @@
+"""Real multi-process runs of level 3: DDP (gloo), Horovod (MPI) and mpi4py ranks on this machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from d5pipe.distributed import run_point
+from d5pipe.distributed.launch import usable_cores
+from d5pipe.records import Metric, PointContext, PointOutcome
+
+HOSTILE = "x; touch owned"
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("l3data")
+
+
+def _ctx(tmp_path: Path, data_dir: Path, **dist: Any) -> PointContext:
+    distributed = {
+        "backend": "ddp", "ranks": 2, "scaling": "strong", "global_batch": 32, "per_rank_batch": 16,
+        "steps": 4, "warmup_steps": 1, "benchmark": "train", "collective": "allreduce",
+        "message_bytes": 4096, "launcher": "auto", "oversubscribe": True, "timeout_s": 240.0,
+        "serial_check": True, "tolerance": 1e-4, "extra_args": [],
+    }
+    distributed.update(dist)
+    config = {
+        "name": HOSTILE, "seed": 5, "distributed": distributed,
+        "model": {"name": "mlp", "hidden": [32], "dropout": 0.0},
+        "dataset": {"name": "digits"},
+        "train": {"optimizer": "adam", "lr": 0.01, "device": "cpu", "deterministic": True},
+        "timer": {},
+    }
+    work = tmp_path / HOSTILE / "work"  # a hostile directory name travels in the spec path
+    work.mkdir(parents=True)
+    return PointContext(HOSTILE, "level3", "pt", {}, config, 77, tmp_path, work, data_dir, {"name": "local"})
+
+
+def _metric(out: PointOutcome, name: str) -> Metric:
+    return next(m for m in out.metrics if m.name == name)
+
+
+def _assert_nothing_owned(tmp_path: Path) -> None:
+    assert not list(tmp_path.rglob("owned")), "a config value was executed by a shell"
+    assert not (Path.cwd() / "owned").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+@pytest.mark.parametrize("backend", ["ddp", "horovod", "mpi"])
+def test_two_ranks_train_identically(backend: str, tmp_path: Path, data_dir: Path) -> None:
+    ctx = _ctx(tmp_path, data_dir, backend=backend)
+    out = run_point(ctx)
+    assert _metric(out, "params_identical").value == "pass"
+    assert _metric(out, "matches_serial").value == "pass", _metric(out, "serial_max_abs_diff").value
+    # a 2-rank ring allreduce sends 2(n-1)/n = 1x the gradient per rank: counted payload must match
+    counted = float(_metric(out, "comm_bytes_per_rank_step").value)  # type: ignore[arg-type]
+    expected = float(_metric(out, "comm_ring_expected_bytes").value)  # type: ignore[arg-type]
+    assert expected > 0 and abs(counted / expected - 1.0) <= 0.05
+    assert _metric(out, "oversubscribed").value is (2 > usable_cores())
+    assert len(out.samples["step_time_max_s"]) == 4
+    assert _metric(out, "time_per_step_s").kind == "timing"
+    ranks = [json.loads(p.read_text()) for p in sorted((ctx.work_dir / "ranks").glob("rank*.json"))]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["backend"] == backend for r in ranks)
+    assert all(r["experiment"] == HOSTILE for r in ranks)  # arrived intact, as data
+    _assert_nothing_owned(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_four_rank_allgather_collective(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the shard runner may hand over relative directories
+    ctx = _ctx(Path("."), data_dir, backend="mpi", ranks=4, benchmark="collective",
+               collective="allgather", message_bytes=1 << 16, steps=6)
+    assert not ctx.work_dir.is_absolute()
+    out = run_point(ctx)
+    assert _metric(out, "collective_correct").value == "pass"
+    assert _metric(out, "oversubscribed").value is (4 > usable_cores())
+    assert _metric(out, "message_bytes").value == 1 << 16
+    alg = float(_metric(out, "algbw_GBps").value)  # type: ignore[arg-type]
+    bus = float(_metric(out, "busbw_GBps").value)  # type: ignore[arg-type]
+    assert alg > 0 and bus == pytest.approx(alg * 3 / 4)
+    assert len(out.samples["iter_time_max_s"]) == 6
+    assert any("max over ranks" in note for note in out.extra["notes"])
+    _assert_nothing_owned(tmp_path)
+
+
+def test_horovod_torch_imports_with_mpi_and_gloo() -> None:
+    import horovod.torch as hvd
+
+    assert hvd.mpi_built() and hvd.gloo_built()
