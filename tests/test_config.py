@@ -71,3 +71,11 @@ def test_cli_user_error_is_one_line_exit_2(user_conf: Path) -> None:
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "operators.sise" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_sweep_axis_override_from_command_line() -> None:
+    cfg = compose_config("quickstart", ["sweep.grid.distributed.ranks=[1,2,4]", "train.epochs=2"])
+    assert list(cfg.sweep.grid["distributed.ranks"]) == [1, 2, 4]
+    assert cfg.train.epochs == 2
+    with pytest.raises(D5PipeError, match="sweep.grid.distributed.ranks: value 'x'"):
+        compose_config("quickstart", ["sweep.grid.distributed.ranks=[1,x]"])

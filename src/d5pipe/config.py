@@ -121,6 +121,7 @@ def compose_config(
             raise D5PipeError(f"override {o!r}: expected key=value")
         if o.lstrip("+~").startswith("hydra"):
             raise D5PipeError(f"override {o!r}: hydra.* settings are not overridable here")
+    overrides, axis_overrides = split_axis_overrides(overrides)
     search = [f"file://{p}" for p in extra]
     hydra_overrides = [f"hydra.searchpath=[{','.join(search)}]"] if search else []
     GlobalHydra.instance().clear()
@@ -136,8 +137,44 @@ def compose_config(
         raise D5PipeError(_explain(exc, experiment)) from exc
     finally:
         GlobalHydra.instance().clear()
+    apply_axis_overrides(cfg, axis_overrides)
     validate(cfg, experiment)
     return cfg
+
+
+_AXIS_OVERRIDE = re.compile(r"^(sweep\.grid)\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+)=(.*)$", re.S)
+
+
+def split_axis_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """Pull out ``sweep.grid.<dotted axis>=[values]`` overrides, which Hydra would read as nesting.
+
+    ``d5pipe run scaling 'sweep.grid.distributed.ranks=[1,2]'`` narrows one axis of the sweep.
+    """
+    rest: list[str] = []
+    axes: list[tuple[str, str, str]] = []
+    for o in overrides:
+        m = _AXIS_OVERRIDE.match(o)
+        if m:
+            axes.append((o, m.group(2), m.group(3)))
+        else:
+            rest.append(o)
+    return rest, axes
+
+
+def apply_axis_overrides(cfg: DictConfig, axes: list[tuple[str, str, str]]) -> None:
+    import yaml
+
+    for text, axis, raw in axes:
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise D5PipeError(f"override {text!r}: cannot parse the value list") from exc
+        if not isinstance(value, list):
+            value = [value]
+        try:
+            cfg.sweep.grid[axis] = value
+        except Exception as exc:
+            raise D5PipeError(f"override {text!r}: {str(exc).splitlines()[0]}") from exc
 
 
 def validate(cfg: DictConfig, experiment: str) -> None:
