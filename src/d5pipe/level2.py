@@ -1,0 +1,364 @@
+"""Level 2: one training run per point (model x dataset x optimizer x schedule x batch size).
+
+``run_point(ctx)`` reads the ``model``, ``dataset`` and ``train`` sections, seeds everything from
+the point seed, trains for ``train.epochs`` epochs and evaluates on the test split after each.
+
+Reported metrics: ``test_accuracy``/``test_loss``/``train_loss`` (final epoch), ``best_test_accuracy``,
+``time_to_target_s`` and ``epochs_to_target`` (first epoch whose test accuracy reaches
+``train.target_accuracy``, evaluated after each epoch; NaN with a note if never;
+``time_to_target_s`` names the step times as its samples, so a re-run is tested on those while
+``epochs_to_target`` is compared as a number), ``samples_per_s`` (all training samples over
+all training time = the harmonic mean of the per-epoch rates, weighted by samples),
+``step_time`` (median with 95% CI over every step), ``train_time_s`` and ``weights_sha256``
+(sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``).
+
+Timing: training time is the wall time of the training loops (data loading, forward, backward,
+optimizer step, step logging), evaluation excluded; a step's time runs from the batch being
+available to ``loss.item()`` after the optimizer step (which waits for the device) plus an
+explicit synchronisation on CUDA. Every step is written to ``ctx.work_dir / "steps.jsonl"``
+(every ``train.log_every``-th step), every epoch too; per-epoch curves go to ``extra["curves"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+from d5pipe.datasets import Dataset, load_for
+from d5pipe.determinism import deterministic_mode, loader_generator, seed_everything, seed_worker
+from d5pipe.errors import D5PipeError
+from d5pipe.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.records import Metric, PointContext, PointOutcome, PointSkipped
+from d5pipe.runtime import check_device, state_dict_sha256, synchronize
+from d5pipe.schema.model import TrainConf, conf_from_dict
+from d5pipe.seeds import derive_seed
+from d5pipe.stats import summarize
+
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
+SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
+
+
+def resolve_train(train_cfg: dict[str, Any]) -> TrainConf:
+    """The validated ``train`` section."""
+    conf = conf_from_dict(TrainConf, "train", train_cfg)
+    if conf.optimizer not in OPTIMIZERS:
+        raise D5PipeError(f"train.optimizer: unknown optimizer {conf.optimizer!r}; known: {list(OPTIMIZERS)}")
+    if conf.schedule not in SCHEDULES:
+        raise D5PipeError(f"train.schedule: unknown schedule {conf.schedule!r}; known: {list(SCHEDULES)}")
+    for key in ("epochs", "batch_size", "eval_batch_size", "log_every"):
+        if getattr(conf, key) < 1:
+            raise D5PipeError(f"train.{key}: must be >= 1, got {getattr(conf, key)}")
+    if conf.lr <= 0:
+        raise D5PipeError(f"train.lr: must be > 0, got {conf.lr}")
+    if conf.target_accuracy is not None and not 0.0 < conf.target_accuracy <= 1.0:
+        raise D5PipeError(f"train.target_accuracy: must be in (0, 1] or null, got {conf.target_accuracy}")
+    return conf
+
+
+def make_optimizer(params: Any, conf: TrainConf) -> torch.optim.Optimizer:
+    if conf.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=conf.lr, momentum=conf.momentum, weight_decay=conf.weight_decay)
+    if conf.optimizer == "adam":
+        return torch.optim.Adam(params, lr=conf.lr, weight_decay=conf.weight_decay)
+    return torch.optim.AdamW(params, lr=conf.lr, weight_decay=conf.weight_decay)
+
+
+def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> torch.optim.lr_scheduler.LRScheduler:
+    """Stepped once per epoch."""
+    if conf.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=conf.epochs)
+    if conf.schedule == "step":
+        period = conf.step_epochs if conf.step_epochs > 0 else max(1, conf.epochs // 3)
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=period, gamma=conf.gamma)
+    return torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
+
+
+class ShuffledBatches(Sampler[torch.Tensor]):
+    """Index tensors of one seeded permutation per epoch, cut into batches (last one may be short)."""
+
+    def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
+        self.n = n
+        self.batch_size = batch_size
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return (self.n + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        # lazy: DataLoader may call iter() and drop the result; only consumed epochs draw
+        perm = torch.randperm(self.n, generator=self.generator)
+        yield from torch.split(perm, self.batch_size)
+
+
+class InProcessBatches:
+    """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, sampler: ShuffledBatches) -> None:
+        self.x, self.y, self.sampler = x, y, sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for idx in self.sampler:
+            yield self.x[idx], self.y[idx]
+
+
+def make_loader(
+    x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int, num_workers: int = 0
+) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
+    """Shuffled batches from a sampler seeded with ``seed``: the same batches for any ``num_workers``.
+
+    With workers a DataLoader (seeded generator, :func:`seed_worker`) gathers them; without, the
+    batches are gathered in process (the DataLoader's per-batch overhead is measurable on small
+    models; see benchmarks/bench_train_overhead.py).
+    """
+    sampler = ShuffledBatches(len(y), batch_size, loader_generator(seed))
+    if num_workers <= 0:
+        return InProcessBatches(x, y, sampler)
+    # worker base seeds come from their own generator, so the shuffle does not depend on workers
+    loader: DataLoader[Any] = DataLoader(
+        TensorDataset(x, y),
+        batch_size=None,
+        sampler=sampler,
+        num_workers=num_workers,
+        worker_init_fn=seed_worker,
+        generator=loader_generator(derive_seed(seed, "dataloader-workers")),
+    )
+    return loader
+
+
+class StepLog:
+    """Append-only JSONL event log (one JSON object per line), truncated when opened."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._fh: IO[str] | None = None
+
+    def __enter__(self) -> StepLog:
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "w", encoding="utf-8")
+        return self
+
+    def write(self, event: dict[str, Any]) -> None:
+        if self._fh is not None:
+            self._fh.write(json.dumps(event, sort_keys=True) + "\n")
+
+    def flush(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+@dataclass
+class EpochStats:
+    train_loss: float
+    train_accuracy: float
+    train_time_s: float
+    samples: int
+    step_times_s: list[float] = field(default_factory=list)
+
+
+def train_epoch(
+    model: nn.Module,
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    epoch: int,
+    log: StepLog,
+    first_step: int = 0,
+    log_every: int = 1,
+) -> EpochStats:
+    """One pass over ``loader``; steps are timed and logged (see the module docstring)."""
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    loss_sum = 0.0
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    seen = 0
+    step_times: list[float] = []
+    lr = float(optimizer.param_groups[0]["lr"])
+    synchronize(device)
+    t_epoch = time.perf_counter()
+    for i, (xb, yb) in enumerate(loader):
+        t0 = time.perf_counter()
+        xb = xb.to(device, non_blocking=True)
+        yb = yb.to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        out = model(xb)
+        loss = loss_fn(out, yb)
+        loss.backward()
+        optimizer.step()
+        loss_v = loss.item()
+        synchronize(device)
+        dt = time.perf_counter() - t0
+        step_times.append(dt)
+        n = int(yb.shape[0])
+        loss_sum += loss_v * n
+        seen += n
+        correct += (out.detach().argmax(dim=1) == yb).sum()
+        step = first_step + i
+        if step % log_every == 0:
+            log.write({"event": "step", "epoch": epoch, "step": step, "loss": loss_v, "lr": lr,
+                       "batch": n, "step_time_s": dt})
+    synchronize(device)
+    train_time = time.perf_counter() - t_epoch
+    accuracy = int(correct.item()) / max(seen, 1)
+    return EpochStats(loss_sum / max(seen, 1), accuracy, train_time, seen, step_times)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device
+) -> tuple[float, float]:
+    """(mean cross-entropy, accuracy) on ``x, y`` in eval mode."""
+    model.eval()
+    loss_sum = 0.0
+    correct = 0
+    for start in range(0, len(y), batch_size):
+        xb = x[start : start + batch_size].to(device)
+        yb = y[start : start + batch_size].to(device)
+        out = model(xb)
+        loss_sum += float(nn.functional.cross_entropy(out, yb, reduction="sum").item())
+        correct += int((out.argmax(dim=1) == yb).sum().item())
+    return loss_sum / len(y), correct / len(y)
+
+
+@dataclass
+class TrainResult:
+    curves: dict[str, list[float]]
+    step_times_s: list[float]
+    epoch_train_time_s: list[float]
+    epoch_samples: list[int]
+    steps: int
+    epochs_to_target: int | None
+    time_to_target_s: float | None
+
+
+def fit(
+    model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog
+) -> TrainResult:
+    """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
+    optimizer = make_optimizer(model.parameters(), conf)
+    scheduler = make_scheduler(optimizer, conf)
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers)
+    names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+             "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
+    curves: dict[str, list[float]] = {k: [] for k in names}
+    step_times: list[float] = []
+    epoch_samples: list[int] = []
+    steps = 0
+    cum = 0.0
+    epochs_to_target: int | None = None
+    time_to_target: float | None = None
+    for epoch in range(1, conf.epochs + 1):
+        lr = float(optimizer.param_groups[0]["lr"])
+        stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every)
+        steps += len(stats.step_times_s)
+        step_times += stats.step_times_s
+        epoch_samples.append(stats.samples)
+        cum += stats.train_time_s
+        scheduler.step()
+        test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
+        row = (epoch, lr, stats.train_loss, stats.train_accuracy, test_loss, test_acc,
+               stats.train_time_s, cum, stats.samples / stats.train_time_s)
+        for k, v in zip(names, row, strict=True):
+            curves[k].append(v)
+        log.write({"event": "epoch", **{k: curves[k][-1] for k in names}})
+        log.flush()
+        target = conf.target_accuracy
+        if epochs_to_target is None and target is not None and test_acc >= target:
+            epochs_to_target, time_to_target = epoch, cum
+    return TrainResult(curves, step_times, curves["epoch_train_time_s"], epoch_samples, steps,
+                       epochs_to_target, time_to_target)
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def run_point(ctx: PointContext) -> PointOutcome:
+    """Train one point; see the module docstring for what is measured."""
+    cfg = ctx.config
+    conf = resolve_train(cfg.get("train") or {})
+    device = check_device(conf.device, "train.device")
+    data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
+    seeds = seed_everything(ctx.seed)
+    with deterministic_mode(conf.deterministic, str(device)) as det:
+        try:
+            model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
+        except UnsupportedInput as exc:
+            raise PointSkipped(str(exc)) from exc
+        model.to(device)
+        with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
+            log.write({"event": "start", "point_id": ctx.point_id, "seed": ctx.seed,
+                       "train": asdict(conf), "dataset": data.meta["key"]})
+            result = fit(model, data, conf, ctx.seed, device, log)
+            weights = state_dict_sha256(model)
+            log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
+    curves = result.curves
+    total_time = sum(result.epoch_train_time_s)
+    total_samples = sum(result.epoch_samples)
+    step_summary = summarize(result.step_times_s)
+    notes: list[str] = []
+    if conf.target_accuracy is not None and result.epochs_to_target is None:
+        notes.append(
+            f"target test accuracy {conf.target_accuracy} never reached in {conf.epochs} epochs "
+            f"(best {max(curves['test_accuracy']):.4f}); time_to_target_s is NaN"
+        )
+    if not conf.deterministic:
+        notes.append("train.deterministic is false: weights_sha256 is informational only")
+    metrics = [
+        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
+        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
+        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
+        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
+        Metric("train_accuracy", curves["train_accuracy"][-1], "", "numerical"),
+        # one value per run; its step times are the samples a re-run is tested against
+        Metric("time_to_target_s", _nan_if_none(result.time_to_target_s), "s", "timing",
+               samples="step_time_s"),
+        Metric("epochs_to_target", _nan_if_none(result.epochs_to_target), "epochs", "numerical"),
+        Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
+               samples="epoch_samples_per_s"),
+        Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
+        *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+        Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
+        Metric("n_parameters", count_parameters(model), "", "count"),
+        Metric("train_steps", result.steps, "", "count"),
+    ]
+    return PointOutcome(
+        metrics=metrics,
+        samples={
+            "step_time_s": result.step_times_s,
+            "epoch_train_time_s": result.epoch_train_time_s,
+            "epoch_samples_per_s": curves["samples_per_s"],
+        },
+        extra={
+            "curves": curves,
+            "seeds": seeds,
+            "determinism": det,
+            "dataset": {k: data.meta[k] for k in ("key", "checksum", "n_train", "n_test", "input_shape")},
+            "target_accuracy": conf.target_accuracy,
+            "timing": "training loop wall time (perf_counter), evaluation excluded; "
+                      "steps end at loss.item() after optimizer.step() (+ cuda synchronize)",
+            "notes": notes,
+            "warnings": list(step_summary.warnings),
+            "step_log": "steps.jsonl",
+        },
+    )
