@@ -93,8 +93,8 @@ def test_to_metrics_kinds_and_samples_key() -> None:
     assert metrics["latency"].kind == "timing"
     assert metrics["latency"].samples == "lat"
     assert (metrics["latency"].ci_low, metrics["latency"].ci_high) == (s.ci_low, s.ci_high)
-    assert metrics["latency_n_samples"].kind == "count" and metrics["latency_n_samples"].value == 30
-    assert metrics["latency_outliers"].kind == "count"
+    assert metrics["latency_n_samples"].kind == "info" and metrics["latency_n_samples"].value == 30
+    assert metrics["latency_outliers"].kind == "info"
     rate = stats.rate_metric("gflops", 2.0, s, "GFLOP/s", "lat")
     assert rate.kind == "timing" and rate.ci_low == pytest.approx(2.0 / s.ci_high)
 

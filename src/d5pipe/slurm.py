@@ -1,0 +1,185 @@
+"""SLURM helpers: job provenance, job-state queries, and per-stage resources for Snakemake.
+
+* :func:`slurm_provenance` reads ``SLURM_JOB_ID`` / ``SLURM_JOB_NODELIST`` for a point's record.
+  snakemake-executor-plugin-slurm's job step drops most ``SLURM_*`` variables (it keeps
+  ``SLURM_JOB_ID``) when a rule runs without the ``srun -n1`` wrapper (``mpi`` resource set),
+  so a missing node list is looked up with ``squeue``.
+* :func:`query_jobs` asks ``squeue`` about a run's jobs, always under a timeout: a status
+  query that hangs must never hang d5pipe.
+* :func:`snakemake_resources` maps d5pipe's per-stage :class:`~d5pipe.schema.root.ResourcesConf`
+  to the resource names the plugin reads (``slurm_partition``, ``slurm_account``, ``runtime``,
+  ``nodes``, ``tasks``, ``cpus_per_task``, ``mem_mb``, ``gpu``, ``mpi``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from d5pipe.errors import D5PipeError
+from d5pipe.schema.root import ResourcesConf
+
+RESOURCE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ResourcesConf))
+"""The keys of ``executor.resources.<stage>`` (d5pipe names)."""
+
+SRUN_LAUNCHER = "srun"
+"""Value of the plugin's ``mpi`` resource for multi-task jobs: the rule starts its own ranks."""
+
+SQUEUE_FIELDS: tuple[str, ...] = ("job_id", "state", "name", "comment", "nodelist",
+                                  "time_limit", "elapsed", "exit_reason")
+_SQUEUE_FORMAT = "%i|%T|%j|%k|%N|%l|%M|%r"
+
+TERMINAL_STATES: frozenset[str] = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+    "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+})
+"""squeue states after which a job will not run again (unless SLURM requeues it)."""
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One line of ``squeue --states=all`` output."""
+
+    job_id: str
+    state: str
+    name: str
+    comment: str
+    nodelist: str
+    time_limit: str
+    elapsed: str
+    exit_reason: str
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+def _run_squeue(args: Sequence[str], timeout_s: float,
+                env: Mapping[str, str] | None) -> str:
+    exe = shutil.which("squeue", path=(env or os.environ).get("PATH"))
+    if exe is None:
+        raise D5PipeError("executor slurm: squeue not found on PATH")
+    try:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s,
+                              env=dict(env) if env is not None else None, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise D5PipeError(f"executor slurm: squeue did not answer within {timeout_s} s") from exc
+    if proc.returncode != 0:
+        raise D5PipeError(f"executor slurm: squeue failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    """Parse lines written with ``--format=%i|%T|%j|%k|%N|%l|%M|%r --noheader``."""
+    jobs = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != len(SQUEUE_FIELDS) or not parts[0]:
+            continue
+        jobs.append(SlurmJob(*parts))
+    return jobs
+
+
+def query_jobs(name: str | None = None, job_ids: Sequence[str] = (), timeout_s: float = 10.0,
+               env: Mapping[str, str] | None = None) -> list[SlurmJob]:
+    """The jobs ``squeue`` still knows (running and, for ``MinJobAge`` seconds, finished).
+
+    ``name``: SLURM job name; snakemake-executor-plugin-slurm names every job of one
+    Snakemake run with that run's UUID ("SLURM run ID" in its log). ``job_ids``: explicit IDs.
+    Raises D5PipeError when squeue is missing, fails or does not answer within ``timeout_s``.
+    """
+    args = ["--noheader", "--states=all", f"--format={_SQUEUE_FORMAT}"]
+    if name:
+        args += ["--name", name]
+    if job_ids:
+        args += ["--jobs", ",".join(job_ids)]
+    return parse_squeue(_run_squeue(args, timeout_s, env))
+
+
+def cancel_jobs(name: str, timeout_s: float = 10.0,
+                env: Mapping[str, str] | None = None) -> list[str]:
+    """``scancel`` every unfinished job called ``name`` (a Snakemake run's UUID); their IDs.
+
+    Needed after Snakemake is killed: its SLURM jobs keep running (and a plain SIGTERM
+    makes Snakemake wait for them to end).
+    """
+    ids = [j.job_id for j in query_jobs(name=name, timeout_s=timeout_s, env=env)
+           if not j.finished]
+    exe = shutil.which("scancel", path=(env or os.environ).get("PATH"))
+    if ids and exe is not None:
+        try:
+            subprocess.run([exe, *ids], capture_output=True, text=True, timeout=timeout_s,
+                           env=dict(env) if env is not None else None, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
+    return ids
+
+
+def slurm_provenance(environ: Mapping[str, str] | None = None,
+                     timeout_s: float = 5.0) -> dict[str, str | None]:
+    """``{"slurm_job_id", "slurm_nodelist"}`` of the SLURM job this process runs in.
+
+    Both are None outside SLURM. When the job ID is known but the node list was dropped
+    from the environment, ``squeue`` is asked (best effort: None if it cannot answer).
+    """
+    env = os.environ if environ is None else environ
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if job_id and not nodelist:
+        try:
+            jobs = query_jobs(job_ids=[job_id], timeout_s=timeout_s, env=env)
+        except D5PipeError:
+            jobs = []
+        nodelist = next((j.nodelist for j in jobs if j.job_id == job_id and j.nodelist), None)
+    return {"slurm_job_id": job_id or None, "slurm_nodelist": nodelist or None}
+
+
+def _positive_int(stage_res: Mapping[str, Any], key: str, minimum: int) -> int:
+    value = stage_res[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise D5PipeError(
+            f"executor.resources.{key}: {value!r} is not an integer >= {minimum}")
+    return value
+
+
+def snakemake_resources(stage_res: Mapping[str, Any]) -> dict[str, Any]:
+    """Map one stage's d5pipe resources to snakemake-executor-plugin-slurm resource names.
+
+    Missing keys take :class:`ResourcesConf` defaults. Empty ``partition``/``account`` and
+    ``gpus: 0`` are left out (SLURM's default partition; no ``-A``; no ``--gpus``). A job with
+    ``tasks > 1`` also gets ``mpi: "srun"``: the plugin then allocates ``--ntasks=tasks`` and
+    runs the rule directly in the batch step instead of inside ``srun -n1``, so the rule can
+    start its ranks with ``srun -n <tasks>`` in the same allocation (one SLURM job per point).
+    """
+    unknown = sorted(set(stage_res) - set(RESOURCE_KEYS))
+    if unknown:
+        raise D5PipeError(
+            f"executor.resources: unknown key {unknown[0]!r}; known: {', '.join(RESOURCE_KEYS)}")
+    merged: dict[str, Any] = {f.name: f.default for f in fields(ResourcesConf)}
+    merged.update({k: v for k, v in stage_res.items() if v is not None})
+    for key in ("partition", "account"):
+        if not isinstance(merged[key], str):
+            raise D5PipeError(f"executor.resources.{key}: {merged[key]!r} is not a string")
+    out: dict[str, Any] = {
+        "runtime": _positive_int(merged, "runtime_min", 1),
+        "nodes": _positive_int(merged, "nodes", 1),
+        "tasks": _positive_int(merged, "tasks", 1),
+        "cpus_per_task": _positive_int(merged, "cpus_per_task", 1),
+        "mem_mb": _positive_int(merged, "mem_mb", 1),
+    }
+    gpus = _positive_int(merged, "gpus", 0)
+    if merged["partition"]:
+        out["slurm_partition"] = merged["partition"]
+    if merged["account"]:
+        out["slurm_account"] = merged["account"]
+    if gpus:
+        out["gpu"] = gpus
+        # Without this the plugin passes --ntasks-per-gpu=<tasks>, multiplying the task count.
+        out["tasks_per_gpu"] = 0
+    if out["tasks"] > 1:
+        out["mpi"] = SRUN_LAUNCHER
+    return out
