@@ -54,7 +54,8 @@ def pick(options: Iterable[str], available: Sequence[str]) -> str | None:
 
 
 def label_of(row: pd.Series, axes: Sequence[str]) -> str:
-    return ", ".join(f"{a.rsplit('.', 1)[-1]}={fmt_plain(row[a])}" for a in axes) or str(row["point_id"])
+    fallback = row["point_id"] if "point_id" in row.index else row.name
+    return ", ".join(f"{a.rsplit('.', 1)[-1]}={fmt_plain(row[a])}" for a in axes) or str(fallback)
 
 
 def fmt_plain(v: Any) -> str:

@@ -133,9 +133,11 @@ def level1(data: RunData) -> Section:
     rows = data.stage_rows("level1")
     batch_axes = [a for a in varying_axes(rows) if "batch" in a]
     layout = choose_layout(rows, batch_axes, ["model.name", "level1.mode"])
-    names = metric_names(rows)
+    info = set(rows.loc[rows["kind"] == "info", "metric"]) if "kind" in rows.columns else set()
+    names = [n for n in metric_names(rows) if n not in info]  # no plots of cv, n_samples, ...
     blocks: list[Block] = []
-    for metric in [n for n in names if "throughput" in n] + [n for n in names if "latency" in n]:
+    picked = [n for n in names if "throughput" in n] + [n for n in names if "latency" in n or n.endswith("_time")]
+    for metric in picked:
         blocks += _figure(rows, metric, layout)
     return Section("level1", TITLES["level1"], blocks)
 
