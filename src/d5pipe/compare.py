@@ -134,11 +134,14 @@ def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
         name = str(row["metric"])
         if name == STATUS_METRIC:  # the placeholder row of a failed/skipped/metric-less point
             continue
+        kind = "numerical" if _missing(row.get("kind")) else str(row["kind"])
         value: float | str | None = _opt_float(row["value"])
         text = row.get("text")
-        if value is None and not _missing(text) and str(text) != "":
+        has_text = not _missing(text) and str(text) != ""
+        if has_text and (value is None or kind == "verdict"):
+            # A verdict is its text ("pass"/"fail"); an acceptance row's value is the metric it judged,
+            # compared (with its own kind) under that metric's name.
             value = str(text)
-        kind = "numerical" if _missing(row.get("kind")) else str(row["kind"])
         samples = None
         if kind == "timing":
             samples = _samples_for(_record_samples(run_dir, key[0], key[1], records), name)

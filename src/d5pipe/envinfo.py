@@ -455,18 +455,28 @@ def diff_records(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return relevant + other
 
 
-def record_from_manifest(manifest: dict[str, Any], source: str) -> dict[str, Any]:
-    """The environment record inside a manifest (key ``environment``), or the dict itself if it is one."""
-    env = manifest.get("environment")
+MANIFEST_ENV_KEYS = ("environment", "submit_environment")
+"""Records a manifest holds: where the result rows were measured (the shard processes; Snakemake
+sets their thread variables), and the process that ran ``d5pipe run``."""
+
+
+def record_from_manifest(manifest: dict[str, Any], source: str, key: str = "environment") -> dict[str, Any]:
+    """The environment record under ``key`` of a manifest, or the dict itself if it is a record."""
+    if key not in MANIFEST_ENV_KEYS:
+        raise D5PipeError(f"{source}: unknown environment key {key!r} (one of {', '.join(MANIFEST_ENV_KEYS)})")
+    env = manifest.get(key)
     if isinstance(env, dict):
         return env
     if "packages" in manifest and "python" in manifest:
         return manifest
-    raise D5PipeError(f"{source}: no 'environment' record in this manifest/record")
+    raise D5PipeError(f"{source}: no {key!r} record in this manifest/record")
 
 
-def load_record(path: Path) -> dict[str, Any]:
-    """Environment record from a manifest.json, an environment JSON, a run dir or a .tar.gz bundle."""
+def load_record(path: Path, key: str = "environment") -> dict[str, Any]:
+    """Environment record from a manifest.json, an environment JSON, a run dir or a .tar.gz bundle.
+
+    ``key`` picks the manifest's record: ``environment`` (the measurements) or ``submit_environment``.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "manifest.json"
@@ -491,4 +501,4 @@ def load_record(path: Path) -> dict[str, Any]:
             raise D5PipeError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
     if not isinstance(data, dict):
         raise D5PipeError(f"{path}: expected a JSON object")
-    return record_from_manifest(data, str(path))
+    return record_from_manifest(data, str(path), key)

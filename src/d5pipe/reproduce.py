@@ -6,16 +6,35 @@ Steps, in order:
    the checks of :func:`d5pipe.bundle.extract`).
 2. Verify ``CHECKSUMS.sha256``. Any modified, missing or added file -> verdict ``tampered``
    (exit 3) naming the files; nothing is re-run.
-3. Compare the bundle's environment record (``manifest.json`` key ``environment``) with this
-   process's. Differences are listed as warnings. With ``strict_env`` a different ``env_hash`` is a
-   refusal: :class:`D5PipeError` (exit 2) — nothing was measured, so "not reproduced" (3) would be
-   wrong.
+3. Compare the *submitting* environments: the bundle's ``submit_environment`` (the process that ran
+   ``d5pipe run``; ``environment`` for bundles without one) with this process's record. With
+   ``strict_env`` a different hash is a refusal: :class:`D5PipeError` (exit 2) — nothing was
+   measured, so "not reproduced" (3) would be wrong.
 4. Re-run exactly the bundle's ``config.yaml`` (which carries the root seed; point seeds derive from
    it) through the injected ``rerun(config_yaml, out_dir)`` into ``out`` (absent or empty).
-5. Compare every point and metric (:mod:`d5pipe.compare`, :mod:`d5pipe.stat_compare`), including
-   the point status and seed. Points missing from the re-run fail; timing changes fail.
-6. Write ``reproduce.json`` (schema_version 1) into ``out`` and return the verdict:
-   exit 0 reproduced, 3 not reproduced or tampered.
+5. Compare the *measurement* environments like with like: the bundle's ``environment`` (the record
+   of the shard processes that produced the result rows) with the re-run's. The two levels differ
+   on purpose: Snakemake sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/... of every job to the rule's
+   threads, so a thread variable of the submitting shell need not reach the measurements. With
+   ``strict_env`` a different measurement hash is a failure (the re-run did happen: exit 3).
+6. Compare every point and metric (:mod:`d5pipe.compare`, :mod:`d5pipe.stat_compare`), including
+   the point status and seed, and write ``reproduce.json`` (schema_version 1) into ``out``.
+
+Verdict policy (exit 0 reproduced, 3 not reproduced or tampered):
+
+* **Fail**: a point missing from either run; a different status or seed; any ``deterministic``,
+  ``count`` or ``verdict`` metric not identical; a ``numerical`` metric outside ``rtol``/``atol``;
+  a metric missing in the re-run; a timing present on one side only or without samples/CIs to
+  test.
+* **Timings** are judged statistically (two-sided Mann–Whitney U on the raw samples, see
+  :mod:`d5pipe.stat_compare`). A significant change is reported per metric as ``changed`` with its
+  direction, relative change and p-value, and counted under ``timing`` in ``reproduce.json``; by
+  default it does **not** make the run "not reproduced", because a re-run on another machine or
+  at another time is expected to be faster or slower while computing the same thing, and one test
+  per timing at level ``alpha`` flags about ``alpha`` of unchanged timings by chance. With
+  ``strict_timing`` (``--strict-timing``) every significant timing change is a failure; combine it
+  with ``min_rel_change`` (``--min-change PCT``) to ignore small changes. A timing with too few
+  samples for the test to ever reach ``alpha`` is ``not_compared`` and counted as ``untestable``.
 """
 
 from __future__ import annotations
@@ -32,12 +51,29 @@ from d5pipe.atomic import write_json
 from d5pipe.bundle import is_archive, opened_bundle, verify
 from d5pipe.compare import PointComparison, compare_loaded, load_run
 from d5pipe.errors import D5PipeError
-from d5pipe.stat_compare import ComparePolicy, is_reproduced
+from d5pipe.stat_compare import ComparePolicy, Comparison
 
 REPRODUCE_SCHEMA_VERSION = 1
 RerunFn = Callable[[Path, Path], object]
 """``rerun(config_yaml, out_dir)``: run exactly that config into ``out_dir`` (return value ignored)."""
 Status = Literal["reproduced", "not_reproduced", "tampered"]
+
+
+@dataclass
+class EnvComparison:
+    """One level of environment comparison: the bundle's record against this machine's."""
+
+    reference_hash: str | None = None
+    current_hash: str | None = None
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return self.reference_hash == self.current_hash
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference_hash": self.reference_hash, "current_hash": self.current_hash,
+                "same": self.same, "differences": self.differences}
 
 
 @dataclass
@@ -49,10 +85,21 @@ class ReproduceVerdict:
     report_path: Path
     checksum_problems: list[str] = field(default_factory=list)
     env_reference_hash: str | None = None
+    """env_hash of the bundle's measurements (manifest ``env_hash``)."""
     env_current_hash: str | None = None
+    """env_hash of the re-run's measurements (its manifest ``env_hash``)."""
     env_differences: list[str] = field(default_factory=list)
+    """Measurement-environment differences (bundle ``environment`` vs the re-run's)."""
+    submit_env: EnvComparison = field(default_factory=EnvComparison)
+    """Submitting-process differences (bundle ``submit_environment`` vs this process)."""
     failures: list[str] = field(default_factory=list)
-    """One line per failed comparison: ``stage/point_id metric: detail``."""
+    """One line per failed comparison: ``stage/point_id metric: verdict: detail``."""
+    timing_changes: list[str] = field(default_factory=list)
+    """One line per significant timing change (failures too only with ``strict_timing``)."""
+    strict_timing: bool = False
+    timings_compared: int = 0
+    timings_untestable: int = 0
+    """Timings with too few samples for the test to ever reach alpha (verdict ``not_compared``)."""
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -86,10 +133,29 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
     return data
 
 
-def _point_json(p: PointComparison) -> dict[str, Any]:
+def is_failure(c: Comparison, strict_timing: bool) -> bool:
+    """Whether one metric comparison makes the run "not reproduced" (see the module docstring)."""
+    if c.verdict == "not_reproduced":
+        return True
+    return c.verdict == "changed" and strict_timing
+
+
+def _point_json(p: PointComparison, strict_timing: bool) -> dict[str, Any]:
     return {"stage": p.stage, "point_id": p.point_id, "params": p.params,
-            "reproduced": all(is_reproduced(c.verdict) for c in p.comparisons),
+            "reproduced": not any(is_failure(c, strict_timing) for c in p.comparisons),
+            "timing_changed": [c.metric for c in p.comparisons if c.verdict == "changed"],
             "metrics": [c.to_dict() for c in p.comparisons]}
+
+
+def _timing_summary(points: list[PointComparison], verdict: ReproduceVerdict) -> dict[str, Any]:
+    timings = [c for p in points for c in p.comparisons if c.kind == "timing"]
+    changed = [c for c in timings if c.verdict == "changed"]
+    return {"policy": "fail" if verdict.strict_timing else "report",
+            "compared": len(timings), "changed": len(changed),
+            "untestable": sum(c.verdict == "not_compared" for c in timings),
+            "higher": sum(c.direction == "higher" for c in changed),
+            "lower": sum(c.direction == "lower" for c in changed),
+            "changes": verdict.timing_changes}
 
 
 def _write_report(verdict: ReproduceVerdict, bundle: Path, policy: ComparePolicy,
@@ -104,12 +170,14 @@ def _write_report(verdict: ReproduceVerdict, bundle: Path, policy: ComparePolicy
         "checksum_problems": verdict.checksum_problems,
         "environment": {"reference_hash": verdict.env_reference_hash,
                         "current_hash": verdict.env_current_hash,
-                        "differences": verdict.env_differences},
+                        "differences": verdict.env_differences,
+                        "submit": verdict.submit_env.to_dict()},
         "policy": {"alpha": policy.alpha, "rtol": policy.rtol, "atol": policy.atol,
-                   "min_rel_change": policy.min_rel_change},
+                   "min_rel_change": policy.min_rel_change, "strict_timing": verdict.strict_timing},
         "counts": verdict.counts,
+        "timing": _timing_summary(points, verdict),
         "failures": verdict.failures,
-        "points": [_point_json(p) for p in points],
+        "points": [_point_json(p, verdict.strict_timing) for p in points],
     })
 
 
@@ -118,8 +186,46 @@ def _check_out(out: Path) -> None:
         raise D5PipeError(f"{out}: output directory exists and is not empty; choose another with --out")
 
 
+def _submit_comparison(manifest: dict[str, Any], source: str) -> EnvComparison:
+    """Bundle's submitting environment (``environment`` for older bundles) vs this process."""
+    key = "submit_environment" if isinstance(manifest.get("submit_environment"), dict) else "environment"
+    ref = envinfo.record_from_manifest(manifest, source, key)
+    current = envinfo.environment_record()
+    return EnvComparison(envinfo.env_hash(ref), envinfo.env_hash(current), envinfo.diff_records(ref, current))
+
+
+def _measured_comparison(ref: dict[str, Any], new: dict[str, Any], ref_dir: Path, out: Path) -> EnvComparison:
+    """The environments the result rows were measured in: bundle vs re-run."""
+    a = envinfo.record_from_manifest(ref, str(ref_dir / "manifest.json"))
+    b = envinfo.record_from_manifest(new, str(out / "manifest.json"))
+    ha = str(ref.get("env_hash") or envinfo.env_hash(a))
+    hb = str(new.get("env_hash") or envinfo.env_hash(b))
+    return EnvComparison(ha, hb, envinfo.diff_records(a, b))
+
+
+def _judge(points: list[PointComparison], only_ref: list[tuple[str, str]], only_new: list[tuple[str, str]],
+           strict_timing: bool) -> tuple[list[str], list[str], Counter[str]]:
+    """(failures, timing change lines, verdict counts) of a run comparison under the policy."""
+    failures: list[str] = []
+    timing: list[str] = []
+    counts: Counter[str] = Counter()
+    for p in points:
+        for c in p.comparisons:
+            counts[c.verdict] += 1
+            line = f"{p.stage}/{p.point_id} {c.metric}: {c.verdict}"
+            if c.verdict == "changed":
+                timing.append(f"{line} ({c.direction or 'n/a'}): {c.detail}")
+            if is_failure(c, strict_timing):
+                failures.append(f"{line}: {c.detail}")
+    failures += [f"{s}/{pid}: point missing in the re-run" for s, pid in only_ref]
+    failures += [f"{s}/{pid}: point not in the bundle" for s, pid in only_new]
+    counts["points_missing"] = len(only_ref)
+    counts["points_extra"] = len(only_new)
+    return failures, timing, counts
+
+
 def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
-              policy: ComparePolicy | None = None) -> ReproduceVerdict:
+              policy: ComparePolicy | None = None, strict_timing: bool = False) -> ReproduceVerdict:
     """Re-run ``bundle`` into ``out`` with ``rerun`` and compare; see the module docstring."""
     bundle = Path(bundle)
     policy = policy or ComparePolicy()
@@ -129,20 +235,16 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
         problems = verify(ref_dir)
         if problems:
             verdict = ReproduceVerdict(status="tampered", out_dir=out, report_path=out / "reproduce.json",
-                                       checksum_problems=problems)
+                                       checksum_problems=problems, strict_timing=strict_timing)
             _write_report(verdict, bundle, policy, [])
             return verdict
         manifest = _read_manifest(ref_dir)
-        ref_record = envinfo.record_from_manifest(manifest, str(ref_dir / "manifest.json"))
-        ref_hash = str(manifest.get("env_hash") or envinfo.env_hash(ref_record))
-        current = envinfo.environment_record()
-        cur_hash = envinfo.env_hash(current)
-        differences = envinfo.diff_records(ref_record, current)
-        if strict_env and ref_hash != cur_hash:
-            first = differences[0] if differences else "no field differs (hash subset changed)"
+        submit = _submit_comparison(manifest, str(ref_dir / "manifest.json"))
+        if strict_env and not submit.same:
+            first = submit.differences[0] if submit.differences else "no field differs (hash subset changed)"
             raise D5PipeError(
-                f"environment differs from the bundle (env_hash {ref_hash} != {cur_hash}; {first}; "
-                f"{len(differences)} differences) and --strict-env is set")
+                f"environment differs from the bundle (env_hash {submit.reference_hash} != {submit.current_hash}; "
+                f"{first}; {len(submit.differences)} differences) and --strict-env is set")
         config = ref_dir / "config.yaml"
         if not config.is_file():
             raise D5PipeError(f"{config}: bundle has no config.yaml")
@@ -150,22 +252,21 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
         rerun(config, out)
         if not (out / "results.parquet").is_file():
             raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
+        measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
         result = compare_loaded(reference, load_run(out), policy, check_seeds=True)
-    failures: list[str] = []
-    counts: Counter[str] = Counter()
-    for p in result.points:
-        for c in p.comparisons:
-            counts[c.verdict] += 1
-            if not is_reproduced(c.verdict):
-                failures.append(f"{p.stage}/{p.point_id} {c.metric}: {c.verdict}: {c.detail}")
-    failures += [f"{s}/{pid}: point missing in the re-run" for s, pid in result.only_ref]
-    failures += [f"{s}/{pid}: point not in the bundle" for s, pid in result.only_new]
-    counts["points_missing"] = len(result.only_ref)
-    counts["points_extra"] = len(result.only_new)
+    failures, timing, counts = _judge(result.points, result.only_ref, result.only_new, strict_timing)
+    if strict_env and not measured.same:
+        failures.append(f"environment: the re-run was measured in env_hash {measured.current_hash}, the bundle in "
+                        f"{measured.reference_hash} ({measured.differences[0] if measured.differences else '-'}) "
+                        "and --strict-env is set")
     verdict = ReproduceVerdict(
         status="not_reproduced" if failures else "reproduced", out_dir=out, report_path=out / "reproduce.json",
-        env_reference_hash=ref_hash, env_current_hash=cur_hash, env_differences=differences,
-        failures=failures, counts=dict(counts),
+        env_reference_hash=measured.reference_hash, env_current_hash=measured.current_hash,
+        env_differences=measured.differences, submit_env=submit, failures=failures,
+        timing_changes=timing, strict_timing=strict_timing, counts=dict(counts),
+        timings_compared=sum(c.kind == "timing" for p in result.points for c in p.comparisons),
+        timings_untestable=sum(c.kind == "timing" and c.verdict == "not_compared"
+                               for p in result.points for c in p.comparisons),
     )
     _write_report(verdict, bundle, policy, result.points)
     return verdict

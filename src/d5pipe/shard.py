@@ -6,6 +6,7 @@ with temp file + rename, so a record either exists whole or not at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -41,12 +42,25 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+@functools.lru_cache(maxsize=8)
+def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[str | None, str | None]:
+    """SLURM job ID and node list of this process (one squeue call per job at most)."""
+    from d5pipe.slurm import slurm_provenance
+
+    prov = slurm_provenance()
+    return prov["slurm_job_id"], prov["slurm_nodelist"]
+
+
 def _provenance() -> dict[str, Any]:
+    job_id, nodelist = _slurm_ids(
+        os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
+        os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
+    )
     return {
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-        "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST"),
+        "slurm_job_id": job_id,
+        "slurm_nodelist": nodelist,
     }
 
 

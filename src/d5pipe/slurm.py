@@ -4,8 +4,11 @@
   snakemake-executor-plugin-slurm's job step drops most ``SLURM_*`` variables (it keeps
   ``SLURM_JOB_ID``) when a rule runs without the ``srun -n1`` wrapper (``mpi`` resource set),
   so a missing node list is looked up with ``squeue``.
-* :func:`query_jobs` asks ``squeue`` about a run's jobs, always under a timeout: a status
-  query that hangs must never hang d5pipe.
+* :func:`query_jobs` asks ``squeue`` about jobs, always under a timeout: a status query that
+  hangs must never hang d5pipe. :func:`run_jobs` finds the jobs of one run directory (the
+  plugin submits every job with ``-D RUN``, so squeue's working directory names the run),
+  :func:`cancel_run_jobs` cancels them, :func:`describe_job` says what a job's state means
+  (``TIMEOUT``: the shard exceeded its walltime).
 * :func:`snakemake_resources` maps d5pipe's per-stage :class:`~d5pipe.schema.root.ResourcesConf`
   to the resource names the plugin reads (``slurm_partition``, ``slurm_account``, ``runtime``,
   ``nodes``, ``tasks``, ``cpus_per_task``, ``mem_mb``, ``gpu``, ``mpi``).
@@ -18,6 +21,8 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from d5pipe.errors import D5PipeError
@@ -30,8 +35,20 @@ SRUN_LAUNCHER = "srun"
 """Value of the plugin's ``mpi`` resource for multi-task jobs: the rule starts its own ranks."""
 
 SQUEUE_FIELDS: tuple[str, ...] = ("job_id", "state", "name", "comment", "nodelist",
-                                  "time_limit", "elapsed", "exit_reason")
-_SQUEUE_FORMAT = "%i|%T|%j|%k|%N|%l|%M|%r"
+                                  "time_limit", "elapsed", "exit_reason", "work_dir",
+                                  "submit_time")
+_SQUEUE_FORMAT = "%i|%T|%j|%k|%N|%l|%M|%r|%Z|%V"
+
+STATE_MEANING: dict[str, str] = {
+    "TIMEOUT": "exceeded its walltime (time limit {time_limit}); raise "
+               "executor.resources.{stage}.runtime_min or lower shards.points_per_shard",
+    "OUT_OF_MEMORY": "ran out of memory; raise executor.resources.{stage}.mem_mb",
+    "CANCELLED": "was cancelled (scancel or preemption); finished points are kept",
+    "PREEMPTED": "was preempted; finished points are kept",
+    "NODE_FAIL": "lost its node; finished points are kept",
+    "FAILED": "failed; see the shard's log under logs/ and logs/slurm/",
+}
+"""What d5pipe tells the user about a shard job in one of these SLURM states."""
 
 TERMINAL_STATES: frozenset[str] = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -52,10 +69,19 @@ class SlurmJob:
     time_limit: str
     elapsed: str
     exit_reason: str
+    work_dir: str = ""
+    submit_time: str = ""
 
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def rule(self) -> str:
+        """Snakemake rule and wildcards from the plugin's ``--comment`` ("level0 s00000")."""
+        text = self.comment[len("rule_"):] if self.comment.startswith("rule_") else self.comment
+        rule, _, wildcards = text.partition("_wildcards_")
+        return f"{rule} {wildcards}".strip()
 
 
 def _run_squeue(args: Sequence[str], timeout_s: float,
@@ -74,7 +100,7 @@ def _run_squeue(args: Sequence[str], timeout_s: float,
 
 
 def parse_squeue(text: str) -> list[SlurmJob]:
-    """Parse lines written with ``--format=%i|%T|%j|%k|%N|%l|%M|%r --noheader``."""
+    """Parse lines written with ``--format=%i|%T|%j|%k|%N|%l|%M|%r|%Z|%V --noheader``."""
     jobs = []
     for line in text.splitlines():
         parts = line.strip().split("|")
@@ -100,6 +126,17 @@ def query_jobs(name: str | None = None, job_ids: Sequence[str] = (), timeout_s: 
     return parse_squeue(_run_squeue(args, timeout_s, env))
 
 
+def _scancel(ids: Sequence[str], timeout_s: float, env: Mapping[str, str] | None) -> None:
+    exe = shutil.which("scancel", path=(env or os.environ).get("PATH"))
+    if not ids or exe is None:
+        return
+    try:
+        subprocess.run([exe, *ids], capture_output=True, text=True, timeout=timeout_s,
+                       env=dict(env) if env is not None else None, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
+
+
 def cancel_jobs(name: str, timeout_s: float = 10.0,
                 env: Mapping[str, str] | None = None) -> list[str]:
     """``scancel`` every unfinished job called ``name`` (a Snakemake run's UUID); their IDs.
@@ -109,14 +146,65 @@ def cancel_jobs(name: str, timeout_s: float = 10.0,
     """
     ids = [j.job_id for j in query_jobs(name=name, timeout_s=timeout_s, env=env)
            if not j.finished]
-    exe = shutil.which("scancel", path=(env or os.environ).get("PATH"))
-    if ids and exe is not None:
-        try:
-            subprocess.run([exe, *ids], capture_output=True, text=True, timeout=timeout_s,
-                           env=dict(env) if env is not None else None, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
+    _scancel(ids, timeout_s, env)
     return ids
+
+
+def run_jobs(run_dir: str | Path, since: datetime | None = None, timeout_s: float = 10.0,
+             env: Mapping[str, str] | None = None) -> list[SlurmJob]:
+    """The jobs squeue knows whose working directory is ``run_dir``, oldest first.
+
+    ``since``: only jobs submitted at or after this local time (squeue prints local time).
+    """
+    target = os.path.realpath(run_dir)
+    out = []
+    for job in query_jobs(timeout_s=timeout_s, env=env):
+        if not job.work_dir or os.path.realpath(job.work_dir) != target:
+            continue
+        if since is not None and job.submit_time:
+            try:
+                if datetime.fromisoformat(job.submit_time) < since.replace(microsecond=0):
+                    continue
+            except ValueError:
+                pass
+        out.append(job)
+    return sorted(out, key=lambda j: _job_sort_key(j.job_id))
+
+
+def _job_sort_key(job_id: str) -> tuple[int, str]:
+    head = job_id.split("_", 1)[0]
+    return (int(head) if head.isdigit() else 0, job_id)
+
+
+def latest_per_rule(jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
+    """The newest job of each rule+wildcards (a resumed shard supersedes its killed job)."""
+    latest: dict[str, SlurmJob] = {}
+    for job in sorted(jobs, key=lambda j: _job_sort_key(j.job_id)):
+        latest[job.rule or job.job_id] = job
+    return sorted(latest.values(), key=lambda j: _job_sort_key(j.job_id))
+
+
+def cancel_run_jobs(run_dir: str | Path, since: datetime | None = None, timeout_s: float = 10.0,
+                    env: Mapping[str, str] | None = None) -> list[str]:
+    """``scancel`` the unfinished jobs of ``run_dir`` (see :func:`run_jobs`); their IDs."""
+    ids = [j.job_id for j in run_jobs(run_dir, since, timeout_s, env) if not j.finished]
+    _scancel(ids, timeout_s, env)
+    return ids
+
+
+def describe_job(job: SlurmJob) -> str:
+    """One line: job ID, rule/shard, state and, for a failure, what it means."""
+    line = f"slurm job {job.job_id} ({job.rule or job.name}): {job.state}"
+    if job.state in ("PENDING", "RUNNING"):
+        detail = job.exit_reason if job.state == "PENDING" else f"elapsed {job.elapsed}"
+        return f"{line} ({detail}, time limit {job.time_limit})"
+    meaning = STATE_MEANING.get(job.state)
+    if job.state == "COMPLETING" and job.exit_reason == "TimeLimit":
+        meaning = STATE_MEANING["TIMEOUT"]  # being killed for its time limit right now
+    if meaning:
+        stage = job.rule.split(" ", 1)[0] if job.rule else "<stage>"
+        line += " - " + meaning.format(time_limit=job.time_limit, stage=stage)
+    return line
 
 
 def slurm_provenance(environ: Mapping[str, str] | None = None,

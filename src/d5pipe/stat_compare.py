@@ -9,10 +9,15 @@
   ``changed``, with direction (``higher``/``lower``) and relative change of the metric's value
   (the median for a time; for a rate whose samples are times, the rate), else ``reproduced``. The nonparametric 95% CIs of both medians and whether they overlap are
   reported too; when raw samples are missing on either side the decision falls back to CI overlap
-  (no overlap -> ``changed``), and without CIs either to ``not_reproduced``.
+  (no overlap -> ``changed``), and without CIs either to ``not_reproduced``. When the samples are
+  too few for the test ever to reach ``alpha`` (smallest attainable two-sided p of the exact test,
+  ``2 / C(n_ref + n_new, n_ref)``, is ``>= alpha``; e.g. 3 epochs per side) the verdict is
+  ``not_compared``: "reproduced" would claim what the data cannot show.
 * ``info``: ``not_compared``.
 
-A significant change of a timing is a failure to reproduce; :func:`is_reproduced` says so.
+Per metric, a significant change of a timing is not a reproduction (:func:`is_reproduced`). Whether it
+makes a whole re-run "not reproduced" is the policy of :mod:`d5pipe.reproduce` (by default it
+does not; ``--strict-timing``).
 """
 
 from __future__ import annotations
@@ -109,6 +114,11 @@ def higher_is_worse(unit: str) -> bool:
     return not (u.endswith("/s") or u.lower().endswith("per_s") or u.lower().endswith("/sec"))
 
 
+def min_attainable_p(n_ref: int, n_new: int) -> float:
+    """Smallest two-sided p-value the exact Mann–Whitney U test can give for these sample sizes."""
+    return min(1.0, 2.0 / math.comb(n_ref + n_new, n_ref))
+
+
 def _median_ci(samples: np.ndarray, confidence: float) -> tuple[float, float] | None:
     """Nonparametric CI of the median (d5pipe.stats); None for fewer than 2 samples."""
     if samples.size < 2:
@@ -188,8 +198,13 @@ def _compare_timing(name: str, ref: MetricValue, new: MetricValue, policy: Compa
         cis = "overlap" if t.ci_overlap else "disjoint" if t.ci_overlap is False else "n/a"
         detail = (f"{lo:.6g} -> {hi:.6g} {ref.unit} ({pct}), Mann-Whitney U p={t.p_value:.3g} "
                   f"(alpha {policy.alpha}) on n={t.n_ref}/{t.n_new} samples, median CIs {cis}")
+        floor = min_attainable_p(t.n_ref, t.n_new)
+        testable = floor < policy.alpha
+        if not testable:
+            detail += f"; too few samples to test (smallest attainable p {floor:.3g} >= alpha)"
         return Comparison(
-            **base, verdict="changed" if changed else "reproduced", rel_change=rel,
+            **base, verdict="not_compared" if not testable else "changed" if changed else "reproduced",
+            rel_change=rel,
             direction=direction, p_value=t.p_value, ci_overlap=t.ci_overlap, detail=detail,
             extra={"samples_median_ref": t.median_ref, "samples_median_new": t.median_new,
                    "n_ref": t.n_ref, "n_new": t.n_new, "samples_ci_ref": t.ci_ref,

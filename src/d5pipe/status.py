@@ -1,4 +1,5 @@
-"""Where a run stands: per stage, points ok / failed / skipped / pending, from the records."""
+"""Where a run stands: per stage, points ok / failed / skipped / pending, from the records;
+under the SLURM executor also the run's SLURM jobs, from squeue."""
 
 from __future__ import annotations
 
@@ -59,3 +60,35 @@ def format_status(stats: list[StageStatus], running: dict[str, str] | None = Non
     for job, state in (running or {}).items():
         lines.append(f"slurm job {job}: {state}")
     return "\n".join(lines)
+
+
+def run_executor(run_dir: Path) -> str:
+    """``executor.name`` of the run's ``config.yaml`` ("local" when unreadable)."""
+    import yaml
+
+    try:
+        with open(Path(run_dir) / "config.yaml", encoding="utf-8") as fh:
+            cfg = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return "local"
+    ex = cfg.get("executor", {}) if isinstance(cfg, dict) else {}
+    return str((ex or {}).get("name", "local"))
+
+
+def slurm_status_lines(run_dir: Path) -> list[str]:
+    """One line per shard job of the run that SLURM still knows (newest job per shard).
+
+    Running and pending jobs, and jobs that did not complete with what their state means
+    (``TIMEOUT``: exceeded its walltime). squeue keeps finished jobs only ``MinJobAge`` seconds.
+    A failing squeue gives one line saying so (status never hangs: squeue runs under a timeout).
+    """
+    from d5pipe.slurm import describe_job, latest_per_rule, run_jobs
+
+    try:
+        jobs = latest_per_rule(run_jobs(run_dir))
+    except D5PipeError as exc:
+        return [f"slurm: no job information ({exc})"]
+    done = sum(1 for j in jobs if j.state == "COMPLETED")
+    lines = [f"slurm: {len(jobs)} job(s) known to squeue, {done} completed"]
+    lines += [describe_job(j) for j in jobs if j.state != "COMPLETED"]
+    return lines

@@ -61,14 +61,73 @@ def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
     return ex
 
 
-def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
-    """Snakemake resources of a stage's shard jobs (SLURM names; ignored by the local executor)."""
+def _stage_resource_conf(ex: dict[str, Any], stage: str) -> dict[str, Any]:
+    """``executor.resources.default`` overlaid with the stage's entry.
+
+    A stage entry is a full ``ResourcesConf`` (the schema fills every field), so only the values
+    that differ from the schema's defaults override ``default``: ``level0.runtime_min=1`` keeps
+    ``default.partition``. (Setting a stage back to a schema default value is therefore done on
+    ``default`` or on every stage.)
+    """
+    from dataclasses import fields
+
+    from d5pipe.schema.root import ResourcesConf
+
+    schema_default = {f.name: f.default for f in fields(ResourcesConf)}
+    res = ex.get("resources", {}) or {}
+    merged = dict(res.get("default", {}) or {})
+    for key, value in (res.get(stage, {}) or {}).items():
+        if key not in schema_default or value != schema_default[key]:
+            merged[key] = value
+    return merged
+
+
+def stage_resources(run_dir: str | Path, stage: str, per_shard_tasks: bool = False) -> dict[str, Any]:
+    """Snakemake resources of a stage's shard jobs (SLURM names; ignored by the local executor).
+
+    ``per_shard_tasks``: leave ``tasks`` and ``mpi`` out; the rule sets them per shard with
+    :func:`shard_tasks` and :func:`shard_mpi` (level 3: one job per shard, one task per rank).
+    """
     ex = executor_config(run_dir)
     if ex.get("name") != "slurm":
         return {}
     from d5pipe.slurm import snakemake_resources
 
-    res = ex.get("resources", {}) or {}
-    merged = dict(res.get("default", {}) or {})
-    merged.update(res.get(stage, {}) or {})
-    return snakemake_resources(merged)
+    out = snakemake_resources(_stage_resource_conf(ex, stage))
+    if per_shard_tasks:
+        out.pop("tasks", None)
+        out.pop("mpi", None)
+    return out
+
+
+def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
+    """SLURM tasks of a shard's job: the most ``distributed.ranks`` among its points.
+
+    At least the configured ``executor.resources.<stage>.tasks``; 1 when the stage has no
+    ``distributed`` section. The points of a shard run one after another inside the job, each
+    starting its ranks with ``srun -n <ranks>`` in that allocation.
+    """
+    from d5pipe.plan import point_config, stage_base
+
+    with open(Path(run_dir) / "config.yaml", encoding="utf-8") as fh:
+        config: dict[str, Any] = yaml.safe_load(fh)
+    with open(Path(run_dir) / "plan" / stage / f"{shard}.json", encoding="utf-8") as fh:
+        spec = json.load(fh)
+    base = stage_base(config, stage)
+    configured = int(_stage_resource_conf(config.get("executor", {}) or {}, stage).get("tasks", 1) or 1)
+    ranks = [
+        int(point_config(base, p["params"]).get("distributed", {}).get("ranks", 1) or 1)
+        for p in spec["points"]
+    ]
+    return max([configured, *ranks])
+
+
+def shard_mpi(run_dir: str | Path, stage: str, shard: str) -> str:
+    """The plugin's ``mpi`` resource for a shard: ``"srun"`` when its job has several tasks.
+
+    Empty otherwise (snakemake-executor-plugin-slurm rejects ``mpi`` with one task); either way
+    the rule then runs directly in the batch step, not inside ``srun -n1``.
+    """
+    from d5pipe.slurm import SRUN_LAUNCHER
+
+    return SRUN_LAUNCHER if shard_tasks(run_dir, stage, shard) > 1 else ""

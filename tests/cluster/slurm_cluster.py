@@ -159,7 +159,10 @@ def render_slurm_conf(layout: ClusterLayout, ctld_port: int, slurmd_port: int,
         comm,
         f"NodeName={NODE_NAME} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={real_memory_mb} "
         "State=UNKNOWN",
-        f"PartitionName={PARTITION} Nodes={NODE_NAME} Default=YES MaxTime=INFINITE State=UP",
+        # Test jobs mostly wait (Snakemake start-up, sleeping operators): let up to 4 share a CPU
+        # so that concurrent test runs do not queue behind each other.
+        f"PartitionName={PARTITION} Nodes={NODE_NAME} Default=YES MaxTime=INFINITE State=UP "
+        "OverSubscribe=FORCE:4",
     ]
     return "\n".join(line for line in lines if line) + "\n"
 

@@ -29,3 +29,9 @@ def level3_data(wildcards):
     return d5api.shard_datasets(".", "level3", wildcards.shard)
 
 
+def level3_tasks(wildcards):
+    return d5api.shard_tasks(".", "level3", wildcards.shard)
+
+
+def level3_mpi(wildcards):
+    return d5api.shard_mpi(".", "level3", wildcards.shard)

@@ -69,6 +69,8 @@ rule level3:
     log:
         "logs/level3/{shard}.log",
     resources:
-        **d5api.stage_resources(".", "level3"),
+        **d5api.stage_resources(".", "level3", per_shard_tasks=True),
+        tasks=level3_tasks,
+        mpi=level3_mpi,
     script:
         "../scripts/run_shard.py"

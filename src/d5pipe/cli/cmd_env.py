@@ -1,4 +1,11 @@
-"""``d5pipe env``: print this machine's environment record and hash, or diff two records."""
+"""``d5pipe env``: print this machine's environment record and hash, or diff two records.
+
+A run's manifest holds two records: ``environment``, where the result rows were measured (the
+shard processes), and ``submit_environment``, the process that ran ``d5pipe run``. They differ in
+the thread variables at least: Snakemake sets ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, ... of every
+job to the rule's threads. ``--diff`` compares the measurement records; ``--diff --submit`` the
+submitting ones (which is where a thread variable exported by the user shows up).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import json
 from pathlib import Path
 
 from d5pipe import envinfo
+from d5pipe.errors import D5PipeError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,6 +23,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--diff", nargs="+", metavar="PATH", type=Path,
         help="explain differences: PATH (manifest.json, run dir or bundle) vs this machine, or PATH vs PATH2",
+    )
+    parser.add_argument(
+        "--submit", action="store_true",
+        help="with --diff: compare the manifests' submit_environment (the process that ran `d5pipe run`) "
+        "instead of environment (where the points were measured)",
     )
 
 
@@ -31,8 +44,8 @@ def summary_lines(record: dict[str, object]) -> list[str]:
         f"env_hash   {envinfo.env_hash(record)}",
         f"python     {get('python.implementation')} {get('python.version')}",
         f"packages   {len(packages) if isinstance(packages, dict) else 0} distributions",
-        f"torch      {get('torch.version')} (cuda {get('torch.cuda')}, cudnn {get('torch.cudnn')}, "
-        f"threads {get('torch.num_threads')}/{get('torch.num_interop_threads')})",
+        (f"torch      {get('torch.version')} (cuda {get('torch.cuda')}, cudnn {get('torch.cudnn')}, "
+         f"threads {get('torch.num_threads')}/{get('torch.num_interop_threads')})"),
         f"mpi        {get('mpi.library')}",
         f"horovod    {json.dumps(get('horovod'))}",
         f"cpu        {get('cpu.model')} ({get('cpu.logical_cpus')} logical, {get('cpu.affinity_cpus')} usable)",
@@ -48,9 +61,10 @@ def main(args: argparse.Namespace) -> int:
     if args.diff:
         paths: list[Path] = list(args.diff)
         if len(paths) > 2:
-            raise SystemExit("d5pipe env --diff takes one or two paths")
-        a = envinfo.load_record(paths[0])
-        b = envinfo.load_record(paths[1]) if len(paths) == 2 else envinfo.environment_record()
+            raise D5PipeError(f"env --diff takes one or two paths, got {len(paths)}")
+        key = "submit_environment" if args.submit else "environment"
+        a = envinfo.load_record(paths[0], key)
+        b = envinfo.load_record(paths[1], key) if len(paths) == 2 else envinfo.environment_record()
         ha, hb = envinfo.env_hash(a), envinfo.env_hash(b)
         print(f"env_hash {ha} vs {hb}: {'same' if ha == hb else 'different'}")
         for line in envinfo.diff_records(a, b):

@@ -2,6 +2,11 @@
 
 The function that re-runs a config is ``args.rerun`` when the CLI main injected one
 (``parser.set_defaults(rerun=...)``), else ``d5pipe.runner.run_config_file(config_yaml, out_dir)``.
+
+Output: environment differences on stderr (those of the measurements, then those of the
+submitting process), then on stdout one line per failure, one line per significant timing change
+and a summary line ``<verdict> (<counts>); timings: ...; report: OUT/reproduce.json``. The verdict
+policy (what fails, how timings count) is documented in :mod:`d5pipe.reproduce`.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import cast
 
 from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args
 from d5pipe.errors import D5PipeError
-from d5pipe.reproduce import RerunFn, reproduce
+from d5pipe.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
+
+MAX_ENV_LINES = 40
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", type=Path, default=None,
                         help="where the re-run goes (absent or empty; default BUNDLE-reproduce)")
     parser.add_argument("--strict-env", action="store_true",
-                        help="refuse (exit 2) when this environment's env_hash differs from the bundle's")
+                        help="refuse (exit 2) when this environment's env_hash differs from the bundle's "
+                             "submitting one; fail (exit 3) when the re-run's measurements ran in another")
+    parser.add_argument("--strict-timing", action="store_true",
+                        help="a significant timing change makes the run not reproduced (default: reported only)")
     add_policy_arguments(parser)
 
 
@@ -34,21 +44,37 @@ def _default_rerun() -> RerunFn:
     return cast(RerunFn, fn)
 
 
+def _print_env(title: str, env: EnvComparison, report: Path) -> None:
+    if not env.differences and env.same:
+        return
+    print(f"{title} (env_hash {env.reference_hash} -> {env.current_hash}):", file=sys.stderr)
+    for line in env.differences[:MAX_ENV_LINES]:
+        print(f"  {line}", file=sys.stderr)
+    if len(env.differences) > MAX_ENV_LINES:
+        print(f"  ... {len(env.differences) - MAX_ENV_LINES} more in {report}", file=sys.stderr)
+
+
+def _timing_line(verdict: ReproduceVerdict) -> str:
+    changed = len(verdict.timing_changes)
+    how = "failures (--strict-timing)" if verdict.strict_timing else "reported, not counted as failures"
+    untestable = f", {verdict.timings_untestable} too few samples to test" if verdict.timings_untestable else ""
+    return f"timings: {changed} of {verdict.timings_compared} changed significantly ({how}){untestable}"
+
+
 def main(args: argparse.Namespace) -> int:
     rerun = getattr(args, "rerun", None) or _default_rerun()
-    verdict = reproduce(args.bundle, args.out, args.strict_env, rerun, policy_from_args(args))
+    verdict = reproduce(args.bundle, args.out, args.strict_env, rerun, policy_from_args(args),
+                        strict_timing=args.strict_timing)
     if verdict.status == "tampered":
         print(f"{args.bundle}: bundle does not match its checksums; not re-run:", file=sys.stderr)
         for line in verdict.checksum_problems:
             print(f"  {line}", file=sys.stderr)
+        print(f"tampered ({len(verdict.checksum_problems)} checksum problem(s)); report: {verdict.report_path}")
         return verdict.exit_code
-    if verdict.env_differences:
-        print(f"warning: environment differs (env_hash {verdict.env_reference_hash} -> {verdict.env_current_hash}):",
-              file=sys.stderr)
-        for line in verdict.env_differences[:40]:
-            print(f"  {line}", file=sys.stderr)
-        if len(verdict.env_differences) > 40:
-            print(f"  ... {len(verdict.env_differences) - 40} more in {verdict.report_path}", file=sys.stderr)
+    measured = EnvComparison(verdict.env_reference_hash, verdict.env_current_hash, verdict.env_differences)
+    _print_env("warning: the measurements' environment differs", measured, verdict.report_path)
+    _print_env("note: the submitting environment differs (Snakemake sets the jobs' thread variables, "
+               "so these need not reach the measurements)", verdict.submit_env, verdict.report_path)
     out_dir = Path(verdict.report_path).parent
     if (out_dir / "results.parquet").exists():
         from d5pipe.report import build_report
@@ -56,6 +82,9 @@ def main(args: argparse.Namespace) -> int:
         build_report(out_dir)  # the re-run's report now shows the verdict
     for line in verdict.failures:
         print(line)
+    for line in verdict.timing_changes:
+        if not verdict.strict_timing:  # with --strict-timing they are already among the failures
+            print(f"timing {line}")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(verdict.counts.items()))
-    print(f"{verdict.status.replace('_', ' ')} ({counts}); report: {verdict.report_path}")
+    print(f"{verdict.status.replace('_', ' ')} ({counts}); {_timing_line(verdict)}; report: {verdict.report_path}")
     return verdict.exit_code

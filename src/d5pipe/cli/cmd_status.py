@@ -1,11 +1,12 @@
-"""``d5pipe status DIR``: finished / failed / skipped / pending points of a run."""
+"""``d5pipe status DIR``: finished / failed / skipped / pending points of a run, and, under the
+SLURM executor, the run's pending / running / failed SLURM jobs (from squeue)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from d5pipe.status import format_status, run_status
+from d5pipe.status import format_status, run_executor, run_status, slurm_status_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,4 +15,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     print(format_status(run_status(args.run_dir)))
+    if run_executor(args.run_dir) == "slurm":
+        print("\n".join(slurm_status_lines(args.run_dir)))
     return 0

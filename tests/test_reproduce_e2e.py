@@ -1,0 +1,234 @@
+"""End to end: publish a run, re-run it elsewhere, and check what ``d5pipe reproduce`` concludes.
+
+Everything is real: ``d5pipe`` CLI subprocesses, Snakemake, torch, Parquet. The published
+experiment is ``tests/configs/experiment/repro_small.yaml``: L0 matmul and :data:`THROTTLED_MATMUL`
+(a user operator the shard processes import from this module; it really sleeps
+``$D5PIPE_E2E_OP_DELAY_S`` seconds per call when that is set) and one seeded L2 training run on
+digits. The re-runs set that variable: the same point config (same point ID) really got
+slower, as after a code change, which gives a timing change of known direction.
+
+Other timings are never asserted to be equal or different: this machine is shared and noisy. The
+tests check that every timing was judged by a statistical test and that the verdict policy of
+:mod:`d5pipe.reproduce` holds (timing changes are reported; only ``--strict-timing`` fails on them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import torch
+
+from d5pipe.level0.operators import MATMUL
+from d5pipe.stat_compare import MetricValue, compare_metric, min_attainable_p
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_CONF = ROOT / "tests" / "configs"
+DELAY_ENV = "D5PIPE_E2E_OP_DELAY_S"
+SLOW = {DELAY_ENV: "0.002"}
+EXACT_KINDS = ("deterministic", "count", "verdict")
+
+
+def _throttled_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b``, after sleeping ``$D5PIPE_E2E_OP_DELAY_S`` seconds when that is set."""
+    delay = float(os.environ.get(DELAY_ENV) or 0.0)
+    if delay > 0:
+        time.sleep(delay)
+    return a @ b
+
+
+THROTTLED_MATMUL = dataclasses.replace(MATMUL, name="throttled_matmul", forward=_throttled_matmul)
+
+
+def cli(*args: str, omp: str = "1", cwd: Path | None = None,
+        extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real ``d5pipe`` CLI with a chosen OMP_NUM_THREADS (and the repo on PYTHONPATH)."""
+    env = {k: v for k, v in os.environ.items() if k != DELAY_ENV}
+    env["OMP_NUM_THREADS"] = omp
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "d5pipe.cli.main", *args], check=False, capture_output=True,
+                          text=True, timeout=600, cwd=cwd, env=env)
+
+
+def _ok(r: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
+    assert r.returncode == code, f"exit {r.returncode} (want {code})\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def _report(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "reproduce.json").read_text(encoding="utf-8"))
+    return data
+
+
+def _comparisons(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{p['stage']}/{p['point_id']}", m) for p in report["points"] for m in p["metrics"]]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(run dir, archive): repro_small run with OMP_NUM_THREADS=1 and bundled with --archive."""
+    base = tmp_path_factory.mktemp("published")
+    run = base / "repro_small"
+    _ok(cli("run", "repro_small", "--config-dir", str(TEST_CONF), "--out", str(run)))
+    archive = base / "repro_small.tar.gz"
+    r = _ok(cli("bundle", str(run), "--archive", str(archive)))
+    assert archive.is_file() and str(archive) in r.stdout
+    return run, archive
+
+
+@pytest.fixture(scope="module")
+def reproduced(published: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The archive copied to another directory and reproduced there: OMP_NUM_THREADS=2, slow operator."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    archive = Path(shutil.copy(published[1], elsewhere / published[1].name))
+    out = elsewhere / "rerun"
+    r = cli("reproduce", str(archive), "--out", str(out), omp="2", cwd=elsewhere, extra_env=SLOW)
+    return r, out
+
+
+@pytest.mark.slow
+def test_reproduce_archive_reproduces_every_deterministic_metric(
+        published: tuple[Path, Path], reproduced: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    r, out = reproduced
+    _ok(r)
+    report = _report(out)
+    assert report["status"] == "reproduced" and report["failures"] == []
+    assert report["counts"]["points_missing"] == 0 and report["counts"]["points_extra"] == 0
+    comps = _comparisons(report)
+    exact = [(pt, m) for pt, m in comps if m["kind"] in EXACT_KINDS]
+    assert exact and all(m["verdict"] == "reproduced" and m["reference"] == m["candidate"] for _, m in exact)
+    names = {(pt.split("/")[0], m["metric"]) for pt, m in exact}
+    for needed in [("level0", "flops"), ("level0", "bytes"), ("level0", "correctness"), ("level0", "seed"),
+                   ("level2", "weights_sha256"), ("level2", "train_steps"),
+                   ("level2", "acceptance:test_accuracy")]:
+        assert needed in names, f"{needed} was not compared exactly"
+    # Independently of reproduce's own logic: the two results.parquet files agree row by row.
+    key = ["stage", "point_id", "metric"]
+    a = pd.read_parquet(published[0] / "results.parquet").set_index(key)
+    b = pd.read_parquet(out / "results.parquet").set_index(key)
+    det = a[a["kind"].isin(EXACT_KINDS)].index
+    pd.testing.assert_series_equal(a.loc[det, "value"], b.loc[det, "value"])
+    pd.testing.assert_series_equal(a.loc[det, "text"], b.loc[det, "text"])
+    sha = a.xs("weights_sha256", level="metric")["text"]
+    assert len(sha) == 1 and len(str(sha.iloc[0])) == 64
+    # Timings: each judged by the rank test on raw samples; changes reported but not failures.
+    timings = [(pt, m) for pt, m in comps if m["kind"] == "timing"]
+    assert len(timings) == report["timing"]["compared"] >= 10
+    for pt, m in timings:
+        assert m["p_value"] is not None and "Mann-Whitney U" in m["detail"], (pt, m)
+        # not_compared only where the sample counts cannot reach alpha (3 epoch times per side).
+        assert m["verdict"] in ("reproduced", "changed") or "too few samples" in m["detail"], (pt, m)
+    assert report["timing"]["untestable"] == sum(m["verdict"] == "not_compared" for _, m in timings)
+    slowed = {m["metric"]: m for pt, m in timings if pt.startswith("level0/throttled")}
+    for name, direction in (("time", "higher"), ("gflops", "lower"), ("gbps", "lower")):
+        m = slowed[name]
+        assert m["verdict"] == "changed" and m["direction"] == direction and m["p_value"] < 0.05, m
+    assert slowed["time"]["rel_change"] > 10  # ~1 µs -> 2 ms per call
+    changed = [m for _, m in timings if m["verdict"] == "changed"]
+    assert report["timing"]["changed"] == len(changed) and report["timing"]["policy"] == "report"
+    assert f"timings: {len(changed)} of {len(timings)} changed significantly" in r.stdout
+    assert len([ln for ln in r.stdout.splitlines() if ln.startswith("timing ")]) == len(changed)
+    print(f"\n[e2e] timing verdicts: {len(changed)} of {len(timings)} changed:")
+    for pt, m in timings:
+        print(f"[e2e]   {pt} {m['metric']}: {m['verdict']} {m['detail']}")
+
+
+@pytest.mark.slow
+def test_thread_variable_shows_in_the_environment_diff(
+        published: tuple[Path, Path], reproduced: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    r, out = reproduced
+    report = _report(out)
+    submit = report["environment"]["submit"]
+    assert not submit["same"]
+    assert any(d.startswith("env.OMP_NUM_THREADS: 1 -> 2") for d in submit["differences"]), submit
+    assert "env.OMP_NUM_THREADS: 1 -> 2" in r.stderr
+    # What the shards saw: Snakemake sets OMP_NUM_THREADS of every job to the rule's threads, so
+    # the measured environment names the variable exactly when the shards saw another value.
+    seen = {json.loads(p.read_text())["env"]["OMP_NUM_THREADS"] for p in (out / "env").glob("*.json")}
+    assert len(seen) == 1
+    measured = report["environment"]["differences"]
+    named = any(d.startswith("env.OMP_NUM_THREADS:") for d in measured)
+    assert named == (seen != {"1"}), (seen, measured)
+    # `d5pipe env --diff` says the same from the two manifests.
+    d = _ok(cli("env", "--diff", str(published[0]), str(out), "--submit"))
+    assert "different" in d.stdout.splitlines()[0] and "env.OMP_NUM_THREADS: 1 -> 2" in d.stdout
+    d = _ok(cli("env", "--diff", str(published[0]), str(out)))
+    assert ("env.OMP_NUM_THREADS:" in d.stdout) == named
+    print(f"\n[e2e] shards saw OMP_NUM_THREADS={seen}; measured-env diff: {measured}")
+
+
+@pytest.mark.slow
+def test_tampered_bundle_is_refused_naming_each_file(published: tuple[Path, Path], tmp_path: Path) -> None:
+    root = Path(_ok(cli("bundle", str(published[1]), "--extract", str(tmp_path / "x"))).stdout.strip())
+    # One number changed in results.parquet (rewritten as valid Parquet), one in a point record,
+    # one file added, one removed.
+    df = pd.read_parquet(root / "results.parquet")
+    row = df.index[(df["stage"] == "level0") & (df["metric"] == "flops")][0]
+    df.loc[row, "value"] = df.loc[row, "value"] * 2
+    df.to_parquet(root / "results.parquet", index=False)
+    record = next((root / "points" / "level2").glob("*.json"))
+    rec = json.loads(record.read_text())
+    rec["metrics"][0]["value"] += 0.01
+    record.write_text(json.dumps(rec))
+    (root / "points" / "level0" / "forged.json").write_text("{}")
+    (root / "report.md").unlink()
+    out = tmp_path / "out"
+    r = _ok(cli("reproduce", str(root), "--out", str(out)), code=3)
+    assert "modified: results.parquet" in r.stderr
+    assert f"modified: points/level2/{record.name}" in r.stderr
+    assert "added: points/level0/forged.json" in r.stderr
+    assert "missing: report.md" in r.stderr
+    report = _report(out)
+    assert report["status"] == "tampered" and len(report["checksum_problems"]) == 4
+    assert not (out / "results.parquet").exists(), "a tampered bundle must not be re-run"
+    _ok(cli("bundle", str(root), "--verify"), code=3)
+
+
+@pytest.mark.slow
+def test_compare_two_real_runs(published: tuple[Path, Path],
+                               reproduced: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path) -> None:
+    r = _ok(cli("compare", str(published[1]), str(reproduced[1]), "--json", str(tmp_path / "cmp.json")))
+    assert "3 shared points; 0 only in A; 0 only in B" in r.stdout
+    data = json.loads((tmp_path / "cmp.json").read_text())
+    assert {c["metric"] for p in data["points"] for c in p["comparisons"]} >= {"weights_sha256", "flops", "time"}
+
+
+@pytest.mark.slow
+def test_slowdown_fails_compare_threshold_and_strict_reproduce(published: tuple[Path, Path], tmp_path: Path) -> None:
+    run = published[0]
+    _ok(cli("compare", str(run), str(run), "--fail-on-regression", "5"))  # identical samples: p = 1
+    s = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "strict"), "--strict-timing", extra_env=SLOW),
+            code=3)
+    strict = _report(tmp_path / "strict")
+    assert strict["status"] == "not_reproduced" and strict["timing"]["policy"] == "fail"
+    assert any(f.startswith("level0/throttled") and " time: changed" in f for f in strict["failures"])
+    assert " time: changed" in s.stdout and "not reproduced" in s.stdout.splitlines()[-1]
+    assert all(m["verdict"] == "reproduced" for _, m in _comparisons(strict) if m["kind"] in EXACT_KINDS)
+    assert all(" changed" in f for f in strict["failures"]), "only timings may differ"
+    # compare on the same two runs: exit 0 without a threshold; 1 with one, naming the slowed metrics.
+    _ok(cli("compare", str(run), str(tmp_path / "strict")))
+    c = _ok(cli("compare", str(run), str(tmp_path / "strict"), "--fail-on-regression", "5"), code=1)
+    lines = [ln for ln in c.stderr.splitlines() if ln.startswith("regression: level0/throttled")]
+    assert any(" time:" in ln for ln in lines) and any(" gflops:" in ln for ln in lines), c.stderr
+
+
+def test_too_few_samples_for_the_rank_test_is_not_compared() -> None:
+    """3 vs 3 samples cannot reach alpha 0.05 (smallest exact p 2/C(6,3) = 0.1): not 'reproduced'."""
+    assert min_attainable_p(3, 3) == pytest.approx(0.1) and min_attainable_p(4, 4) == pytest.approx(2 / 70)
+    far = compare_metric("t", MetricValue(2.0, "s", "timing", samples=(1.0, 2.0, 3.0)),
+                         MetricValue(20.0, "s", "timing", samples=(10.0, 20.0, 30.0)))
+    assert far.verdict == "not_compared" and "too few samples" in far.detail
+    four = compare_metric("t", MetricValue(2.5, "s", "timing", samples=(1.0, 2.0, 3.0, 4.0)),
+                          MetricValue(25.0, "s", "timing", samples=(10.0, 20.0, 30.0, 40.0)))
+    assert four.verdict == "changed" and four.direction == "higher"
