@@ -16,6 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=["local", "slurm"], help="where jobs run (default local)")
     p.add_argument("--config-dir", action="append", default=[], help="extra config directory")
     p.add_argument("--retry-failed", action="store_true", help="re-run points recorded as failed")
+    p.add_argument("--timeout", type=float, help="hard limit in seconds; on expiry Snakemake is killed "
+                   "and the run's SLURM jobs are cancelled")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -27,6 +29,7 @@ def main(args: argparse.Namespace) -> int:
         executor=args.executor,
         config_dirs=args.config_dir,
         retry_failed=args.retry_failed,
+        timeout=args.timeout,
     )
     print(f"report: {(run_dir / 'report.html').resolve()}")
     return 0
