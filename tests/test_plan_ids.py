@@ -108,3 +108,15 @@ def test_fixed_key_cannot_be_swept() -> None:
     cfg["recipe"]["fixed"] = ["operators.size"]
     with pytest.raises(D5PipeError, match="recipe.fixed: sweep varies fixed key 'operators.size'"):
         build_plan(cfg)
+
+
+def test_planner_ids_equal_direct_ids() -> None:
+    """The planner's pre-normalised fast path gives the same IDs as hashing each config whole."""
+    from d5pipe.plan import point_config, stage_base
+
+    cfg = _cfg(grid={"operators.size": [8, 16.0, 32]})
+    plan = build_plan(cfg)
+    base = stage_base(cfg, "level0")
+    for pid, values in zip(plan.stages["level0"].point_ids, plan.stages["level0"].params):
+        params = {"operators.size": values[0]}
+        assert pid == point_id("level0", point_config(base, params), params)

@@ -23,11 +23,17 @@ def _normalise(obj: Any) -> Any:
     raise TypeError(f"value {obj!r} of type {type(obj).__name__} cannot be canonicalised")
 
 
-def canonical_json(obj: Any) -> str:
-    """Sorted keys, no whitespace, integral floats as ints."""
-    return json.dumps(_normalise(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+def normalise(obj: Any) -> Any:
+    """The canonical form of ``obj`` (idempotent): normalise shared parts once, then hash many."""
+    return _normalise(obj)
 
 
-def digest(obj: Any, length: int = 64) -> str:
+def canonical_json(obj: Any, normalised: bool = False) -> str:
+    """Sorted keys, no whitespace, integral floats as ints (``normalised``: ``obj`` already is)."""
+    data = obj if normalised else _normalise(obj)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def digest(obj: Any, length: int = 64, normalised: bool = False) -> str:
     """sha256 hex digest of the canonical JSON of ``obj`` (truncated to ``length`` hex chars)."""
-    return hashlib.sha256(canonical_json(obj).encode("ascii")).hexdigest()[:length]
+    return hashlib.sha256(canonical_json(obj, normalised).encode("ascii")).hexdigest()[:length]

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from d5pipe.canonical import canonical_json, digest
+from d5pipe.canonical import canonical_json, digest, normalise
 from d5pipe.errors import D5PipeError
 from d5pipe.schema.root import STAGE_SECTIONS, SWEEPABLE_SECTIONS
 from d5pipe.seeds import check_unique, point_seed
@@ -131,9 +131,14 @@ def readable_prefix(stage: str, params: dict[str, Any]) -> str:
     return text or stage
 
 
-def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any]) -> str:
-    """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant)."""
-    return f"{readable_prefix(stage, params)}-{digest({'stage': stage, 'config': cfg}, 12)}"
+def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised: bool = False) -> str:
+    """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant).
+
+    ``normalised``: ``cfg`` is already in canonical form (d5pipe.canonical.normalise) — the
+    planner normalises the stage base and the axis values once instead of per point.
+    """
+    h = digest({"stage": stage, "config": cfg}, 12, normalised=normalised)
+    return f"{readable_prefix(stage, params)}-{h}"
 
 
 def check_axes(config: dict[str, Any], axes: tuple[str, ...], fixed: list[str]) -> None:
@@ -176,15 +181,15 @@ def build_plan(config: dict[str, Any]) -> Plan:
         sections = set(STAGE_SECTIONS[stage])
         keep = [a for a in axes if a.split(".", 1)[0] in sections]
         sub_axes, sub_points = project(axes, points, keep)
-        base = stage_base(config, stage)
+        base = normalise(stage_base(config, stage))
         ids: list[str] = []
         seeds: list[int] = []
         dkeys: list[str] = []
         dcache: dict[str, str] = {}
         for values in sub_points:
             params = dict(zip(sub_axes, values))
-            cfg = point_config(base, params)
-            pid = point_id(stage, cfg, params)
+            cfg = point_config(base, {k: normalise(v) for k, v in params.items()})
+            pid = point_id(stage, cfg, params, normalised=True)
             ids.append(pid)
             s = point_seed(root, stage, pid)
             seeds.append(s)
