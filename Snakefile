@@ -3,6 +3,9 @@
 #   snakemake --snakefile Snakefile --directory RUN ...
 # Every path in the rules is relative to RUN.
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/levels.smk"

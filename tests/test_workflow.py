@@ -100,3 +100,14 @@ def test_snakemake_lint(tiny_run: Path) -> None:
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-2000:]
     assert "Lints for" not in out, out[-3000:]
+
+
+def test_snakemake_report(tiny_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "smk_report.html"
+    r = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"),
+         "--directory", str(tiny_run), "--report", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    assert out.stat().st_size > 10_000

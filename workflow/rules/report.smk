@@ -5,7 +5,7 @@ rule aggregate:
     input:
         all_shard_markers,
     output:
-        "results.parquet",
+        report("results.parquet", caption="../report/results.rst", category="Results"),
     conda:
         "../envs/d5pipe.yaml"
     log:
@@ -18,8 +18,8 @@ rule report:
     input:
         "results.parquet",
     output:
-        html="report.html",
-        md="report.md",
+        html=report("report.html", caption="../report/report_html.rst", category="Report"),
+        md=report("report.md", caption="../report/report_md.rst", category="Report"),
     conda:
         "../envs/d5pipe.yaml"
     log:
