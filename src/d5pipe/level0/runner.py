@@ -15,6 +15,7 @@ from d5pipe.level0.peak import machine_peak
 from d5pipe.level0.registry import check_custom_paths, resolve_operator
 from d5pipe.level0.spec import OperatorSpec
 from d5pipe.records import Metric, PointContext, PointOutcome, PointSkipped
+from d5pipe.runtime import check_device
 from d5pipe.schema.level0 import OperatorsConf
 from d5pipe.stats import rate_metric
 from d5pipe.timer import measure
@@ -53,18 +54,6 @@ def validate_operators(section: Mapping[str, Any] | None) -> None:
     Nothing is imported. Raises ``D5PipeError``."""
     conf = operators_conf(section)
     check_custom_paths(conf.custom, conf.allowed_prefixes)
-
-
-def check_device(device: str) -> None:
-    """Skip the point when the device is not present here."""
-    try:
-        dev = torch.device(device)
-    except RuntimeError as err:
-        raise D5PipeError(f"operators.device: invalid device {device!r} ({err})") from err
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise PointSkipped(f"device {device!r} not available: torch.cuda.is_available() is False")
-    if dev.type not in ("cpu", "cuda"):
-        raise PointSkipped(f"device type {dev.type!r} is not supported by level 0")
 
 
 def effective_impl_layout(spec: OperatorSpec, impl: str, layout: str) -> tuple[str, str]:
@@ -115,7 +104,7 @@ def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.level0)."""
     conf = operators_conf(ctx.config.get("operators"))
-    check_device(conf.device)
+    check_device(conf.device, "operators.device")
     dtype = DTYPES[conf.dtype]
     spec = resolve_operator(conf.op, conf.custom, conf.allowed_prefixes)
     impl, layout = effective_impl_layout(spec, conf.impl, conf.layout)
