@@ -200,12 +200,10 @@ def validate(cfg: DictConfig, experiment: str) -> None:
         validate_operators(ops)
     acceptance = OmegaConf.to_container(cfg.recipe.acceptance, resolve=True)
     if acceptance:
-        import pandas as pd
-
-        from d5pipe.recipes import evaluate_acceptance
+        from d5pipe.recipes import validate_acceptance
 
         assert isinstance(acceptance, list)
-        evaluate_acceptance(pd.DataFrame(), acceptance)  # validates ops and stages up front
+        validate_acceptance(acceptance)  # ops and stages checked before any task runs
     if cfg.shards.points_per_shard < 1:
         raise D5PipeError("config error: key 'shards.points_per_shard' must be >= 1")
 

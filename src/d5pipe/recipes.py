@@ -46,7 +46,7 @@ def check_fixed(fixed_keys: Sequence[str], sweep_axes: Sequence[str]) -> None:
                 raise D5PipeError(f"recipe.fixed: sweep varies fixed key '{key}'{detail}")
 
 
-def _validate(acceptance: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def validate_acceptance(acceptance: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     checked: list[dict[str, Any]] = []
     for i, entry in enumerate(acceptance):
         where = f"recipe.acceptance[{i}]"
@@ -81,7 +81,7 @@ def _as_float(value: Any) -> float:
 
 def evaluate_acceptance(results: pd.DataFrame, acceptance: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Verdict rows (one per point of the threshold's stage and threshold); see the module docstring."""
-    rules = _validate(acceptance)
+    rules = validate_acceptance(acceptance)
     if results.empty:
         return pd.DataFrame(columns=[*results.columns, *(c for c in VERDICT_COLUMNS if c not in results)])
     columns = [*results.columns, *(c for c in VERDICT_COLUMNS if c not in results)]
