@@ -3,17 +3,19 @@
 For each model (MLP and the residual CNN on sklearn digits, batch 64, Adam), rounds alternate
 (the order flips every round) between
 
-* ``d5pipe``: ``d5pipe.level2.train_epoch`` (seeded DataLoader of index batches, per-step
-  ``loss.item()``, step timing, accuracy bookkeeping, one JSONL line per step), and
+* ``d5pipe``: ``d5pipe.train_loop.train_epoch`` (seeded index batches, per-step timing marks,
+  loss/prediction bookkeeping reduced once per epoch, one JSONL line per step written after each
+  epoch), and
 * ``bare``: the loop a user would write: ``randperm`` + slicing, zero_grad/forward/loss/backward/step,
 
 each timed from outside with ``time.perf_counter`` over ``--epochs`` epochs and divided by the
 number of steps. Both start from identical initial weights. It prints every round's time per step,
-the median over rounds of each, and the ratio of the medians (d5pipe / bare; 1.00 = no overhead).
+the median over rounds of each, the ratio of the medians (d5pipe / bare; 1.00 = no overhead) and
+the median of the per-round ratios with its 95% confidence interval (order statistics).
 It also prints ``run_point`` wall time per step for the same epochs (setup, evaluation after each
 epoch, weight checksum included) for scale; that is not part of the ratio.
 
-Usage: python benchmarks/bench_train_overhead.py [--rounds 7] [--epochs 3] [--threads N]
+Usage: python benchmarks/bench_train_overhead.py [--rounds 41] [--epochs 1] [--threads N] [--models mlp,cnn]
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from torch import nn
 
 from d5pipe.datasets import Dataset, load_for
 from d5pipe.determinism import seed_everything
-from d5pipe.level2 import StepLog, make_loader, make_optimizer, resolve_train, run_point, train_epoch
+from d5pipe.level2 import make_optimizer, resolve_train, run_point
+from d5pipe.train_loop import StepLog, make_loader, train_epoch
 from d5pipe.models import build_model
 from d5pipe.records import PointContext
+from d5pipe.stats import median_ci
 
 MODELS: dict[str, dict[str, Any]] = {
     "mlp": {"name": "mlp", "hidden": [128]},
@@ -95,9 +99,10 @@ def point_per_step(model_cfg: dict[str, Any], data_dir: Path, work: Path, epochs
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = leave)")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of " + ",".join(MODELS))
     args = parser.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -105,8 +110,10 @@ def main() -> None:
         work = Path(tmp)
         data = load_for({"name": "digits"}, work / "data")
         print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, digits train "
-              f"{len(data.y_train)} samples, batch {BATCH}, Adam, {args.epochs} epochs per round")
-        for name, model_cfg in MODELS.items():
+              f"{len(data.y_train)} samples, batch {BATCH}, Adam, {args.epochs} epoch(s) per round, "
+              f"{args.rounds} rounds")
+        for name in args.models.split(","):
+            model_cfg = MODELS[name]
             seed_everything(0)
             init = build_model(model_cfg, data.input_shape, data.n_classes)
             # warm-up both loops once (allocator, oneDNN primitives)
@@ -124,14 +131,18 @@ def main() -> None:
                     else:
                         s, n = bare_loop(model, data, args.epochs)
                         bare_times.append(s / n)
-                print(f"  {name} round {r}: d5pipe {1e3 * d5_times[-1]:.3f} ms/step, "
-                      f"bare {1e3 * bare_times[-1]:.3f} ms/step")
+                if args.rounds <= 15:
+                    print(f"  {name} round {r}: d5pipe {1e3 * d5_times[-1]:.3f} ms/step, "
+                          f"bare {1e3 * bare_times[-1]:.3f} ms/step")
             d5_med, bare_med = statistics.median(d5_times), statistics.median(bare_times)
             point = point_per_step(model_cfg, work / "data", work / name, args.epochs)
+            # rounds are pairs run back to back: the median of the per-round ratios, with its
+            # order-statistic 95% CI, is robust to the machine drifting between rounds
             ratios = [a / b for a, b in zip(d5_times, bare_times, strict=True)]
+            ci = median_ci(ratios)
             print(f"{name}: median d5pipe {1e3 * d5_med:.3f} ms/step, bare {1e3 * bare_med:.3f} ms/step, "
-                  f"ratio d5pipe/bare = {d5_med / bare_med:.3f} "
-                  f"(range of per-round ratios {min(ratios):.3f}..{max(ratios):.3f}); "
+                  f"ratio of medians d5pipe/bare = {d5_med / bare_med:.3f}; "
+                  f"median per-round ratio {statistics.median(ratios):.3f} (95% CI {ci.low:.3f}..{ci.high:.3f}); "
                   f"whole run_point {1e3 * point:.3f} ms/step")
 
 

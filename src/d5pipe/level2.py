@@ -3,7 +3,9 @@
 ``run_point(ctx)`` reads the ``model``, ``dataset`` and ``train`` sections, seeds everything from
 the point seed, trains for ``train.epochs`` epochs and evaluates on the test split after each.
 
-Reported metrics: ``test_accuracy``/``test_loss``/``train_loss`` (final epoch), ``best_test_accuracy``,
+Reported metrics: ``test_accuracy``/``test_loss``/``train_loss`` (final epoch; ``train_loss`` is
+the sample-weighted mean of the epoch's step losses), ``train_accuracy`` (the epoch's final model
+evaluated on the training split), ``best_test_accuracy``,
 ``time_to_target_s`` and ``epochs_to_target`` (first epoch whose test accuracy reaches
 ``train.target_accuracy``, evaluated after each epoch; NaN with a note if never;
 ``time_to_target_s`` names the step times as its samples, so a re-run is tested on those while
@@ -12,37 +14,34 @@ all training time = the harmonic mean of the per-epoch rates, weighted by sample
 ``step_time`` (median with 95% CI over every step), ``train_time_s`` and ``weights_sha256``
 (sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``).
 
-Timing: training time is the wall time of the training loops (data loading, forward, backward,
-optimizer step, step logging), evaluation excluded; a step's time runs from the batch being
-available to ``loss.item()`` after the optimizer step (which waits for the device) plus an
-explicit synchronisation on CUDA. Every step is written to ``ctx.work_dir / "steps.jsonl"``
-(every ``train.log_every``-th step), every epoch too; per-epoch curves go to ``extra["curves"]``.
+Timing (see :mod:`d5pipe.train_loop`): training time is the wall time of the training loops
+(batch gathering, forward, backward, optimizer step, the device drained at the end of each
+epoch), evaluation and log writing excluded; a step's time runs from the batch being available
+(before ``zero_grad``) to the end of ``optimizer.step()`` (``perf_counter_ns`` on the CPU, timing
+events on CUDA). Every step is written to ``ctx.work_dir / "steps.jsonl"`` (every
+``train.log_every``-th step) after its epoch, every epoch too; per-epoch curves go to
+``extra["curves"]``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from d5pipe.datasets import Dataset, load_for
-from d5pipe.determinism import deterministic_mode, loader_generator, seed_everything, seed_worker
+from d5pipe.determinism import deterministic_mode, seed_everything
 from d5pipe.errors import D5PipeError
 from d5pipe.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.records import Metric, PointContext, PointOutcome, PointSkipped
-from d5pipe.runtime import check_device, state_dict_sha256, synchronize
+from d5pipe.runtime import check_device, state_dict_sha256
 from d5pipe.schema.model import TrainConf, conf_from_dict
-from d5pipe.seeds import derive_seed
 from d5pipe.stats import summarize
+from d5pipe.train_loop import StepLog, evaluate, make_loader, train_epoch
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
@@ -83,163 +82,6 @@ def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> torch.optim.l
     return torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
 
 
-class ShuffledBatches(Sampler[torch.Tensor]):
-    """Index tensors of one seeded permutation per epoch, cut into batches (last one may be short)."""
-
-    def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
-        self.n = n
-        self.batch_size = batch_size
-        self.generator = generator
-
-    def __len__(self) -> int:
-        return (self.n + self.batch_size - 1) // self.batch_size
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        # lazy: DataLoader may call iter() and drop the result; only consumed epochs draw
-        perm = torch.randperm(self.n, generator=self.generator)
-        yield from torch.split(perm, self.batch_size)
-
-
-class InProcessBatches:
-    """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, sampler: ShuffledBatches) -> None:
-        self.x, self.y, self.sampler = x, y, sampler
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for idx in self.sampler:
-            yield self.x[idx], self.y[idx]
-
-
-def make_loader(
-    x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int, num_workers: int = 0
-) -> Iterable[tuple[torch.Tensor, torch.Tensor]]:
-    """Shuffled batches from a sampler seeded with ``seed``: the same batches for any ``num_workers``.
-
-    With workers a DataLoader (seeded generator, :func:`seed_worker`) gathers them; without, the
-    batches are gathered in process (the DataLoader's per-batch overhead is measurable on small
-    models; see benchmarks/bench_train_overhead.py).
-    """
-    sampler = ShuffledBatches(len(y), batch_size, loader_generator(seed))
-    if num_workers <= 0:
-        return InProcessBatches(x, y, sampler)
-    # worker base seeds come from their own generator, so the shuffle does not depend on workers
-    loader: DataLoader[Any] = DataLoader(
-        TensorDataset(x, y),
-        batch_size=None,
-        sampler=sampler,
-        num_workers=num_workers,
-        worker_init_fn=seed_worker,
-        generator=loader_generator(derive_seed(seed, "dataloader-workers")),
-    )
-    return loader
-
-
-class StepLog:
-    """Append-only JSONL event log (one JSON object per line), truncated when opened."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self._fh: IO[str] | None = None
-
-    def __enter__(self) -> StepLog:
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "w", encoding="utf-8")
-        return self
-
-    def write(self, event: dict[str, Any]) -> None:
-        if self._fh is not None:
-            self._fh.write(json.dumps(event, sort_keys=True) + "\n")
-
-    def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
-
-@dataclass
-class EpochStats:
-    train_loss: float
-    train_accuracy: float
-    train_time_s: float
-    samples: int
-    step_times_s: list[float] = field(default_factory=list)
-
-
-def train_epoch(
-    model: nn.Module,
-    loader: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-    epoch: int,
-    log: StepLog,
-    first_step: int = 0,
-    log_every: int = 1,
-) -> EpochStats:
-    """One pass over ``loader``; steps are timed and logged (see the module docstring)."""
-    loss_fn = nn.CrossEntropyLoss()
-    model.train()
-    loss_sum = 0.0
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    seen = 0
-    step_times: list[float] = []
-    lr = float(optimizer.param_groups[0]["lr"])
-    synchronize(device)
-    t_epoch = time.perf_counter()
-    for i, (xb, yb) in enumerate(loader):
-        t0 = time.perf_counter()
-        xb = xb.to(device, non_blocking=True)
-        yb = yb.to(device, non_blocking=True)
-        optimizer.zero_grad(set_to_none=True)
-        out = model(xb)
-        loss = loss_fn(out, yb)
-        loss.backward()
-        optimizer.step()
-        loss_v = loss.item()
-        synchronize(device)
-        dt = time.perf_counter() - t0
-        step_times.append(dt)
-        n = int(yb.shape[0])
-        loss_sum += loss_v * n
-        seen += n
-        correct += (out.detach().argmax(dim=1) == yb).sum()
-        step = first_step + i
-        if step % log_every == 0:
-            log.write({"event": "step", "epoch": epoch, "step": step, "loss": loss_v, "lr": lr,
-                       "batch": n, "step_time_s": dt})
-    synchronize(device)
-    train_time = time.perf_counter() - t_epoch
-    accuracy = int(correct.item()) / max(seen, 1)
-    return EpochStats(loss_sum / max(seen, 1), accuracy, train_time, seen, step_times)
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device
-) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) on ``x, y`` in eval mode."""
-    model.eval()
-    loss_sum = 0.0
-    correct = 0
-    for start in range(0, len(y), batch_size):
-        xb = x[start : start + batch_size].to(device)
-        yb = y[start : start + batch_size].to(device)
-        out = model(xb)
-        loss_sum += float(nn.functional.cross_entropy(out, yb, reduction="sum").item())
-        correct += int((out.argmax(dim=1) == yb).sum().item())
-    return loss_sum / len(y), correct / len(y)
-
-
 @dataclass
 class TrainResult:
     curves: dict[str, list[float]]
@@ -257,7 +99,7 @@ def fit(
     """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
     optimizer = make_optimizer(model.parameters(), conf)
     scheduler = make_scheduler(optimizer, conf)
-    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers)
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device)
     names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
              "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
     curves: dict[str, list[float]] = {k: [] for k in names}
@@ -276,7 +118,9 @@ def fit(
         cum += stats.train_time_s
         scheduler.step()
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
-        row = (epoch, lr, stats.train_loss, stats.train_accuracy, test_loss, test_acc,
+        # accuracy of the epoch's final model on the training split (not counted in the loop)
+        _, train_acc = evaluate(model, data.x_train, data.y_train, conf.eval_batch_size, device)
+        row = (epoch, lr, stats.train_loss, train_acc, test_loss, test_acc,
                stats.train_time_s, cum, stats.samples / stats.train_time_s)
         for k, v in zip(names, row, strict=True):
             curves[k].append(v)
@@ -355,8 +199,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "determinism": det,
             "dataset": {k: data.meta[k] for k in ("key", "checksum", "n_train", "n_test", "input_shape")},
             "target_accuracy": conf.target_accuracy,
-            "timing": "training loop wall time (perf_counter), evaluation excluded; "
-                      "steps end at loss.item() after optimizer.step() (+ cuda synchronize)",
+            "timing": "training loop wall time (perf_counter, device drained per epoch), evaluation "
+                      "and logging excluded; a step spans zero_grad to the end of optimizer.step() "
+                      + ("(cuda timing events)" if device.type == "cuda" else "(perf_counter_ns)"),
             "notes": notes,
             "warnings": list(step_summary.warnings),
             "step_log": "steps.jsonl",
