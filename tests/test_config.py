@@ -63,14 +63,15 @@ def test_errors_name_key_and_file(user_conf: Path, experiment: str, overrides: l
     assert "\n" not in str(err.value)
 
 
-def test_cli_user_error_is_one_line_exit_2(user_conf: Path) -> None:
+@pytest.mark.parametrize(("experiment", "named"), [("typo", "operators.sise"), ("evil", "os:system")])
+def test_cli_user_error_is_one_line_exit_2(user_conf: Path, experiment: str, named: str) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "d5pipe.cli.main", "plan", "typo", "--config-dir", str(user_conf)],
+        [sys.executable, "-m", "d5pipe.cli.main", "plan", experiment, "--config-dir", str(user_conf)],
         capture_output=True, text=True, timeout=120,
     )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "operators.sise" in lines[0] and "Traceback" not in r.stderr
+    assert len(lines) == 1 and named in lines[0] and "Traceback" not in r.stderr
 
 
 def test_sweep_axis_override_from_command_line() -> None:

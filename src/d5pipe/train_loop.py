@@ -171,12 +171,14 @@ class StepClock:
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
+        # the stream the model's kernels go to: the current stream of *its* device
+        self.stream = torch.cuda.current_stream(device) if self.cuda else None
         self.marks: list[Any] = []
 
     def mark(self) -> None:
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(self.stream)
             self.marks.append(event)
         else:
             self.marks.append(time.perf_counter_ns())

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The GPU checks in one run, for a machine with CUDA and a Python that has d5pipe's dependencies
+# (torch with CUDA, omegaconf, hydra-core, pandas, scipy, pyarrow): the CUDA tests of every level,
+# then the timer-overhead ratio on CUDA next to torch.utils.benchmark.
+#   usage: bash scripts/device_check.sh [python]      (default: python3)
+set -euo pipefail
+PY=${1:-python3}
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+"$PY" -c 'import torch; assert torch.cuda.is_available(), "no CUDA"; print(torch.__version__, torch.cuda.get_device_name())'
+"$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_paths.py "tests/test_timer.py::test_cuda_path_uses_events"
+"$PY" benchmarks/bench_timer_overhead.py --device cuda --rounds 5
