@@ -111,3 +111,29 @@ def test_snakemake_report(tiny_run: Path, tmp_path: Path) -> None:
     )
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
     assert out.stat().st_size > 10_000
+
+
+def test_cpus_per_task_sets_the_threads_of_the_measurements(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(run),
+               "sweep.grid.operators.size=[16]", "executor.resources.level0.cpus_per_task=2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in (run / "env").glob("*.json")]
+    assert records
+    for rec in records:  # the shard's process: Snakemake's OMP_NUM_THREADS reached torch
+        assert rec["env"]["OMP_NUM_THREADS"] == "2"
+        assert rec["torch"]["num_threads"] == 2
+
+
+def test_local_cores_are_job_slots_times_the_widest_stage(tmp_path: Path) -> None:
+    from d5pipe.errors import D5PipeError
+    from d5pipe.snakemake_cmd import build_command
+
+    ex = {"name": "local", "jobs": 3,
+          "resources": {"default": {"cpus_per_task": 2}, "level1": {"cpus_per_task": 5}}}
+    cmd = build_command(tmp_path, ex)
+    assert cmd[cmd.index("--cores") + 1] == "15"
+    cmd = build_command(tmp_path, {"name": "local", "jobs": 2})
+    assert cmd[cmd.index("--cores") + 1] == "2"
+    with pytest.raises(D5PipeError, match=r"executor.resources.level0.cpus_per_task"):
+        build_command(tmp_path, {"name": "local", "resources": {"level0": {"cpus_per_task": "x"}}})

@@ -206,6 +206,11 @@ def validate(cfg: DictConfig, experiment: str) -> None:
         validate_acceptance(acceptance)  # ops and stages checked before any task runs
     if cfg.shards.points_per_shard < 1:
         raise D5PipeError("config error: key 'shards.points_per_shard' must be >= 1")
+    from d5pipe.workflow_api import max_threads
+
+    executor = OmegaConf.to_container(cfg.executor, resolve=True)
+    assert isinstance(executor, dict)
+    max_threads(executor)  # every stage's cpus_per_task >= 1
 
 
 def to_plain(cfg: DictConfig) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.errors import D5PipeError
+from d5pipe.workflow_api import max_threads
 
 
 def repo_root() -> Path:
@@ -51,7 +52,8 @@ def build_command(
         "host",
     ]
     if name == "local":
-        cmd += ["--cores", str(n_jobs)]
+        # each job slot gets the threads of the widest stage (executor.resources.*.cpus_per_task)
+        cmd += ["--cores", str(n_jobs * max_threads(executor))]
     elif name == "slurm":
         profile = str(executor.get("profile") or "profiles/slurm")
         p = Path(profile)

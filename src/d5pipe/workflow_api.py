@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from d5pipe.errors import D5PipeError
 from d5pipe.schema.root import STAGES
 
 _INDEX_CACHE: dict[str, dict[str, Any]] = {}
@@ -80,6 +81,29 @@ def _stage_resource_conf(ex: dict[str, Any], stage: str) -> dict[str, Any]:
         if key not in schema_default or value != schema_default[key]:
             merged[key] = value
     return merged
+
+
+def threads_of(ex: dict[str, Any], stage: str) -> int:
+    """CPU threads of one of a stage's jobs: ``executor.resources.<stage>.cpus_per_task``.
+
+    With any executor: Snakemake gives a rule's ``threads`` to the job as ``OMP_NUM_THREADS``
+    (and the MKL/OpenBLAS/... equivalents), which torch reads at import, so this is how many
+    intra-op threads every measurement of the stage uses (recorded in the shard's environment).
+    """
+    value = _stage_resource_conf(ex, stage).get("cpus_per_task", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise D5PipeError(f"executor.resources.{stage}.cpus_per_task: must be an integer >= 1, got {value!r}")
+    return value
+
+
+def max_threads(ex: dict[str, Any]) -> int:
+    """The most threads any stage's job asks for (the local executor's cores per job slot)."""
+    return max(threads_of(ex, stage) for stage in ("prepare_data", *STAGES))
+
+
+def stage_threads(run_dir: str | Path, stage: str) -> int:
+    """The ``threads:`` of a stage's rule (see :func:`threads_of`)."""
+    return threads_of(executor_config(run_dir), stage)
 
 
 def stage_resources(run_dir: str | Path, stage: str, per_shard_tasks: bool = False) -> dict[str, Any]:

@@ -7,6 +7,7 @@ rule prepare_data:
         meta="data/{dataset}.json",
     conda:
         "../envs/d5pipe.yaml"
+    threads: d5api.stage_threads(".", "prepare_data")
     log:
         "logs/prepare_data/{dataset}.log",
     resources:

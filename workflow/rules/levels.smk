@@ -12,6 +12,7 @@ rule level0:
         stage="level0",
     conda:
         "../envs/d5pipe.yaml"
+    threads: d5api.stage_threads(".", "level0")
     log:
         "logs/level0/{shard}.log",
     resources:
@@ -30,6 +31,7 @@ rule level1:
         stage="level1",
     conda:
         "../envs/d5pipe.yaml"
+    threads: d5api.stage_threads(".", "level1")
     log:
         "logs/level1/{shard}.log",
     resources:
@@ -48,6 +50,7 @@ rule level2:
         stage="level2",
     conda:
         "../envs/d5pipe.yaml"
+    threads: d5api.stage_threads(".", "level2")
     log:
         "logs/level2/{shard}.log",
     resources:
@@ -66,6 +69,7 @@ rule level3:
         stage="level3",
     conda:
         "../envs/d5pipe.yaml"
+    threads: d5api.stage_threads(".", "level3")
     log:
         "logs/level3/{shard}.log",
     resources:
