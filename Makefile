@@ -42,6 +42,7 @@ run: install
 	$(VENV)/bin/d5pipe run quickstart
 
 test: install-test
+	$(PY) -m mypy
 	$(VENV)/bin/pytest -q
 
 bench: install-test

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe import bundle, envinfo
+from d5pipe import bundle, envinfo, envprobe
 from d5pipe.errors import D5PipeError
 
 _CHILD = (
@@ -126,19 +126,19 @@ def test_git_commit_and_diff_hash(tmp_path: Path) -> None:
     git = shutil.which("git")
     if git is None:
         pytest.skip("git not installed")
-    assert envinfo.git_info(tmp_path) is None  # not a repository
+    assert envprobe.git_info(tmp_path) is None  # not a repository
     cmd = [git, "-C", str(tmp_path), "-c", "user.email=t@example.org", "-c", "user.name=t"]
     subprocess.run([git, "init", "-q", str(tmp_path)], check=True)
     (tmp_path / "a.py").write_text("x = 1\n")
     subprocess.run([*cmd, "add", "a.py"], check=True)
     subprocess.run([*cmd, "commit", "-q", "-m", "init"], check=True)
-    clean = envinfo.git_info(tmp_path)
+    clean = envprobe.git_info(tmp_path)
     assert clean is not None and len(clean["commit"]) == 40 and clean["dirty"] is False
     (tmp_path / "a.py").write_text("x = 2\n")
-    dirty = envinfo.git_info(tmp_path)
+    dirty = envprobe.git_info(tmp_path)
     assert dirty is not None and dirty["dirty"] is True and len(dirty["diff_sha256"]) == 64
     (tmp_path / "a.py").write_text("x = 3\n")
-    dirty2 = envinfo.git_info(tmp_path)
+    dirty2 = envprobe.git_info(tmp_path)
     assert dirty2 is not None and dirty2["diff_sha256"] != dirty["diff_sha256"]
     rec = envinfo.environment_record()
     assert envinfo.env_hash({**rec, "git": dirty}) != envinfo.env_hash({**rec, "git": dirty2})

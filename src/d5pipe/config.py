@@ -197,7 +197,7 @@ def validate(cfg: DictConfig, experiment: str) -> None:
 
         ops = OmegaConf.to_container(cfg.operators, resolve=True)
         assert isinstance(ops, dict)
-        validate_operators(ops)
+        validate_operators({str(k): v for k, v in ops.items()})
     acceptance = OmegaConf.to_container(cfg.recipe.acceptance, resolve=True)
     if acceptance:
         from d5pipe.recipes import validate_acceptance
@@ -210,7 +210,7 @@ def validate(cfg: DictConfig, experiment: str) -> None:
 
     executor = OmegaConf.to_container(cfg.executor, resolve=True)
     assert isinstance(executor, dict)
-    max_threads(executor)  # every stage's cpus_per_task >= 1
+    max_threads({str(k): v for k, v in executor.items()})  # every stage's cpus_per_task >= 1
 
 
 def to_plain(cfg: DictConfig) -> dict[str, Any]:

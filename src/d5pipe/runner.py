@@ -23,7 +23,7 @@ def load_plan(
     ov = list(overrides)
     if executor:
         ov.append(f"executor={executor}")
-    cfg = compose_config(experiment, ov, config_dirs)
+    cfg = compose_config(experiment, ov, list(config_dirs or []))
     return build_plan(to_plain(cfg))
 
 

@@ -148,6 +148,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     metrics += m.summary.to_metrics("time", "s", "time")
     gflops = rate_metric("gflops", flops / 1e9, m.summary, "GFLOP/s", "time")
     gbps = rate_metric("gbps", nbytes / 1e9, m.summary, "GB/s", "time")
+    gflops_v, gbps_v = float(gflops.value or 0.0), float(gbps.value or 0.0)  # rates are floats
     metrics += [
         gflops,
         gbps,
@@ -163,10 +164,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
         )
         if peak_f is not None:
             metrics.append(Metric("peak_gflops", peak_f.best / 1e9, "GFLOP/s", "info"))
-            metrics.append(Metric("pct_peak_flops", 100 * gflops.value / (peak_f.best / 1e9), "%", "info"))
+            metrics.append(Metric("pct_peak_flops", 100 * gflops_v / (peak_f.best / 1e9), "%", "info"))
             extra["peak_flops"] = peak_f.to_dict()
         metrics.append(Metric("peak_gbps", peak_b.best / 1e9, "GB/s", "info"))
-        metrics.append(Metric("pct_peak_bw", 100 * gbps.value / (peak_b.best / 1e9), "%", "info"))
+        metrics.append(Metric("pct_peak_bw", 100 * gbps_v / (peak_b.best / 1e9), "%", "info"))
         extra["peak_bw"] = peak_b.to_dict()
 
     if conf.check_correctness:

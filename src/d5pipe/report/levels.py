@@ -186,7 +186,8 @@ def _with_scaling(rows: pd.DataFrame, time_metric: str, config: dict[str, Any]) 
         from d5pipe.distributed.scaling import scaling_table
     except ImportError:
         return rows
-    dist = config.get("distributed") if isinstance(config.get("distributed"), dict) else {}
+    section = config.get("distributed")
+    dist: dict[str, Any] = section if isinstance(section, dict) else {}
     for column, default in (("distributed.backend", dist.get("backend", "")),
                             ("distributed.scaling", dist.get("scaling", "strong"))):
         if column not in rows.columns or rows[column].isna().all():  # not a sweep axis

@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -44,7 +45,7 @@ def _grid(n_panels: int, width: float = 4.3, height: float = 3.2) -> tuple[Figur
 
 def _legend(fig: Figure, axes: list[Axes]) -> None:
     """One legend for the figure, right of the panels, so it never hides data."""
-    seen: dict[str, object] = {}
+    seen: dict[str, Artist] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label[:48], handle)
