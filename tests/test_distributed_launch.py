@@ -58,17 +58,22 @@ def test_mpirun_argv_oversubscribes_when_ranks_exceed_cores(tmp_path: Path) -> N
         build_launch(backend="mpi", ranks=4, spec_path=spec, cores=2, oversubscribe=False)
 
 
-def test_srun_argv_under_slurm(tmp_path: Path) -> None:
+def test_srun_argv_under_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = _spec(tmp_path)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
     plan = build_launch(backend="mpi", ranks=8, spec_path=spec, executor_name="slurm", cores=2,
                         port=29513, slurm_nodes=2, extra_args=["--cpu-bind=cores"],
                         master_addr="node001")
     assert plan.launcher == "srun" and plan.argv[0] == "srun"
     assert "--ntasks=8" in plan.argv and "--nodes=2" in plan.argv and "--mpi=pmix" in plan.argv
     assert "--cpu-bind=cores" in plan.argv
+    assert "--cpus-per-task=1" in plan.argv and plan.env["OMP_NUM_THREADS"] == "1"  # 2 cores / 8 ranks
     assert plan.argv[-1] == str(spec) and not plan.oversubscribed  # SLURM places the ranks
     assert plan.env["MASTER_ADDR"] == "node001" and "GLOO_SOCKET_IFNAME" not in plan.env
     ddp = build_launch(backend="ddp", ranks=4, spec_path=spec, executor_name="slurm", cores=2, port=1)
     assert "--mpi=pmix" not in ddp.argv
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")  # the job's allocation decides each rank's CPUs
+    job = build_launch(backend="ddp", ranks=2, spec_path=spec, executor_name="slurm", cores=16, port=1)
+    assert "--cpus-per-task=3" in job.argv and job.env["OMP_NUM_THREADS"] == "3"
     with pytest.raises(D5PipeError, match="distributed.ranks"):
         build_launch(backend="ddp", ranks=0, spec_path=spec)

@@ -117,6 +117,12 @@ def base_env(ranks: int, threads_per_rank: int, port: int, master_addr: str) -> 
     return env
 
 
+def slurm_cpus_per_task() -> int | None:
+    """``SLURM_CPUS_PER_TASK`` of the enclosing job (None outside one or when it is not set)."""
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def slurm_master_addr(nodelist: str) -> str:
     """The first host of a SLURM node list (``scontrol show hostnames``), for multi-node DDP."""
     scontrol = shutil.which("scontrol")
@@ -160,6 +166,10 @@ def build_launch(
             f"distributed.ranks: {ranks} ranks on {n_cores} cores needs distributed.oversubscribe=true"
         )
     threads = max(1, n_cores // ranks)
+    if chosen == "srun":
+        # one rank per task, each with the job's CPUs per task: srun (>= 22.05) does not inherit
+        # the allocation's --cpus-per-task, so it is passed on explicitly
+        threads = slurm_cpus_per_task() or threads
     the_port = free_port() if port is None else port
     env = base_env(ranks, threads, the_port, master_addr)
     extras = [str(a) for a in (extra_args or [])]
@@ -183,7 +193,7 @@ def build_launch(
         argv += ["-x", "PATH", *extras, *worker]
     else:  # srun
         argv = [
-            "srun", f"--ntasks={ranks}", f"--nodes={slurm_nodes}",
+            "srun", f"--ntasks={ranks}", f"--nodes={slurm_nodes}", f"--cpus-per-task={threads}",
             "--kill-on-bad-exit=1", "--export=ALL",
         ]
         if backend in ("horovod", "mpi"):
