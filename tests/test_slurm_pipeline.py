@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 import pytest
 
 from d5pipe.slurm import cancel_run_jobs, query_jobs, run_jobs
@@ -72,12 +73,24 @@ class Run:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def kill(self) -> None:
-        """SIGKILL d5pipe and its Snakemake, then cancel what the run left on SLURM."""
+        """SIGKILL d5pipe and its Snakemake, then cancel what the run left on SLURM.
+
+        Snakemake runs in a session of its own (d5pipe kills its group on --timeout), so it is
+        found among d5pipe's descendants rather than in d5pipe's process group."""
         if self.proc.poll() is None:
+            try:
+                family = psutil.Process(self.proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                family = []
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for child in family:
+                try:
+                    child.kill()
+                except psutil.NoSuchProcess:
+                    pass
             self.proc.wait()
         cancel_run_jobs(self.run_dir, env=self.env)
 
