@@ -80,3 +80,13 @@ def test_sweep_axis_override_from_command_line() -> None:
     assert cfg.train.epochs == 2
     with pytest.raises(D5PipeError, match="sweep.grid.distributed.ranks: value 'x'"):
         compose_config("quickstart", ["sweep.grid.distributed.ranks=[1,x]"])
+
+
+def test_command_line_can_add_a_sweep_axis_but_not_an_unknown_key() -> None:
+    cfg = compose_config("quickstart", ["sweep.grid.train.lr=[0.01,0.1]"])
+    assert list(cfg.sweep.grid["train.lr"]) == [0.01, 0.1]
+    assert "distributed.ranks" in cfg.sweep.grid  # the experiment's own axes stay
+    from d5pipe.runner import load_plan
+
+    with pytest.raises(D5PipeError, match="sweep axis 'train.lrr': no such config key"):
+        load_plan("quickstart", ["sweep.grid.train.lrr=[0.01]"])

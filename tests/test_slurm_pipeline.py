@@ -174,6 +174,14 @@ def mixed(cluster: SlurmCluster, run_dir: Path, executor: str) -> Finished:
     return Finished(run_dir, rc, out, run.env)
 
 
+def mpi_backends(cluster: SlurmCluster, run_dir: Path) -> Finished:
+    """mpi4py and Horovod allreduce points on 2 ranks: ranks wire up through srun --mpi=pmix."""
+    run = _d5pipe_run(cluster, "slurm_mixed", run_dir, "slurm", "stages=[level3]",
+                      "sweep.grid.distributed.backend=[mpi,horovod]")
+    rc, out = run.finish(180)
+    return Finished(run_dir, rc, out, run.env)
+
+
 @dataclass
 class Resumed:
     run_dir: Path
@@ -272,13 +280,14 @@ def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[dict[str, Future[Any]]]:
     """All SLURM runs of this module, started at once (they mostly wait on SLURM polling)."""
     base = tmp_path_factory.mktemp("slurm_pipeline")
-    pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="slurm-run")
+    pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="slurm-run")
     futures: dict[str, Future[Any]] = {
         "walltime": pool.submit(walltime, slurm_cluster, base / "walltime"),
         "mixed": pool.submit(mixed, slurm_cluster, base / "mixed_slurm", "slurm"),
         "resume": pool.submit(scancel_and_resume, slurm_cluster, base / "resume"),
         "timeout": pool.submit(hard_timeout, slurm_cluster, base / "timeout", 30.0),
         "local": pool.submit(mixed, slurm_cluster, base / "mixed_local", "local"),
+        "mpi": pool.submit(mpi_backends, slurm_cluster, base / "mpi_backends"),
     }
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
@@ -342,6 +351,20 @@ def test_a_two_rank_level3_point_is_one_slurm_job_with_two_tasks(
     assert comp["ProcCnt"] == "2" and comp["JobState"] == "COMPLETED"
     ranks = sorted((res.run_dir / "work" / "level3" / rec["point_id"] / "ranks").glob("rank*.json"))
     assert [json.loads(p.read_text())["rank"] for p in ranks] == [0, 1]
+
+
+def test_mpi4py_and_horovod_ranks_wire_up_through_srun_pmix(runs: dict[str, Future[Any]]) -> None:
+    res = _ok(runs["mpi"])
+    recs = _records(res.run_dir, "level3")
+    assert len(recs) == 2
+    for rec in recs.values():
+        assert rec["status"] == "ok", rec["error"]
+        argv = rec["extra"]["launch"]["argv"]
+        assert argv[0] == "srun" and "--mpi=pmix" in argv and "--ntasks=2" in argv
+        metrics = {m["name"]: m["value"] for m in rec["metrics"]}
+        # a 2-rank allreduce summed on both ranks (the worker also refuses a world of another size)
+        assert metrics["collective_correct"] == "pass" and metrics["busbw_factor"] == 1.0
+    assert {r["params"]["distributed.backend"] for r in recs.values()} == {"mpi", "horovod"}
 
 
 def test_every_point_record_names_its_slurm_job_and_node(

@@ -14,7 +14,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from d5pipe.errors import D5PipeError
@@ -148,7 +148,8 @@ _AXIS_OVERRIDE = re.compile(r"^(sweep\.grid)\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+
 def split_axis_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[str, str, str]]]:
     """Pull out ``sweep.grid.<dotted axis>=[values]`` overrides, which Hydra would read as nesting.
 
-    ``d5pipe run scaling 'sweep.grid.distributed.ranks=[1,2]'`` narrows one axis of the sweep.
+    ``d5pipe run scaling 'sweep.grid.distributed.ranks=[1,2]'`` narrows one axis of the sweep;
+    an axis the experiment does not sweep yet is added (``'sweep.grid.train.lr=[0.01,0.1]'``).
     """
     rest: list[str] = []
     axes: list[tuple[str, str, str]] = []
@@ -172,7 +173,8 @@ def apply_axis_overrides(cfg: DictConfig, axes: list[tuple[str, str, str]]) -> N
         if not isinstance(value, list):
             value = [value]
         try:
-            cfg.sweep.grid[axis] = value
+            with open_dict(cfg.sweep.grid):  # a new axis is fine; validate() checks its key
+                cfg.sweep.grid[axis] = value
         except Exception as exc:
             raise D5PipeError(f"override {text!r}: {str(exc).splitlines()[0]}") from exc
 
