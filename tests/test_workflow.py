@@ -56,6 +56,20 @@ def test_second_run_does_nothing(tiny_run: Path) -> None:
     assert (tiny_run / "report.html").stat().st_mtime_ns == report_mtime
 
 
+def test_records_kept_from_another_environment_are_announced(tiny_run: Path) -> None:
+    manifest_path = tiny_run / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    real = manifest["submit_env_hash"]
+    manifest["submit_env_hash"] = "0123456789abcdef"  # as if planned on another machine
+    manifest_path.write_text(json.dumps(manifest))
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(tiny_run))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"environment changed since {tiny_run} was planned (env 0123456789abcdef -> {real}" in r.stdout
+    assert "3 recorded points are kept" in r.stdout
+    again = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(tiny_run))
+    assert "environment changed" not in again.stdout  # said once: the manifest has the new hash
+
+
 def test_deleted_record_is_recomputed_alone(tiny_run: Path) -> None:
     before = _mtimes(tiny_run)
     victim = sorted(before)[0]

@@ -105,22 +105,36 @@ def format_summary(s: PlanSummary) -> str:
     return "\n".join(lines)
 
 
-def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: bool = False) -> None:
-    """Write config, plan and manifest into ``run_dir``; drop markers of shards with missing points."""
+def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: bool = False) -> PlanSummary:
+    """Write config, plan and manifest into ``run_dir``; drop markers of shards with missing points.
+
+    Returns what is done and what is left. Records kept from an earlier run of ``run_dir`` made
+    in another environment are announced (they are not re-measured).
+    """
     from d5pipe.envinfo import env_hash, environment_record
-    from d5pipe.manifest import build_manifest, write_manifest
+    from d5pipe.manifest import build_manifest, read_manifest, write_manifest
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    previous = read_manifest(run_dir).get("submit_env_hash")
     write_plan(run_dir, plan, overrides)
     env = environment_record()
-    write_manifest(run_dir, build_manifest(plan, env, env_hash(env)))
+    current = env_hash(env)
+    write_manifest(run_dir, build_manifest(plan, env, current))
     if retry_failed:
         remove_failed(run_dir, plan)
     invalidate_stale_markers(run_dir, plan)
-    if any(s.points_done < s.points for s in summarize(plan, run_dir).stages):
+    summary = summarize(plan, run_dir)
+    kept = sum(s.points_done for s in summary.stages)
+    if previous and previous != current and kept:
+        # point IDs name configs, not code or machines: say so before reusing old records
+        print(f"d5pipe: note: the environment changed since {run_dir} was planned (env {previous} -> "
+              f"{current}; `d5pipe env --diff` explains); its {kept} recorded points are kept, not "
+              "re-measured. Use a new --out to measure every point here.", flush=True)
+    if any(s.points_done < s.points for s in summary.stages):
         # Snakemake does not re-create a missing intermediate file while the final outputs are
         # newer, so drop the aggregate output too: it then needs the shard markers again.
         (run_dir / "results.parquet").unlink(missing_ok=True)
+    return summary
 
 
 def run(
@@ -140,8 +154,7 @@ def run(
     plan = load_plan(experiment, overrides, config_dirs, executor)
     run_dir = Path(out) if out else default_out(plan)
     ov = list(overrides) + ([f"executor={executor}"] if executor else [])
-    prepare_run(plan, run_dir, ov, retry_failed)
-    summary = summarize(plan, run_dir)
+    summary = prepare_run(plan, run_dir, ov, retry_failed)
     todo = sum(s.points - s.points_done for s in summary.stages)
     print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
     cmd = build_command(run_dir, plan.config["executor"], jobs, snakemake_args)
