@@ -77,3 +77,20 @@ def test_srun_argv_under_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert "--cpus-per-task=3" in job.argv and job.env["OMP_NUM_THREADS"] == "3"
     with pytest.raises(D5PipeError, match="distributed.ranks"):
         build_launch(backend="ddp", ranks=0, spec_path=spec)
+
+
+def test_fixed_threads_per_rank_and_their_oversubscription(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec(tmp_path)
+    auto = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=8, port=1)
+    assert auto.threads_per_rank == 4 and auto.env["OMP_NUM_THREADS"] == "4"
+    fixed = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=8, port=1, threads_per_rank=1)
+    assert fixed.threads_per_rank == 1 and fixed.env["OMP_NUM_THREADS"] == "1" and not fixed.oversubscribed
+    over = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=8, port=1, threads_per_rank=6)
+    assert over.oversubscribed and "--oversubscribe" in over.argv
+    with pytest.raises(D5PipeError, match="2 ranks x 6 threads on 8 cores"):
+        build_launch(backend="ddp", ranks=2, spec_path=spec, cores=8, port=1, threads_per_rank=6,
+                     oversubscribe=False)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "3")
+    srun = build_launch(backend="ddp", ranks=2, spec_path=spec, executor_name="slurm", cores=2, port=1,
+                        threads_per_rank=2)
+    assert "--cpus-per-task=2" in srun.argv and not srun.oversubscribed  # the config wins over the job

@@ -75,11 +75,14 @@ def test_two_ranks_train_identically(backend: str, tmp_path: Path, data_dir: Pat
 def test_four_rank_allgather_collective(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the shard runner may hand over relative directories
     ctx = _ctx(Path("."), data_dir, backend="mpi", ranks=4, benchmark="collective",
-               collective="allgather", message_bytes=1 << 16, steps=6)
+               collective="allgather", message_bytes=1 << 16, steps=6, threads_per_rank=2)
     assert not ctx.work_dir.is_absolute()
     out = run_point(ctx)
     assert _metric(out, "collective_correct").value == "pass"
-    assert _metric(out, "oversubscribed").value is (4 > usable_cores())
+    assert _metric(out, "oversubscribed").value is (4 * 2 > usable_cores())
+    assert _metric(out, "threads_per_rank").value == 2
+    ranks = [json.loads(p.read_text()) for p in sorted((ctx.work_dir / "ranks").glob("rank*.json"))]
+    assert [r["threads"] for r in ranks] == [2, 2, 2, 2]  # distributed.threads_per_rank reached torch
     assert _metric(out, "message_bytes").value == 1 << 16
     alg = float(_metric(out, "algbw_GBps").value)  # type: ignore[arg-type]
     bus = float(_metric(out, "busbw_GBps").value)  # type: ignore[arg-type]

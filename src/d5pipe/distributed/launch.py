@@ -143,6 +143,7 @@ def build_launch(
     launcher: str = "auto",
     executor_name: str = "local",
     oversubscribe: bool = True,
+    threads_per_rank: int = 0,
     extra_args: list[str] | None = None,
     cores: int | None = None,
     port: int | None = None,
@@ -152,7 +153,9 @@ def build_launch(
     """The argument list and environment that start ``ranks`` workers on ``spec_path``.
 
     ``extra_args`` are appended to the launcher's own options (each one argument, never split).
-    More ranks than cores is allowed only with ``oversubscribe`` and is flagged in the plan.
+    ``threads_per_rank`` 0 picks the threads (see :class:`d5pipe.schema.distributed.DistributedConf`).
+    More ranks x threads than cores is allowed only with ``oversubscribe`` and is flagged in the plan
+    (under srun SLURM places the ranks and nothing is flagged).
     """
     if ranks < 1:
         raise D5PipeError(f"distributed.ranks: must be >= 1, got {ranks}")
@@ -160,16 +163,20 @@ def build_launch(
     if chosen == "srun" and slurm_nodes > 1 and master_addr == LOOPBACK:
         master_addr = slurm_master_addr(os.environ.get("SLURM_JOB_NODELIST", ""))
     n_cores = usable_cores() if cores is None else cores
-    oversubscribed = ranks > n_cores and chosen != "srun"
-    if oversubscribed and not oversubscribe:
-        raise D5PipeError(
-            f"distributed.ranks: {ranks} ranks on {n_cores} cores needs distributed.oversubscribe=true"
-        )
-    threads = max(1, n_cores // ranks)
-    if chosen == "srun":
+    if threads_per_rank > 0:
+        threads = threads_per_rank
+    elif chosen == "srun":
         # one rank per task, each with the job's CPUs per task: srun (>= 22.05) does not inherit
         # the allocation's --cpus-per-task, so it is passed on explicitly
-        threads = slurm_cpus_per_task() or threads
+        threads = slurm_cpus_per_task() or max(1, n_cores // ranks)
+    else:
+        threads = max(1, n_cores // ranks)
+    oversubscribed = ranks * threads > n_cores and chosen != "srun"
+    if oversubscribed and not oversubscribe:
+        raise D5PipeError(
+            f"distributed.ranks: {ranks} ranks x {threads} threads on {n_cores} cores needs "
+            "distributed.oversubscribe=true"
+        )
     the_port = free_port() if port is None else port
     env = base_env(ranks, threads, the_port, master_addr)
     extras = [str(a) for a in (extra_args or [])]

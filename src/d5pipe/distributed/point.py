@@ -49,6 +49,8 @@ def _check(dist_cfg: dict[str, Any]) -> None:
         raise D5PipeError(f"distributed.collective: unknown value {dist_cfg.get('collective')!r}; known: {list(COLLECTIVES)}")
     if int(dist_cfg.get("steps", 0)) < 1 or int(dist_cfg.get("warmup_steps", 0)) < 0:
         raise D5PipeError("distributed.steps must be >= 1 and distributed.warmup_steps >= 0")
+    if int(dist_cfg.get("threads_per_rank", 0)) < 0:
+        raise D5PipeError(f"distributed.threads_per_rank: must be >= 0 (0 = auto), got {dist_cfg['threads_per_rank']}")
 
 
 def _skip_if_unavailable(backend: str, device: str) -> None:
@@ -173,6 +175,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         launcher=str(dist_cfg.get("launcher", "auto")),
         executor_name=str(ctx.executor.get("name", "local")),
         oversubscribe=bool(dist_cfg.get("oversubscribe", True)),
+        threads_per_rank=int(dist_cfg.get("threads_per_rank", 0) or 0),
         extra_args=list(dist_cfg.get("extra_args") or []),
         slurm_nodes=int(resources.get("nodes", 1) or 1),
     )

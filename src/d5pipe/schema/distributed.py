@@ -30,7 +30,11 @@ class DistributedConf:
     """``auto`` (srun under the slurm executor, else torchrun for ddp, mpirun otherwise),
     ``torchrun``, ``mpirun`` or ``srun``."""
     oversubscribe: bool = True
-    """Allow more ranks than cores (flagged as metric ``oversubscribed``)."""
+    """Allow more ranks x threads than cores (flagged as metric ``oversubscribed``)."""
+    threads_per_rank: int = 0
+    """torch threads of each rank. ``0``: the job's CPUs per task under srun, else the usable cores
+    divided among the ranks (every point of a sweep then uses the whole machine). ``N``: N per rank
+    whatever the rank count, so a scaling sweep adds N cores per rank."""
     timeout_s: float = 300.0
     """Wall-clock limit of one launch; the launcher's process group is killed after it."""
     serial_check: bool = True
