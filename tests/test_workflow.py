@@ -151,3 +151,28 @@ def test_local_cores_are_job_slots_times_the_widest_stage(tmp_path: Path) -> Non
     assert cmd[cmd.index("--cores") + 1] == "2"
     with pytest.raises(D5PipeError, match=r"executor.resources.level0.cpus_per_task"):
         build_command(tmp_path, {"name": "local", "resources": {"level0": {"cpus_per_task": "x"}}})
+
+
+def test_a_stage_entry_overrides_default_even_with_the_schema_value() -> None:
+    from d5pipe.workflow_api import threads_of
+
+    ex = {"name": "local", "resources": {"default": {"cpus_per_task": 8, "partition": "big"},
+                                         "level0": {"cpus_per_task": 1, "partition": None}}}
+    assert threads_of(ex, "level0") == 1  # back to the schema's value, on purpose
+    assert threads_of(ex, "level1") == 8 and threads_of(ex, "prepare_data") == 8
+    assert threads_of({"name": "local"}, "level2") == 1
+
+
+def test_composed_resources_inherit_unset_fields() -> None:
+    from d5pipe.runner import load_plan
+    from d5pipe.workflow_api import _stage_resource_conf
+
+    plan = load_plan("quickstart", ["executor=slurm", "executor.resources.default.partition=gpu",
+                                    "executor.resources.level2.runtime_min=120",
+                                    "executor.resources.default.cpus_per_task=4",
+                                    "executor.resources.level0.cpus_per_task=1"])
+    ex = plan.config["executor"]
+    level2 = _stage_resource_conf(ex, "level2")
+    assert (level2["partition"], level2["runtime_min"], level2["cpus_per_task"]) == ("gpu", 120, 4)
+    assert _stage_resource_conf(ex, "level0")["cpus_per_task"] == 1
+    assert _stage_resource_conf(ex, "level1")["runtime_min"] == 30  # slurm.yaml's default entry

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.errors import D5PipeError
-from d5pipe.schema.root import ResourcesConf
+from d5pipe.schema.root import RESOURCE_DEFAULTS, ResourcesConf
 
 RESOURCE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ResourcesConf))
 """The keys of ``executor.resources.<stage>`` (d5pipe names)."""
@@ -237,7 +237,7 @@ def _positive_int(stage_res: Mapping[str, Any], key: str, minimum: int) -> int:
 def snakemake_resources(stage_res: Mapping[str, Any]) -> dict[str, Any]:
     """Map one stage's d5pipe resources to snakemake-executor-plugin-slurm resource names.
 
-    Missing keys take :class:`ResourcesConf` defaults. Empty ``partition``/``account`` and
+    Missing or null keys take :data:`~d5pipe.schema.root.RESOURCE_DEFAULTS`. Empty ``partition``/``account`` and
     ``gpus: 0`` are left out (SLURM's default partition; no ``-A``; no ``--gpus``). A job with
     ``tasks > 1`` also gets ``mpi: "srun"``: the plugin then allocates ``--ntasks=tasks`` and
     runs the rule directly in the batch step instead of inside ``srun -n1``, so the rule can
@@ -247,7 +247,7 @@ def snakemake_resources(stage_res: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise D5PipeError(
             f"executor.resources: unknown key {unknown[0]!r}; known: {', '.join(RESOURCE_KEYS)}")
-    merged: dict[str, Any] = {f.name: f.default for f in fields(ResourcesConf)}
+    merged: dict[str, Any] = dict(RESOURCE_DEFAULTS)
     merged.update({k: v for k, v in stage_res.items() if v is not None})
     for key in ("partition", "account"):
         if not isinstance(merged[key], str):

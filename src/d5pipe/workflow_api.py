@@ -63,23 +63,17 @@ def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
 
 
 def _stage_resource_conf(ex: dict[str, Any], stage: str) -> dict[str, Any]:
-    """``executor.resources.default`` overlaid with the stage's entry.
+    """Every resource of a stage's jobs: its entry, else ``default``'s, else the schema's.
 
-    A stage entry is a full ``ResourcesConf`` (the schema fills every field), so only the values
-    that differ from the schema's defaults override ``default``: ``level0.runtime_min=1`` keeps
-    ``default.partition``. (Setting a stage back to a schema default value is therefore done on
-    ``default`` or on every stage.)
+    Fields a config leaves unset are null, so ``level0.runtime_min=1`` keeps ``default.partition``
+    and ``level0.cpus_per_task=1`` wins over ``default.cpus_per_task=8``.
     """
-    from dataclasses import fields
+    from d5pipe.schema.root import RESOURCE_DEFAULTS
 
-    from d5pipe.schema.root import ResourcesConf
-
-    schema_default = {f.name: f.default for f in fields(ResourcesConf)}
     res = ex.get("resources", {}) or {}
-    merged = dict(res.get("default", {}) or {})
-    for key, value in (res.get(stage, {}) or {}).items():
-        if key not in schema_default or value != schema_default[key]:
-            merged[key] = value
+    merged = dict(RESOURCE_DEFAULTS)
+    for entry in (res.get("default"), res.get(stage)):
+        merged.update({k: v for k, v in (entry or {}).items() if v is not None})
     return merged
 
 

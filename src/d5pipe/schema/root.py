@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
@@ -45,16 +45,26 @@ class ShardsConf:
     """When > 0, shards are made larger so that no stage has more jobs than this."""
 
 
+RESOURCE_DEFAULTS: dict[str, Any] = {
+    "partition": "", "account": "", "runtime_min": 30, "nodes": 1, "tasks": 1,
+    "cpus_per_task": 1, "mem_mb": 2048, "gpus": 0,
+}
+"""What a resource takes when neither the stage's entry nor ``default`` sets it."""
+
+
 @dataclass
 class ResourcesConf:
-    partition: str = ""
-    account: str = ""
-    runtime_min: int = 30
-    nodes: int = 1
-    tasks: int = 1
-    cpus_per_task: int = 1
-    mem_mb: int = 2048
-    gpus: int = 0
+    """One entry of ``executor.resources``: a field left null (unset) is inherited, stage entry ->
+    ``default`` -> :data:`RESOURCE_DEFAULTS`."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    runtime_min: Optional[int] = None
+    nodes: Optional[int] = None
+    tasks: Optional[int] = None
+    cpus_per_task: Optional[int] = None
+    mem_mb: Optional[int] = None
+    gpus: Optional[int] = None
 
 
 @dataclass
