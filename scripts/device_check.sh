@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks in one run, for a machine with CUDA and a Python that has d5pipe's dependencies
-# (torch with CUDA, omegaconf, hydra-core, pandas, scipy, pyarrow): the CUDA tests of every level,
-# then the timer-overhead ratio on CUDA next to torch.utils.benchmark.
+# The GPU checks in one run: the CUDA tests of every level, then the timer-overhead ratio on CUDA
+# next to torch.utils.benchmark. d5pipe is used from src/ (not installed); the checks need only
+# torch with CUDA, numpy, scipy, scikit-learn, pytest and pytest-timeout (checked in a venv holding
+# just those; all are in the nvidia-h200 image, so no wheels need carrying).
 #   usage: bash scripts/device_check.sh [python]      (default: python3)
 set -euo pipefail
 PY=${1:-python3}
