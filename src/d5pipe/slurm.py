@@ -226,11 +226,12 @@ def slurm_provenance(environ: Mapping[str, str] | None = None,
     return {"slurm_job_id": job_id or None, "slurm_nodelist": nodelist or None}
 
 
-def _positive_int(stage_res: Mapping[str, Any], key: str, minimum: int) -> int:
+def resource_int(stage_res: Mapping[str, Any], key: str, minimum: int,
+                 where: str = "executor.resources") -> int:
+    """``stage_res[key]`` checked to be an integer >= ``minimum`` (error names ``where.key``)."""
     value = stage_res[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise D5PipeError(
-            f"executor.resources.{key}: {value!r} is not an integer >= {minimum}")
+        raise D5PipeError(f"{where}.{key}: {value!r} is not an integer >= {minimum}")
     return value
 
 
@@ -253,13 +254,13 @@ def snakemake_resources(stage_res: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(merged[key], str):
             raise D5PipeError(f"executor.resources.{key}: {merged[key]!r} is not a string")
     out: dict[str, Any] = {
-        "runtime": _positive_int(merged, "runtime_min", 1),
-        "nodes": _positive_int(merged, "nodes", 1),
-        "tasks": _positive_int(merged, "tasks", 1),
-        "cpus_per_task": _positive_int(merged, "cpus_per_task", 1),
-        "mem_mb": _positive_int(merged, "mem_mb", 1),
+        "runtime": resource_int(merged, "runtime_min", 1),
+        "nodes": resource_int(merged, "nodes", 1),
+        "tasks": resource_int(merged, "tasks", 1),
+        "cpus_per_task": resource_int(merged, "cpus_per_task", 1),
+        "mem_mb": resource_int(merged, "mem_mb", 1),
     }
-    gpus = _positive_int(merged, "gpus", 0)
+    gpus = resource_int(merged, "gpus", 0)
     if merged["partition"]:
         out["slurm_partition"] = merged["partition"]
     if merged["account"]:

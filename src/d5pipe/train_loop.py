@@ -64,13 +64,11 @@ class InProcessBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         x, y = self.x, self.y
-        if x.device.type == "cpu":
-            for idx in self.sampler:
-                yield x[idx], y[idx]
-        else:
-            for idx in self.sampler:
+        on_cpu = x.device.type == "cpu"  # the sampler's indices are CPU tensors
+        for idx in self.sampler:
+            if not on_cpu:
                 idx = idx.to(x.device, non_blocking=True)
-                yield x[idx], y[idx]
+            yield x[idx], y[idx]
 
 
 class OnDevice:

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from d5pipe.errors import D5PipeError
 from d5pipe.schema.root import STAGES
 
 _INDEX_CACHE: dict[str, dict[str, Any]] = {}
+_CONFIG_CACHE: dict[str, dict[str, Any]] = {}
 
 
 def load_index(run_dir: str | Path = ".") -> dict[str, Any]:
@@ -55,10 +55,17 @@ def final_outputs(run_dir: str | Path = ".") -> list[str]:
     return ["results.parquet", "report.html", "report.md"]
 
 
+def load_config(run_dir: str | Path = ".") -> dict[str, Any]:
+    """``config.yaml`` of the run (parsed once per process: every rule and shard asks)."""
+    key = str(Path(run_dir).resolve())
+    if key not in _CONFIG_CACHE:
+        with open(Path(run_dir) / "config.yaml", encoding="utf-8") as fh:
+            _CONFIG_CACHE[key] = yaml.safe_load(fh)
+    return _CONFIG_CACHE[key]
+
+
 def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
-    with open(Path(run_dir) / "config.yaml", encoding="utf-8") as fh:
-        cfg = yaml.safe_load(fh)
-    ex: dict[str, Any] = cfg.get("executor", {})
+    ex: dict[str, Any] = load_config(run_dir).get("executor", {})
     return ex
 
 
@@ -84,10 +91,9 @@ def threads_of(ex: dict[str, Any], stage: str) -> int:
     (and the MKL/OpenBLAS/... equivalents), which torch reads at import, so this is how many
     intra-op threads every measurement of the stage uses (recorded in the shard's environment).
     """
-    value = _stage_resource_conf(ex, stage).get("cpus_per_task", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise D5PipeError(f"executor.resources.{stage}.cpus_per_task: must be an integer >= 1, got {value!r}")
-    return value
+    from d5pipe.slurm import resource_int
+
+    return resource_int(_stage_resource_conf(ex, stage), "cpus_per_task", 1, f"executor.resources.{stage}")
 
 
 def max_threads(ex: dict[str, Any]) -> int:
@@ -127,8 +133,7 @@ def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
     """
     from d5pipe.plan import point_config, stage_base
 
-    with open(Path(run_dir) / "config.yaml", encoding="utf-8") as fh:
-        config: dict[str, Any] = yaml.safe_load(fh)
+    config = load_config(run_dir)
     with open(Path(run_dir) / "plan" / stage / f"{shard}.json", encoding="utf-8") as fh:
         spec = json.load(fh)
     base = stage_base(config, stage)
