@@ -8,7 +8,7 @@ STAMP := $(VENV)/.d5pipe-installed
 TEST_STAMP := $(VENV)/.d5pipe-test-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test install install-test system-deps horovod bench lint clean
+.PHONY: run test test-fast install install-test system-deps horovod bench lint clean
 
 # Python environment: torch (CPU wheel, pinned) first, then d5pipe and its dependencies.
 $(STAMP): pyproject.toml
@@ -41,15 +41,23 @@ horovod: $(STAMP)
 run: install
 	$(VENV)/bin/d5pipe run quickstart
 
-test: install-test
-	$(PY) -m mypy
+test: install-test lint
 	$(VENV)/bin/pytest -q
+
+# The suite without the SLURM cluster, MPI ranks or the browser (minutes, not tens of minutes).
+test-fast: install-test
+	$(VENV)/bin/pytest -q -m "not slurm and not mpi and not browser"
 
 bench: install-test
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
 
-lint: install
-	$(PY) -m snakemake --lint --snakefile Snakefile --directory $$(mktemp -d) || true
+# ruff and mypy over the code; Snakemake's linter over the workflow of a planned tiny run.
+lint: install-test
+	$(VENV)/bin/ruff check src tests benchmarks scripts workflow/scripts
+	$(PY) -m mypy
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	  $(VENV)/bin/d5pipe run tiny --config-dir tests/configs --out "$$d/run" --dry-run >/dev/null && \
+	  $(PY) -m snakemake --lint --snakefile Snakefile --directory "$$d/run"
 
 clean:
 	rm -rf runs .snakemake

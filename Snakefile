@@ -3,6 +3,10 @@
 #   snakemake --snakefile Snakefile --directory RUN ...
 # Every path in the rules is relative to RUN.
 
+from snakemake.utils import min_version
+
+min_version("9.0")
+
 report: "workflow/report/workflow.rst"
 
 

@@ -11,8 +11,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from d5pipe.distributed import run_point
-from d5pipe.records import PointContext, PointOutcome
+from d5pipe.levels.contract import PointContext
+from d5pipe.levels.level3.point import run_point
+from d5pipe.rundir.record import PointOutcome
 
 
 def _value(out: PointOutcome, name: str) -> tuple[float, float, float]:

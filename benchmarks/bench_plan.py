@@ -68,7 +68,7 @@ def main() -> None:
             d5 = [sys.executable, "-m", "d5pipe.cli.main"]
             t_plan = _timed([*d5, "plan", "plan_scale", "--config-dir", str(conf), "--json"], args.timeout)
             run = tmpd / f"run{n}"
-            from d5pipe.runner import load_plan, prepare_run
+            from d5pipe.execute.run import load_plan, prepare_run
 
             plan = load_plan("plan_scale", [], [str(conf)])
             prepare_run(plan, run, [])

@@ -1,7 +1,7 @@
 """d5pipe's timer vs torch.utils.benchmark on the same inputs, side by side in one process.
 
 For a CPU matmul of about 1 ms and an elementwise add of about 10 us (sizes picked by a short
-probe on this machine), alternate rounds of ``d5pipe.timer.measure`` and
+probe on this machine), alternate rounds of ``d5pipe.measure.timer.measure`` and
 ``torch.utils.benchmark.Timer.blocked_autorange`` and print each round's medians and the ratio of
 the medians over rounds (d5pipe / torch), plus the median of the paired per-round ratios with its
 95% confidence interval (order statistics). A ratio near 1 means d5pipe's blocks, synchronisation and
@@ -20,8 +20,8 @@ from collections.abc import Callable
 import torch
 from torch.utils import benchmark
 
-from d5pipe.stats import median_ci
-from d5pipe.timer import measure
+from d5pipe.measure.stats import median_ci
+from d5pipe.measure.timer import measure
 
 D5_TIMER = {"warmup_s": 0.05, "min_block_s": 0.01, "budget_s": 0.5, "target_ci_pct": 1.0}
 TORCH_MIN_RUN_TIME = 0.5

@@ -3,7 +3,7 @@
 For each model (MLP and the residual CNN on sklearn digits, batch 64, Adam), rounds alternate
 (the order flips every round) between
 
-* ``d5pipe``: ``d5pipe.train_loop.train_epoch`` (seeded index batches, per-step timing marks,
+* ``d5pipe``: ``d5pipe.levels.level2.train_loop.train_epoch`` (seeded index batches, per-step timing marks,
   loss/prediction bookkeeping reduced once per epoch, one JSONL line per step written after each
   epoch), and
 * ``bare``: the loop a user would write: ``randperm`` + slicing, zero_grad/forward/loss/backward/step,
@@ -31,13 +31,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe.datasets import Dataset, load_for
-from d5pipe.determinism import seed_everything
-from d5pipe.level2 import make_optimizer, resolve_train, run_point
-from d5pipe.train_loop import StepLog, make_loader, train_epoch
-from d5pipe.models import build_model
-from d5pipe.records import PointContext
-from d5pipe.stats import median_ci
+from d5pipe.levels.contract import PointContext
+from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.level2.point import make_optimizer, resolve_train, run_point
+from d5pipe.levels.level2.train_loop import StepLog, make_loader, train_epoch
+from d5pipe.levels.models import build_model
+from d5pipe.measure.determinism import seed_everything
+from d5pipe.measure.stats import median_ci
 
 MODELS: dict[str, dict[str, Any]] = {
     "mlp": {"name": "mlp", "hidden": [128]},

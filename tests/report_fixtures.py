@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from d5pipe.atomic import write_json, write_text
-from d5pipe.records import write_record
-from d5pipe.seeds import point_seed
+from d5pipe.plan.seeds import point_seed
+from d5pipe.rundir.atomic import write_json, write_text
+from d5pipe.rundir.record import write_record
 
 HOSTILE = '<script>alert("x")</script> & <img src=x onerror=alert(1)>'
 """User text that must come out escaped in every report."""
@@ -271,7 +271,7 @@ def write_bulk_records(
 ) -> int:
     """Write ``n_points`` level records fast (plain writes, no fsync) for the benchmark.
 
-    Uses the same serialisation as ``d5pipe.atomic.write_json``. Returns the number of
+    Uses the same serialisation as ``d5pipe.rundir.atomic.write_json``. Returns the number of
     metric rows these records hold.
     """
     rng = random.Random(seed)

@@ -12,11 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from d5pipe import D5PipeError  # noqa: E402
+from d5pipe.results.aggregate import aggregate  # noqa: E402
+from d5pipe.results.columns import FIXED_COLUMNS  # noqa: E402
+from d5pipe.rundir.record import read_record  # noqa: E402
 from report_fixtures import GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir  # noqa: E402
-
-from d5pipe.aggregate import FIXED_COLUMNS, aggregate  # noqa: E402
-from d5pipe.errors import D5PipeError  # noqa: E402
-from d5pipe.records import read_record  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +118,24 @@ def test_atomic_write_leaves_no_temp_and_tolerates_bad_records(tmp_path: Path) -
     make_run_dir(tmp_path, RunSpec(levels=("level1",), failed=0, hostile=False))
     (tmp_path / "points" / "level1" / "broken.json").write_text("{not json", encoding="utf-8")
     (tmp_path / "points" / "level1" / "partial.json").write_text(
-        json.dumps({"status": "ok", "metrics": [{"name": "x", "value": 1}]}), encoding="utf-8")
+        json.dumps({"schema_version": 1, "status": "ok", "metrics": [{"name": "x", "value": 1}]}),
+        encoding="utf-8")
     df = pd.read_parquet(aggregate(tmp_path))
     broken = df[df["point_id"] == "broken"]
     assert broken["status"].item() == "failed" and "unreadable record" in broken["error"].item()
     partial = df[df["point_id"] == "partial"]
     assert partial["value"].item() == 1.0 and partial["unit"].item() == ""
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_record_of_an_unknown_schema_version_is_a_one_line_error(tmp_path: Path) -> None:
+    from d5pipe.rundir.record import RecordVersionError
+
+    make_run_dir(tmp_path, RunSpec(levels=("level1",), failed=0, hostile=False))
+    (tmp_path / "points" / "level1" / "future.json").write_text(
+        json.dumps({"schema_version": 99, "status": "ok", "metrics": []}), encoding="utf-8")
+    with pytest.raises(RecordVersionError, match=r"future.json: record schema_version 99 is not one"):
+        aggregate(tmp_path)
 
 
 def test_missing_run_dir_is_a_user_error(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from d5pipe import bundle
+from d5pipe import D5PipeError
 from d5pipe.cli import cmd_bundle
-from d5pipe.errors import D5PipeError
+from d5pipe.provenance import bundle
 
 
 def _run_dir(root: Path) -> Path:

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from d5pipe import bundle
-from d5pipe.aggregate import aggregate
 from d5pipe.cli import cmd_compare
-from d5pipe.compare import compare_runs, format_table, load_run, regressions
-from d5pipe.records import Metric, record_path, write_record
+from d5pipe.provenance import bundle
+from d5pipe.results.aggregate import aggregate
+from d5pipe.results.compare import compare_runs, format_table, load_run, regressions
+from d5pipe.rundir.record import Metric, record_path, write_record
 
 
 def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], seed: int) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe.config import compose_config
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError
+from d5pipe.config.compose import compose_config
 
 
 def _write(d: Path, rel: str, text: str) -> None:
@@ -57,8 +57,10 @@ def test_user_config_dir_is_searched(user_conf: Path) -> None:
     ],
 )
 def test_errors_name_key_and_file(user_conf: Path, experiment: str, overrides: list[str], expected: str) -> None:
+    from d5pipe.execute.run import load_plan
+
     with pytest.raises(D5PipeError) as err:
-        compose_config(experiment, overrides, [user_conf])
+        load_plan(experiment, overrides, [str(user_conf)])
     assert expected in str(err.value)
     assert "\n" not in str(err.value)
 
@@ -86,7 +88,7 @@ def test_command_line_can_add_a_sweep_axis_but_not_an_unknown_key() -> None:
     cfg = compose_config("quickstart", ["sweep.grid.train.lr=[0.01,0.1]"])
     assert list(cfg.sweep.grid["train.lr"]) == [0.01, 0.1]
     assert "distributed.ranks" in cfg.sweep.grid  # the experiment's own axes stay
-    from d5pipe.runner import load_plan
+    from d5pipe.execute.run import load_plan
 
     with pytest.raises(D5PipeError, match="sweep axis 'train.lrr': no such config key"):
         load_plan("quickstart", ["sweep.grid.train.lrr=[0.01]"])

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from d5pipe import level0, level1, level2
-from d5pipe.records import PointContext
-from d5pipe.train_loop import StepClock
+from d5pipe.levels.contract import PointContext
+from d5pipe.levels.level0 import point as level0
+from d5pipe.levels.level1 import point as level1
+from d5pipe.levels.level2 import point as level2
+from d5pipe.levels.level2.train_loop import StepClock
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="torch.cuda.is_available() is False: no GPU on this machine")

@@ -1,4 +1,4 @@
-"""d5pipe.datasets: keys, seeded splits, atomic one-time materialisation, checksums, loading."""
+"""d5pipe.levels.datasets: keys, seeded splits, atomic one-time materialisation, checksums, loading."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from d5pipe.datasets import dataset_key, load, prepare
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError
+from d5pipe.levels.datasets import dataset_key, load, prepare
 
 DIGITS = {"name": "digits", "test_fraction": 0.25, "split_seed": 0}
 SYNTH = {"name": "synthetic", "n_samples": 400, "n_classes": 4, "image_shape": [2, 6, 6], "noise": 0.5}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe.distributed.launch import LOOPBACK, build_launch, choose_launcher
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError
+from d5pipe.levels.level3.launch import LOOPBACK, build_launch, choose_launcher
 
 HOSTILE = "x; touch owned"
 
@@ -49,7 +49,7 @@ def test_mpirun_argv_oversubscribes_when_ranks_exceed_cores(tmp_path: Path) -> N
     assert plan.launcher == "mpirun" and Path(plan.argv[0]).name == "mpirun"
     assert plan.argv[1:3] == ["-n", "4"]
     assert "--oversubscribe" in plan.argv and plan.oversubscribed
-    assert plan.argv[-4:] == [sys.executable, "-m", "d5pipe.distributed.worker", str(spec)]
+    assert plan.argv[-4:] == [sys.executable, "-m", "d5pipe.levels.level3.worker", str(spec)]
     forwarded = {plan.argv[i + 1] for i, a in enumerate(plan.argv) if a == "-x"}
     assert {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PATH"} <= forwarded
     fits = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=29512)
@@ -94,3 +94,20 @@ def test_fixed_threads_per_rank_and_their_oversubscription(tmp_path: Path, monke
     srun = build_launch(backend="ddp", ranks=2, spec_path=spec, executor_name="slurm", cores=2, port=1,
                         threads_per_rank=2)
     assert "--cpus-per-task=2" in srun.argv and not srun.oversubscribed  # the config wins over the job
+
+
+def test_rank_launch_takes_the_nodes_of_the_merged_stage_resources(tmp_path) -> None:
+    """executor.resources.default.nodes=2 gives a 2-node job; its ranks must start on 2 nodes
+    (before, level 3 read only its own entry and started them with srun --nodes=1)."""
+    from d5pipe.levels.contract import PointContext
+    from d5pipe.levels.level3.point import launch_options
+
+    def ctx(executor: dict) -> PointContext:
+        cfg = {"distributed": {"backend": "ddp", "ranks": 4}}
+        return PointContext("e", "level3", "p", {}, cfg, 1, tmp_path, tmp_path, tmp_path, executor)
+
+    inherit = {"name": "slurm", "resources": {"default": {"nodes": 2}, "level3": {}}}
+    assert launch_options(ctx(inherit))["slurm_nodes"] == 2
+    own = {"name": "slurm", "resources": {"default": {"nodes": 2}, "level3": {"nodes": 3}}}
+    assert launch_options(ctx(own))["slurm_nodes"] == 3
+    assert launch_options(ctx({"name": "local"}))["slurm_nodes"] == 1

@@ -8,17 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from d5pipe.distributed import scaling_table
-from d5pipe.distributed.collectives import (
+from d5pipe import D5PipeError
+from d5pipe.levels.level3.collectives import (
     actual_message_bytes,
     algbw,
     busbw,
     busbw_factor,
     elements_per_rank,
 )
-from d5pipe.distributed.scaling import ring_allreduce_bytes
-from d5pipe.distributed.training import batch_sizes, global_batches, rank_slice
-from d5pipe.errors import D5PipeError
+from d5pipe.levels.level3.scaling import ring_allreduce_bytes, scaling_table
+from d5pipe.levels.level3.training import batch_sizes, global_batches, rank_slice
 
 
 def test_busbw_factors_follow_nccl_tests() -> None:

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from d5pipe.distributed import run_point
-from d5pipe.distributed.launch import usable_cores
-from d5pipe.records import Metric, PointContext, PointOutcome
+from d5pipe.levels.contract import PointContext
+from d5pipe.levels.level3.launch import usable_cores
+from d5pipe.levels.level3.point import run_point
+from d5pipe.rundir.record import Metric, PointOutcome
 
 HOSTILE = "x; touch owned"
 

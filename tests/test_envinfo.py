@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe import bundle, envinfo, envprobe
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError
+from d5pipe.provenance import bundle
+from d5pipe.provenance import environment as envinfo
+from d5pipe.provenance import probes as envprobe
 
 _CHILD = (
-    "import json, sys; from d5pipe import envinfo; rec = envinfo.environment_record()\n"
+    "import json, sys; from d5pipe.provenance import environment as envinfo; rec = envinfo.environment_record()\n"
     "mpi_imported = 'mpi4py.MPI' in sys.modules\n"
     "from mpi4py import MPI\n"
     "print(json.dumps({'record': rec, 'mpi_imported_by_envinfo': mpi_imported,\n"

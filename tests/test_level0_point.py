@@ -10,13 +10,15 @@ from typing import Any
 import pytest
 import torch
 
-from d5pipe.errors import D5PipeError
-from d5pipe.level0 import run_point, validate_operators
-from d5pipe.records import PointContext, PointOutcome, PointSkipped
+from d5pipe import D5PipeError
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.level0.point import run_point
+from d5pipe.levels.level0.validate import validate_operators
+from d5pipe.rundir.record import PointOutcome
 
 QUICK_TIMER = {"warmup_s": 0.01, "warmup_max_iters": 3, "min_block_s": 0.002, "budget_s": 0.2,
                "min_samples": 5, "max_samples": 50, "target_ci_pct": 10.0}
-TESTING_OPS = "d5pipe.level0.testing_ops"
+TESTING_OPS = "d5pipe.levels.level0.testing_ops"
 
 
 def point(tmp_path: Path, cache: dict[str, Any] | None = None, **ops: Any) -> PointContext:
@@ -93,8 +95,8 @@ def test_import_outside_allowed_prefixes_is_a_user_error(tmp_path: Path, path: s
 
 
 def test_custom_path_must_name_an_operator_spec(tmp_path: Path) -> None:
-    with pytest.raises(D5PipeError, match="not a d5pipe.level0.spec.OperatorSpec"):
-        run_point(point(tmp_path, op="x", custom={"x": "d5pipe.level0.operators:CONV_CHANNELS"}))
+    with pytest.raises(D5PipeError, match="not a d5pipe.levels.level0.spec.OperatorSpec"):
+        run_point(point(tmp_path, op="x", custom={"x": "d5pipe.levels.level0.operators:CONV_CHANNELS"}))
 
 
 def test_unknown_names_are_user_errors(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""d5pipe.level1: latency/throughput/fwd+bwd/peak memory of whole models through the shared timer."""
+"""d5pipe.levels.level1.point: latency/throughput/fwd+bwd/peak memory of whole models through the shared timer."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from d5pipe.level1 import run_point
-from d5pipe.memory import peak_memory
-from d5pipe.records import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.level1.point import run_point
+from d5pipe.measure.memory import peak_memory
 
 FAST_TIMER = {"warmup_s": 0.01, "budget_s": 0.15, "min_samples": 5, "min_block_s": 0.002}
 

@@ -1,4 +1,4 @@
-"""d5pipe.level2: real training on digits; determinism of the weight checksum, curves, step log."""
+"""d5pipe.levels.level2.point: real training on digits; determinism of the weight checksum, curves, step log."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-from d5pipe.datasets import dataset_key
-from d5pipe.errors import D5PipeError
-from d5pipe.level2 import run_point
-from d5pipe.records import PointContext
+from d5pipe import D5PipeError
+from d5pipe.levels.contract import PointContext
+from d5pipe.levels.datasets import dataset_key
+from d5pipe.levels.level2.point import run_point
 
 MLP = {"name": "mlp", "hidden": [32]}
 

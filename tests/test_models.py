@@ -1,12 +1,12 @@
-"""d5pipe.models: every model builds from config and runs forward on each dataset shape."""
+"""d5pipe.levels.models: every model builds from config and runs forward on each dataset shape."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from d5pipe.errors import D5PipeError
-from d5pipe.models import UnsupportedInput, build_model, count_parameters
+from d5pipe import D5PipeError
+from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 
 SHAPES = {"digits": (1, 8, 8), "synthetic_image": (3, 16, 16), "tabular": (30,)}
 MODELS = {

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from d5pipe.errors import D5PipeError
-from d5pipe.plan import build_plan, point_id
-from d5pipe.seeds import check_unique, derive_seed, point_seed
+from d5pipe import D5PipeError
+from d5pipe.plan.build import build_plan, point_id
+from d5pipe.plan.seeds import check_unique, derive_seed, point_seed
 
 
 def _cfg(**sweep: object) -> dict:
@@ -53,7 +53,7 @@ def test_ids_have_readable_prefix() -> None:
 
 def test_ids_stable_across_processes() -> None:
     code = (
-        "import json,sys; from d5pipe.plan import build_plan; "
+        "import json,sys; from d5pipe.plan.build import build_plan; "
         "cfg=json.loads(sys.argv[1]); print(json.dumps(build_plan(cfg).stages['level0'].point_ids))"
     )
     cfg = _cfg()
@@ -112,7 +112,7 @@ def test_fixed_key_cannot_be_swept() -> None:
 
 def test_planner_ids_equal_direct_ids() -> None:
     """The planner's pre-normalised fast path gives the same IDs as hashing each config whole."""
-    from d5pipe.plan import point_config, stage_base
+    from d5pipe.plan.build import point_config, stage_base
 
     cfg = _cfg(grid={"operators.size": [8, 16.0, 32]})
     plan = build_plan(cfg)

@@ -1,4 +1,4 @@
-"""d5pipe.recipes: FIXED keys and acceptance thresholds on the tidy results frame."""
+"""d5pipe.plan.recipes: FIXED keys and acceptance thresholds on the tidy results frame."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from d5pipe.errors import D5PipeError
-from d5pipe.recipes import check_fixed, evaluate_acceptance
+from d5pipe import D5PipeError
+from d5pipe.plan.recipes import check_fixed
+from d5pipe.results.acceptance import evaluate_acceptance
 
 
 def test_fixed_key_varied_by_the_sweep_is_rejected() -> None:
@@ -77,7 +78,7 @@ def test_boundary_missing_metric_and_unknown_op() -> None:
 
 
 def test_train_digits_experiment_composes_and_respects_its_recipe() -> None:
-    from d5pipe.config import compose_config, to_plain
+    from d5pipe.config.compose import compose_config, to_plain
 
     cfg = to_plain(compose_config("train_digits"))
     axes = list(cfg["sweep"]["grid"])

@@ -10,11 +10,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from report_fixtures import HOSTILE, RunSpec, make_run_dir  # noqa: E402
-
-from d5pipe.aggregate import aggregate  # noqa: E402
-from d5pipe.errors import D5PipeError  # noqa: E402
-from d5pipe.report import build_report  # noqa: E402
+from d5pipe import D5PipeError  # noqa: E402
+from d5pipe.results.aggregate import aggregate  # noqa: E402
+from d5pipe.results.report import build_report  # noqa: E402
+from report_fixtures import RunSpec, make_run_dir  # noqa: E402
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)|https?://""", re.IGNORECASE)
 

@@ -17,10 +17,9 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from d5pipe.results.aggregate import aggregate  # noqa: E402
+from d5pipe.results.report import build_report  # noqa: E402
 from report_fixtures import RunSpec, make_run_dir  # noqa: E402
-
-from d5pipe.aggregate import aggregate  # noqa: E402
-from d5pipe.report import build_report  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

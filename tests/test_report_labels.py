@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from d5pipe.report.frames import label_of
+from d5pipe.results.report.frames import label_of
 
 
 def test_label_falls_back_to_point_id_after_set_index() -> None:

@@ -1,7 +1,7 @@
 """reproduce(): checksums first, environment comparison, re-run, metric-by-metric verdict.
 
 The bundle is hand-made but real: point records in the architecture's format, ``results.parquet``
-written by the real aggregator (d5pipe.aggregate), a manifest with this machine's environment
+written by the real aggregator (d5pipe.results.aggregate), a manifest with this machine's environment
 record, and real checksums. The ``rerun`` callables write real run directories the same way
 (copying the bundle's records, optionally perturbed), since the pipeline's own re-run is wired by
 the CLI.
@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 import yaml
 
-from d5pipe import bundle, envinfo
-from d5pipe.aggregate import aggregate
+from d5pipe import D5PipeError
 from d5pipe.cli import cmd_reproduce
-from d5pipe.errors import D5PipeError
-from d5pipe.records import Metric, record_path, write_record
-from d5pipe.reproduce import reproduce
-from d5pipe.seeds import point_seed
+from d5pipe.plan.seeds import point_seed
+from d5pipe.provenance import bundle
+from d5pipe.provenance import environment as envinfo
+from d5pipe.provenance.reproduce import reproduce
+from d5pipe.results.aggregate import aggregate
+from d5pipe.rundir.record import Metric, record_path, write_record
 
 POINTS = ("mm-64-a1b2c3", "mm-128-d4e5f6", "mm-256-0718ab")
 

@@ -9,7 +9,7 @@ slower, as after a code change, which gives a timing change of known direction.
 
 Other timings are never asserted to be equal or different: this machine is shared and noisy. The
 tests check that every timing was judged by a statistical test and that the verdict policy of
-:mod:`d5pipe.reproduce` holds (timing changes are reported; only ``--strict-timing`` fails on them).
+:mod:`d5pipe.provenance.reproduce` holds (timing changes are reported; only ``--strict-timing`` fails on them).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import pandas as pd
 import pytest
 import torch
 
-from d5pipe.level0.operators import MATMUL
-from d5pipe.stat_compare import MetricValue, compare_metric, min_attainable_p
+from d5pipe.levels.level0.operators import MATMUL
+from d5pipe.results.metric_compare import MetricValue, compare_metric, min_attainable_p
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-
-from d5pipe.config import compose_config, to_plain
-from d5pipe.plan import build_plan
-from d5pipe.rundir import write_plan
 from tests.conftest import TEST_CONF
+
+from d5pipe.config.compose import compose_config, to_plain
+from d5pipe.plan.build import build_plan
+from d5pipe.rundir.plan_files import write_plan
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def test_sigkill_mid_shard_then_resume(tmp_path: Path) -> None:
     assert plan.stages["level0"].n_shards == 1
     run = tmp_path / "run"
     write_plan(run, plan, [])
-    cmd = [sys.executable, "-m", "d5pipe.shard", str(run), "level0", "s00000"]
+    cmd = [sys.executable, "-m", "d5pipe.execute.shard", str(run), "level0", "s00000"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and len(list((run / "points" / "level0").glob("*.json"))) < 2:

@@ -1,4 +1,4 @@
-"""The local SLURM test cluster, d5pipe.slurm against it, and Snakemake's SLURM plugin end to end."""
+"""The local SLURM test cluster, d5pipe.execute.slurm against it, and Snakemake's SLURM plugin end to end."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe.errors import D5PipeError
-from d5pipe.slurm import query_jobs, snakemake_resources
+from d5pipe import D5PipeError
+from d5pipe.execute.resources import snakemake_resources
+from d5pipe.execute.slurm import query_jobs
 from slurm_fixture import SlurmCluster, cluster_module, run_snakemake_slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -57,7 +58,7 @@ def test_srun_runs_two_tasks(slurm_cluster: SlurmCluster, tmp_path: Path) -> Non
 
 def test_provenance_inside_a_job_falls_back_to_squeue(slurm_cluster: SlurmCluster,
                                                       tmp_path: Path) -> None:
-    code = "import json; from d5pipe.slurm import slurm_provenance; print(json.dumps(slurm_provenance()))"
+    code = "import json; from d5pipe.execute.slurm import slurm_provenance; print(json.dumps(slurm_provenance()))"
     # The plugin's MPI-style job steps drop SLURM_JOB_NODELIST; emulate that with env -u.
     job_id = _sbatch(slurm_cluster, tmp_path, "-o", "prov.json", "--wrap",
                      f"env -u SLURM_JOB_NODELIST -u SLURM_NODELIST {sys.executable} -c '{code}'")

@@ -33,7 +33,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from d5pipe.slurm import cancel_run_jobs, query_jobs, run_jobs
+from d5pipe.execute.slurm import cancel_run_jobs, query_jobs, run_jobs
 from slurm_fixture import TEST_PROFILE, SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -253,8 +253,8 @@ def walltime(cluster: SlurmCluster, run_dir: Path) -> Walltime:
 _TIMEOUT_DRIVER = """
 import sys
 from pathlib import Path
-from d5pipe.errors import D5PipeError
-from d5pipe.runner import run
+from d5pipe import D5PipeError
+from d5pipe.execute.run import run
 out, conf, timeout, *overrides = sys.argv[1:]
 try:
     run("slurm_sleep", overrides, out=Path(out), executor="slurm", config_dirs=[conf],
@@ -456,8 +456,8 @@ def test_1000_point_sweep_is_submitted_as_at_most_20_jobs(slurm_cluster: SlurmCl
 
     Last in the module: it runs while the walltime job sleeps."""
     from d5pipe.cli.main import main as d5pipe_main
-    from d5pipe.runner import load_plan, prepare_run
-    from d5pipe.snakemake_cmd import build_command
+    from d5pipe.execute.run import load_plan, prepare_run
+    from d5pipe.execute.snakemake import build_command
 
     overrides = ["shards.max_jobs_per_stage=20", *SLURM_OVERRIDES]
     env = _env(slurm_cluster)

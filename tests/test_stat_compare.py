@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from d5pipe.stat_compare import ComparePolicy, MetricValue, compare_metric, compare_samples, higher_is_worse
+from d5pipe.results.metric_compare import ComparePolicy, MetricValue, compare_metric, compare_samples, higher_is_worse
 
 
 def _timing(samples: np.ndarray) -> MetricValue:

@@ -1,4 +1,4 @@
-"""d5pipe.stats against numpy/scipy on known data, and CI coverage on skewed samples."""
+"""d5pipe.measure.stats against numpy/scipy on known data, and CI coverage on skewed samples."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from d5pipe import stats
+from d5pipe.measure import stats
 
 
 def test_median_ci_ranks_match_binomial_definition() -> None:

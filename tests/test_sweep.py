@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from d5pipe.errors import D5PipeError
-from d5pipe.sweep import expand, project
+from d5pipe import D5PipeError
+from d5pipe.plan.sweep import expand, project
 
 
 def test_cartesian_order_and_count() -> None:

@@ -1,12 +1,12 @@
-"""d5pipe.timer: raw samples, block sizing, stop rule and budget (by counts and flags, not wall time)."""
+"""d5pipe.measure.timer: raw samples, block sizing, stop rule and budget (by counts and flags, not wall time)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from d5pipe.errors import D5PipeError
-from d5pipe.timer import MAX_OVERHEAD_FRACTION, measure, timer_conf
+from d5pipe import D5PipeError
+from d5pipe.measure.timer import MAX_OVERHEAD_FRACTION, measure, timer_conf
 
 FAST = {"warmup_s": 0.01, "warmup_max_iters": 5, "min_block_s": 0.002}
 

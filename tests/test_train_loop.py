@@ -1,4 +1,4 @@
-"""d5pipe.train_loop: the epoch's bookkeeping, step log and step clock on a real model and data."""
+"""d5pipe.levels.level2.train_loop: the epoch's bookkeeping, step log and step clock on a real model and data."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from d5pipe.train_loop import StepClock, StepLog, evaluate, make_loader, train_epoch
+from d5pipe.levels.level2.train_loop import StepClock, StepLog, evaluate, make_loader, train_epoch
 
 
 def _data(n: int = 200) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from tests.conftest import ROOT, TEST_CONF, d5pipe
 
 pytestmark = pytest.mark.slow
@@ -140,8 +139,8 @@ def test_cpus_per_task_sets_the_threads_of_the_measurements(tmp_path: Path) -> N
 
 
 def test_local_cores_are_job_slots_times_the_widest_stage(tmp_path: Path) -> None:
-    from d5pipe.errors import D5PipeError
-    from d5pipe.snakemake_cmd import build_command
+    from d5pipe import D5PipeError
+    from d5pipe.execute.snakemake import build_command
 
     ex = {"name": "local", "jobs": 3,
           "resources": {"default": {"cpus_per_task": 2}, "level1": {"cpus_per_task": 5}}}
@@ -154,7 +153,7 @@ def test_local_cores_are_job_slots_times_the_widest_stage(tmp_path: Path) -> Non
 
 
 def test_a_stage_entry_overrides_default_even_with_the_schema_value() -> None:
-    from d5pipe.workflow_api import threads_of
+    from d5pipe.execute.workflow_api import threads_of
 
     ex = {"name": "local", "resources": {"default": {"cpus_per_task": 8, "partition": "big"},
                                          "level0": {"cpus_per_task": 1, "partition": None}}}
@@ -164,8 +163,8 @@ def test_a_stage_entry_overrides_default_even_with_the_schema_value() -> None:
 
 
 def test_composed_resources_inherit_unset_fields() -> None:
-    from d5pipe.runner import load_plan
-    from d5pipe.workflow_api import _stage_resource_conf
+    from d5pipe.config.resources import merged_resources as _stage_resource_conf
+    from d5pipe.execute.run import load_plan
 
     plan = load_plan("quickstart", ["executor=slurm", "executor.resources.default.partition=gpu",
                                     "executor.resources.level2.runtime_min=120",

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from d5pipe.level0.spec import OperatorSpec
+from d5pipe.levels.level0.spec import OperatorSpec
 
 
 def _inputs(size: int, batch: int, gen: torch.Generator) -> list[torch.Tensor]:

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from d5pipe import bundle
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError
+from d5pipe.provenance import bundle
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from d5pipe.atomic import write_json
-from d5pipe.compare import compare_runs, format_table, regressions, to_json
-from d5pipe.stat_compare import ComparePolicy
+from d5pipe.results.compare import compare_runs, format_table, regressions, to_json
+from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.rundir.atomic import write_json
 
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:

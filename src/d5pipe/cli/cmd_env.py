@@ -13,8 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from d5pipe import envinfo
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError
+from d5pipe.provenance import environment as envinfo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

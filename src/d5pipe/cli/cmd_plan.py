@@ -7,7 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from d5pipe.runner import default_out, format_summary, load_plan, summarize
+from d5pipe.execute.run import default_out, load_plan
+from d5pipe.execute.summary import format_summary, summarize
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

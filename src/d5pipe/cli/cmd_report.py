@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from d5pipe.errors import D5PipeError
+from d5pipe.rundir.layout import RunDir
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -13,14 +13,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from d5pipe.finalize import finalize_results
-    from d5pipe.report import build_report
+    from d5pipe.results.finalize import finalize_results
+    from d5pipe.results.report import build_report
 
-    run_dir: Path = args.run_dir
-    if not (run_dir / "plan" / "index.json").exists():
-        raise D5PipeError(f"{run_dir}: not a d5pipe run directory (no plan/index.json)")
-    if not (run_dir / "results.parquet").exists():
-        finalize_results(run_dir, run_dir / "results.parquet")
+    rd = RunDir(args.run_dir).require_run()
+    run_dir = rd.root
+    if not rd.results_path.exists():
+        finalize_results(run_dir, rd.results_path)
     html, md = build_report(run_dir)
     print(f"report: {html.resolve()}\nmarkdown: {md.resolve()}")
     return 0

@@ -1,12 +1,12 @@
 """``d5pipe reproduce BUNDLE``: verify, re-run and compare a published run (exit 0 reproduced, 3 not).
 
 The function that re-runs a config is ``args.rerun`` when the CLI main injected one
-(``parser.set_defaults(rerun=...)``), else ``d5pipe.runner.run_config_file(config_yaml, out_dir)``.
+(``parser.set_defaults(rerun=...)``), else ``d5pipe.execute.run.run_config_file(config_yaml, out_dir)``.
 
 Output: environment differences on stderr (those of the measurements, then those of the
 submitting process), then on stdout one line per failure, one line per significant timing change
 and a summary line ``<verdict> (<counts>); timings: ...; report: OUT/reproduce.json``. The verdict
-policy (what fails, how timings count) is documented in :mod:`d5pipe.reproduce`.
+policy (what fails, how timings count) is documented in :mod:`d5pipe.provenance.reproduce`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import cast
 
+from d5pipe import D5PipeError
 from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args
-from d5pipe.errors import D5PipeError
-from d5pipe.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
+from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
+from d5pipe.rundir.layout import RunDir
 
 MAX_ENV_LINES = 40
 
@@ -37,10 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _default_rerun() -> RerunFn:
-    runner = importlib.import_module("d5pipe.runner")
+    runner = importlib.import_module("d5pipe.execute.run")
     fn = getattr(runner, "run_config_file", None)
     if fn is None:
-        raise D5PipeError("reproduce: d5pipe.runner.run_config_file(config_yaml, out_dir) is not available")
+        raise D5PipeError("reproduce: d5pipe.execute.run.run_config_file(config_yaml, out_dir) is not available")
     return cast(RerunFn, fn)
 
 
@@ -76,8 +77,8 @@ def main(args: argparse.Namespace) -> int:
     _print_env("note: the submitting environment differs (Snakemake sets the jobs' thread variables, "
                "so these need not reach the measurements)", verdict.submit_env, verdict.report_path)
     out_dir = Path(verdict.report_path).parent
-    if (out_dir / "results.parquet").exists():
-        from d5pipe.report import build_report
+    if RunDir(out_dir).results_path.exists():
+        from d5pipe.results.report import build_report
 
         build_report(out_dir)  # the re-run's report now shows the verdict
     for line in verdict.failures:

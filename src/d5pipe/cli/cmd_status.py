@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from d5pipe.status import format_status, run_executor, run_status, slurm_status_lines
+from d5pipe.execute.status import format_status, run_executor, run_status, slurm_status_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

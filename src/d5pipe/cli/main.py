@@ -7,8 +7,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-from d5pipe import __version__
-from d5pipe.errors import D5PipeError
+from d5pipe import D5PipeError, __version__
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("d5pipe.cli.cmd_run", "run an experiment (plan, then the Snakemake workflow)"),

@@ -1,0 +1,151 @@
+"""The root structured config (what ``conf/config.yaml`` composes into) and its registration.
+
+Every config group has its schema registered in Hydra's ConfigStore (:func:`register`): the root
+``d5pipe_schema`` plus one ``<group>/schema`` node per group, so a group YAML
+(``conf/<group>/<option>.yaml``) lists ``schema`` in its defaults and says only what differs from it.
+Sections a level reads are defined next to that level (``d5pipe.levels.*.schema``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+from d5pipe.config.fields import at_least, between, choice
+from d5pipe.config.stages import STAGE_NAMES
+from d5pipe.levels.level0.schema import OperatorsConf
+from d5pipe.levels.level1.schema import Level1Conf
+from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level3.schema import DistributedConf
+from d5pipe.levels.schema import DatasetConf, ModelConf
+from d5pipe.measure.timer_schema import TimerConf
+
+EXECUTORS: tuple[str, ...] = ("local", "slurm")
+ACCEPTANCE_OPS: tuple[str, ...] = (">=", "<=")
+
+
+@dataclass
+class SweepConf:
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    """Cartesian axes: dotted config key -> list of values."""
+    zip: list[dict[str, list[Any]]] = field(default_factory=list)
+    """Groups of axes that vary together (equal lengths); each group is one axis of the product."""
+    exclude: list[dict[str, Any]] = field(default_factory=list)
+    """Partial assignments (axis key -> value); matching points are dropped."""
+
+
+@dataclass
+class AcceptanceConf:
+    metric: str = MISSING
+    op: str = choice(">=", ACCEPTANCE_OPS)
+    value: float = MISSING
+    stage: str = choice("level2", STAGE_NAMES)
+
+
+@dataclass
+class RecipeConf:
+    fixed: list[str] = field(default_factory=list)
+    """Config keys (dotted) the sweep may not vary."""
+    acceptance: list[AcceptanceConf] = field(default_factory=list)
+
+
+@dataclass
+class ShardsConf:
+    points_per_shard: int = at_least(16, 1)
+    max_jobs_per_stage: int = at_least(0, 0)
+    """When > 0, shards are made larger so that no stage has more jobs than this."""
+
+
+RESOURCE_DEFAULTS: dict[str, Any] = {
+    "partition": "", "account": "", "runtime_min": 30, "nodes": 1, "tasks": 1,
+    "cpus_per_task": 1, "mem_mb": 2048, "gpus": 0,
+}
+"""What a resource takes when neither the stage's entry nor ``default`` sets it."""
+
+
+@dataclass
+class ResourcesConf:
+    """One entry of ``executor.resources``: a field left null (unset) is inherited, stage entry ->
+    ``default`` -> :data:`RESOURCE_DEFAULTS`."""
+
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    runtime_min: Optional[int] = at_least(None, 1)
+    nodes: Optional[int] = at_least(None, 1)
+    tasks: Optional[int] = at_least(None, 1)
+    cpus_per_task: Optional[int] = at_least(None, 1)
+    mem_mb: Optional[int] = at_least(None, 1)
+    gpus: Optional[int] = at_least(None, 0)
+
+
+@dataclass
+class ExecutorConf:
+    name: str = choice("local", EXECUTORS)
+    jobs: int = at_least(1, 1)
+    """Jobs in flight (local: parallel shard processes; slurm: submitted jobs)."""
+    profile: str = ""
+    """Snakemake profile directory (``profiles/slurm`` for SLURM)."""
+    retries: int = at_least(0, 0)
+    resources: dict[str, ResourcesConf] = field(default_factory=dict)
+    """Per stage (``level0``..``level3``, ``default``) SLURM resources."""
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportConf:
+    title: str = ""
+    alpha: float = between(0.05, 0.0, 1.0)
+
+
+@dataclass
+class D5Config:
+    name: str = MISSING
+    """Experiment name (set by the experiment file)."""
+    description: str = ""
+    seed: int = 0
+    """Root seed; per-point and per-rank seeds derive from it (d5pipe.plan.seeds)."""
+    stages: list[str] = field(default_factory=list)
+    """Enabled levels: any of d5pipe.config.stages.STAGE_NAMES, in any order, at least one."""
+    sweep: SweepConf = field(default_factory=SweepConf)
+    recipe: RecipeConf = field(default_factory=RecipeConf)
+    shards: ShardsConf = field(default_factory=ShardsConf)
+    timer: TimerConf = field(default_factory=TimerConf)
+    operators: OperatorsConf = field(default_factory=OperatorsConf)
+    model: ModelConf = field(default_factory=ModelConf)
+    dataset: DatasetConf = field(default_factory=DatasetConf)
+    level1: Level1Conf = field(default_factory=Level1Conf)
+    train: TrainConf = field(default_factory=TrainConf)
+    distributed: DistributedConf = field(default_factory=DistributedConf)
+    executor: ExecutorConf = field(default_factory=ExecutorConf)
+    report: ReportConf = field(default_factory=ReportConf)
+
+
+GROUP_SCHEMAS: dict[str, type] = {
+    "timer": TimerConf,
+    "operators": OperatorsConf,
+    "model": ModelConf,
+    "dataset": DatasetConf,
+    "level1": Level1Conf,
+    "train": TrainConf,
+    "distributed": DistributedConf,
+    "executor": ExecutorConf,
+}
+"""Config group -> its schema; each is stored in the ConfigStore as ``<group>/schema``."""
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register the root schema and one schema per group in Hydra's ConfigStore (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="d5pipe_schema", node=D5Config)
+    for group, node in GROUP_SCHEMAS.items():
+        cs.store(group=group, name="schema", node=node)
+    _REGISTERED = True

@@ -1,0 +1,81 @@
+"""Where a run stands: per stage, points ok / failed / skipped / pending, from the records;
+under the SLURM executor also the run's SLURM jobs, from squeue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from d5pipe import D5PipeError
+from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.record import CorruptRecord, read_record
+
+
+@dataclass
+class StageStatus:
+    stage: str
+    total: int = 0
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0
+    pending: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+
+
+def run_status(run_dir: Path) -> list[StageStatus]:
+    rd = RunDir(run_dir).require_run()
+    out = []
+    for stage, ids in rd.planned_ids.items():
+        st = StageStatus(stage, total=len(ids))
+        for pid in ids:
+            try:
+                rec = read_record(rd.record(stage, pid))
+            except (FileNotFoundError, CorruptRecord):
+                st.pending += 1
+                continue
+            status = rec.get("status")
+            if status == "ok":
+                st.ok += 1
+            elif status == "skipped":
+                st.skipped += 1
+            else:
+                st.failed += 1
+                st.failures.append((pid, str(rec.get("error", ""))))
+        out.append(st)
+    return out
+
+
+def format_status(stats: list[StageStatus], running: dict[str, str] | None = None) -> str:
+    lines = [f"{'stage':<10}{'total':>8}{'ok':>8}{'failed':>8}{'skipped':>8}{'pending':>8}"]
+    for s in stats:
+        lines.append(f"{s.stage:<10}{s.total:>8}{s.ok:>8}{s.failed:>8}{s.skipped:>8}{s.pending:>8}")
+    for s in stats:
+        for pid, err in s.failures[:20]:
+            lines.append(f"failed {s.stage}/{pid}: {err.splitlines()[0] if err else ''}")
+    for job, state in (running or {}).items():
+        lines.append(f"slurm job {job}: {state}")
+    return "\n".join(lines)
+
+
+def run_executor(run_dir: Path) -> str:
+    """``executor.name`` of the run's ``config.yaml``."""
+    return str(RunDir(run_dir).executor.get("name", "local"))
+
+
+def slurm_status_lines(run_dir: Path) -> list[str]:
+    """One line per shard job of the run that SLURM still knows (newest job per shard).
+
+    Running and pending jobs, and jobs that did not complete with what their state means
+    (``TIMEOUT``: exceeded its walltime). squeue keeps finished jobs only ``MinJobAge`` seconds.
+    A failing squeue gives one line saying so (status never hangs: squeue runs under a timeout).
+    """
+    from d5pipe.execute.slurm import describe_job, latest_per_rule, run_jobs
+
+    try:
+        jobs = latest_per_rule(run_jobs(run_dir))
+    except D5PipeError as exc:
+        return [f"slurm: no job information ({exc})"]
+    done = sum(1 for j in jobs if j.state == "COMPLETED")
+    lines = [f"slurm: {len(jobs)} job(s) known to squeue, {done} completed"]
+    lines += [describe_job(j) for j in jobs if j.state != "COMPLETED"]
+    return lines

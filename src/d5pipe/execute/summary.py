@@ -1,0 +1,84 @@
+"""What a plan means for a run directory: points and jobs per stage, done and to do (``d5pipe plan``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from d5pipe.plan.build import Plan
+from d5pipe.rundir.plan_files import existing_records
+
+
+@dataclass
+class StageSummary:
+    stage: str
+    points: int
+    points_done: int
+    jobs: int
+    jobs_done: int
+    points_per_shard: int
+    axes: list[str]
+
+
+@dataclass
+class PlanSummary:
+    experiment: str
+    run_dir: str
+    points: int
+    stages: list[StageSummary]
+    other_jobs: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def total_jobs(self) -> int:
+        return sum(s.jobs for s in self.stages) + sum(self.other_jobs.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "run_dir": self.run_dir,
+            "points": self.points,
+            "jobs": self.total_jobs(),
+            "stages": [s.__dict__ for s in self.stages],
+            "other_jobs": self.other_jobs,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
+    """Points and jobs per stage, and how many are already done in ``run_dir``."""
+    stages = []
+    for stage, sp in plan.stages.items():
+        done = existing_records(run_dir, stage)
+        done_flags = [pid in done for pid in sp.point_ids]
+        jobs_done = 0
+        for i in range(sp.n_shards):
+            if all(done_flags[j] for j in sp.shard_slice(i)):
+                jobs_done += 1
+        stages.append(
+            StageSummary(
+                stage=stage,
+                points=len(sp.point_ids),
+                points_done=sum(done_flags),
+                jobs=sp.n_shards,
+                jobs_done=jobs_done,
+                points_per_shard=sp.points_per_shard,
+                axes=list(sp.axes),
+            )
+        )
+    other = {"prepare_data": len(plan.datasets), "aggregate": 1, "report": 1}
+    return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds)
+
+
+def format_summary(s: PlanSummary) -> str:
+    lines = [f"experiment {s.experiment}: {s.points} points, {s.total_jobs()} jobs -> {s.run_dir}"]
+    lines.append(f"  {'stage':<14}{'points':>10}{'done':>10}{'jobs':>8}{'done':>8}  axes")
+    for st in s.stages:
+        lines.append(
+            f"  {st.stage:<14}{st.points:>10}{st.points_done:>10}{st.jobs:>8}{st.jobs_done:>8}  "
+            f"{', '.join(st.axes) or '-'}"
+        )
+    for name, n in s.other_jobs.items():
+        lines.append(f"  {name:<14}{'':>10}{'':>10}{n:>8}")
+    lines.append(f"  (planned in {s.seconds:.2f} s)")
+    return "\n".join(lines)

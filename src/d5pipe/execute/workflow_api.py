@@ -1,0 +1,161 @@
+"""What the Snakefile asks d5pipe: the plan of the run directory it works in.
+
+Snakemake runs with ``--directory RUN``; every path here is relative to that directory. Each
+function is called by a one-line helper in ``workflow/rules/*.smk``; the run directory's files
+are parsed once per process (d5pipe.rundir.layout.RunDir.of). ``workflow/rules/levels.smk``
+creates one rule per planned stage of the registry (d5pipe.config.stages) from these answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from d5pipe.config.resources import merged_resources
+from d5pipe.config.stages import RESOURCE_ENTRIES, STAGE_NAMES, STAGES
+from d5pipe.rundir.layout import RESULTS_FILE, RunDir
+
+PLAN_INDEX_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "plan_index.schema.yaml"
+
+
+def _run(run_dir: str | Path) -> RunDir:
+    return RunDir.of(run_dir)
+
+
+def load_index(run_dir: str | Path = ".") -> dict[str, Any]:
+    """``plan/index.json`` of the run."""
+    return _run(run_dir).index
+
+
+def load_config(run_dir: str | Path = ".") -> dict[str, Any]:
+    """``config.yaml`` of the run."""
+    return _run(run_dir).config
+
+
+def plan_index_schema() -> dict[str, Any]:
+    """``workflow/schemas/plan_index.schema.yaml`` with its stage names taken from the registry."""
+    import yaml
+
+    with open(PLAN_INDEX_SCHEMA, encoding="utf-8") as fh:
+        schema: dict[str, Any] = yaml.safe_load(fh)
+    schema["properties"]["stages"]["propertyNames"] = {"enum": list(STAGE_NAMES)}
+    return schema
+
+
+def validate_index(run_dir: str | Path = ".") -> None:
+    """Check ``plan/index.json`` against :func:`plan_index_schema` (jsonschema)."""
+    import jsonschema
+
+    from d5pipe import D5PipeError
+
+    try:
+        jsonschema.validate(load_index(run_dir), plan_index_schema())
+    except jsonschema.ValidationError as exc:
+        raise D5PipeError(f"{_run(run_dir).index_path}: {exc.message}") from None
+
+
+def enabled_stages(run_dir: str | Path = ".") -> list[str]:
+    """Planned stages in pipeline order (one Snakemake rule each)."""
+    return _run(run_dir).stages()
+
+
+def final_outputs(run_dir: str | Path = ".") -> list[str]:
+    rd = _run(run_dir)
+    return [RESULTS_FILE, rd.report_html.name, rd.report_md.name]
+
+
+def shard_markers(run_dir: str | Path = ".", stage: str | None = None) -> list[str]:
+    """Marker files of every shard (of one stage, or of all planned stages)."""
+    rd = _run(run_dir)
+    stages = [stage] if stage else rd.stages()
+    return [str(Path("shards") / s / f"{name}.json") for s in stages for name in rd.shards(s)]
+
+
+def shard_datasets(run_dir: str | Path, stage: str, shard: str) -> list[str]:
+    """Prepared dataset files the points of one shard need."""
+    spec = _run(run_dir).shard_spec(stage, shard)
+    keys = sorted({p["dataset"] for p in spec["points"] if p.get("dataset")})
+    return [f"data/{k}.npz" for k in keys]
+
+
+def shard_data_input(run_dir: str | Path, stage: str) -> Callable[[Any], list[str]]:
+    """The ``data`` input function of a stage's rule (no data for stages that need none)."""
+    needs = STAGES[stage].needs_data
+    return lambda wildcards: shard_datasets(run_dir, stage, str(wildcards.shard)) if needs else []
+
+
+def dataset_config(run_dir: str | Path, key: str) -> dict[str, Any]:
+    cfg: dict[str, Any] = load_index(run_dir)["datasets"][key]
+    return cfg
+
+
+def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
+    return _run(run_dir).executor
+
+
+def threads_of(ex: dict[str, Any], stage: str) -> int:
+    """CPU threads of one of a stage's jobs: ``executor.resources.<stage>.cpus_per_task``.
+
+    With any executor: Snakemake gives a rule's ``threads`` to the job as ``OMP_NUM_THREADS``
+    (and the MKL/OpenBLAS/... equivalents), which torch reads at import, so this is how many
+    intra-op threads every measurement of the stage uses (recorded in the shard's environment).
+    """
+    from d5pipe.execute.resources import resource_int
+
+    return resource_int(merged_resources(ex, stage), "cpus_per_task", 1, f"executor.resources.{stage}")
+
+
+def max_threads(ex: dict[str, Any]) -> int:
+    """The most threads any stage's job asks for (the local executor's cores per job slot)."""
+    return max(threads_of(ex, stage) for stage in RESOURCE_ENTRIES if stage != "default")
+
+
+def stage_threads(run_dir: str | Path, stage: str) -> int:
+    """The ``threads:`` of a stage's rule (see :func:`threads_of`)."""
+    return threads_of(executor_config(run_dir), stage)
+
+
+def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
+    """Snakemake resources of a stage's jobs (SLURM names; none for the local executor).
+
+    For a stage whose shards need one task per rank (``tasks_from_ranks``), ``tasks`` and
+    ``mpi`` are functions of the shard (:func:`shard_tasks`, :func:`shard_mpi`).
+    """
+    ex = executor_config(run_dir)
+    if ex.get("name") != "slurm":
+        return {}
+    from d5pipe.execute.resources import snakemake_resources
+
+    out = snakemake_resources(merged_resources(ex, stage))
+    if stage in STAGES and STAGES[stage].tasks_from_ranks:
+        out["tasks"] = lambda wildcards: shard_tasks(run_dir, stage, str(wildcards.shard))
+        out["mpi"] = lambda wildcards: shard_mpi(run_dir, stage, str(wildcards.shard))
+    return out
+
+
+def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
+    """SLURM tasks of a shard's job: the most ``distributed.ranks`` among its points.
+
+    At least the configured ``executor.resources.<stage>.tasks``. The points of a shard run one
+    after another inside the job, each starting its ranks with ``srun -n <ranks>`` in it.
+    """
+    from d5pipe.plan.build import point_config, stage_base
+
+    rd = _run(run_dir)
+    base = stage_base(rd.config, stage)
+    configured = int(merged_resources(rd.executor, stage)["tasks"])
+    ranks = [int(point_config(base, p["params"]).get("distributed", {}).get("ranks", 1) or 1)
+             for p in rd.shard_spec(stage, shard)["points"]]
+    return max([configured, *ranks])
+
+
+def shard_mpi(run_dir: str | Path, stage: str, shard: str) -> str:
+    """The plugin's ``mpi`` resource for a shard: ``"srun"`` when its job has several tasks.
+
+    Empty otherwise (snakemake-executor-plugin-slurm rejects ``mpi`` with one task); either way
+    the rule then runs directly in the batch step, not inside ``srun -n1``.
+    """
+    from d5pipe.execute.resources import SRUN_LAUNCHER
+
+    return SRUN_LAUNCHER if shard_tasks(run_dir, stage, shard) > 1 else ""

@@ -1,0 +1,50 @@
+"""The contract between d5pipe and a level: what ``run_point`` receives and may raise.
+
+Every level's ``point.run_point(ctx: PointContext) -> PointOutcome``:
+
+* reads only ``ctx`` (its resolved config sections, seed, directories, the shard's cache);
+* returns a :class:`~d5pipe.rundir.record.PointOutcome` (metrics, raw samples, extras);
+* raises :class:`PointSkipped` to mark the point ``skipped`` with a reason;
+* any other exception marks the point ``failed`` with its error text; the sweep goes on.
+
+The shard (d5pipe.execute.shard) turns the outcome into one atomically written record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from d5pipe.rundir.record import Metric, PointOutcome
+
+__all__ = ["Metric", "PointContext", "PointOutcome", "PointSkipped"]
+
+
+class PointSkipped(Exception):
+    """Raised by a stage when a point cannot run here (e.g. fp16 on a CPU without support)."""
+
+
+@dataclass
+class PointContext:
+    """Everything a stage's ``run_point`` may read about the point it runs."""
+
+    experiment: str
+    stage: str
+    point_id: str
+    params: dict[str, Any]
+    """Sweep axis key (dotted, e.g. ``operators.size``) -> value for this point."""
+    config: dict[str, Any]
+    """The point's resolved config: plain dict with the sections this stage reads
+    (e.g. ``{"operators": {...}, "timer": {...}, "seed": 1}``), axis values applied."""
+    seed: int
+    """The point's seed, derived from the root seed and the point ID (d5pipe.plan.seeds)."""
+    run_dir: Path
+    work_dir: Path
+    """A scratch directory for this point (created, may hold logs such as a JSONL step log)."""
+    data_dir: Path
+    """Where ``prepare_data`` materialised the datasets (see d5pipe.levels.datasets)."""
+    executor: dict[str, Any]
+    """The executor section (local or slurm) as a plain dict."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Shared by all points of one shard process (e.g. a machine-peak measurement)."""

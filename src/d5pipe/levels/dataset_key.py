@@ -1,0 +1,58 @@
+"""Which dataset a config means, without torch: its validated section and its stable key.
+
+:func:`dataset_key` names a dataset config ``<name>-<16 hex>`` from the canonical JSON of the keys
+that shape the data (e.g. ``n_samples`` does not change ``digits``); the planner calls it per
+distinct dataset config, so ``d5pipe plan`` never imports torch. Materialising and loading the
+data is d5pipe.levels.datasets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from d5pipe.levels.schema import DATASET_NAMES as SCHEMA_DATASET_NAMES
+from d5pipe.levels.schema import DatasetConf, check_dataset, conf_from_dict
+from d5pipe.plan.canonical import digest
+
+DATASET_FORMAT_VERSION = 1
+"""Bump when the generated arrays change for the same config (changes every key)."""
+
+COMMON_KEYS: tuple[str, ...] = ("name", "test_fraction", "split_seed")
+SYNTHETIC_KEYS: tuple[str, ...] = (
+    "n_samples",
+    "n_features",
+    "n_classes",
+    "image_shape",
+    "noise",
+    "generator_seed",
+)
+SKLEARN_LOADERS: dict[str, str] = {
+    "digits": "load_digits",
+    "breast_cancer": "load_breast_cancer",
+    "wine": "load_wine",
+}
+DATASET_NAMES: tuple[str, ...] = SCHEMA_DATASET_NAMES
+"""Every name has a source: a key of :data:`SKLEARN_LOADERS` or ``synthetic`` (tested)."""
+
+
+def resolve(dataset_cfg: dict[str, Any]) -> DatasetConf:
+    """The validated :class:`DatasetConf` for a plain ``dataset`` section."""
+    conf = conf_from_dict(DatasetConf, "dataset", dataset_cfg)
+    check_dataset(dataclasses.asdict(conf))
+    return conf
+
+
+def canonical_config(dataset_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The keys that determine the arrays, plus the format version."""
+    conf = dataclasses.asdict(resolve(dataset_cfg))
+    keys = COMMON_KEYS + (SYNTHETIC_KEYS if conf["name"] == "synthetic" else ())
+    out = {k: conf[k] for k in keys}
+    out["format_version"] = DATASET_FORMAT_VERSION
+    return out
+
+
+def dataset_key(dataset_cfg: dict[str, Any]) -> str:
+    """Stable short name of a dataset config, e.g. ``digits-1a2b3c4d5e6f7a8b``."""
+    canon = canonical_config(dataset_cfg)
+    return f"{canon['name']}-{digest(canon, 16)}"

@@ -1,0 +1,165 @@
+"""Level 0: time one operator point, derive rates and % of peak, check forward and backward."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
+from d5pipe.levels.level0.peak import machine_peak
+from d5pipe.levels.level0.registry import resolve_operator
+from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
+from d5pipe.levels.level0.schema import OperatorsConf
+from d5pipe.levels.level0.spec import OperatorSpec
+from d5pipe.levels.schema import conf_from_dict
+from d5pipe.measure.device import check_device
+from d5pipe.measure.stats import rate_metric
+from d5pipe.measure.timer import measure
+from d5pipe.rundir.record import Metric, PointOutcome
+
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
+UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel")
+"""Substrings of the RuntimeError torch raises when a dtype has no kernel on a device."""
+
+
+def operators_conf(section: Mapping[str, Any] | None) -> OperatorsConf:
+    """The ``operators`` section as a dataclass, every value checked against its schema."""
+    return conf_from_dict(OperatorsConf, "operators", section)
+
+
+def effective_impl_layout(spec: OperatorSpec, impl: str, layout: str) -> tuple[str, str]:
+    """``(impl, layout)`` to run; impl ``channels_last`` is eager with that layout."""
+    if impl == "channels_last":
+        if layout not in ("contiguous", "channels_last"):
+            raise PointSkipped(f"impl channels_last fixes the layout; layout {layout!r} does not apply")
+        impl, layout = "eager", "channels_last"
+    if layout not in spec.layouts:
+        raise PointSkipped(
+            f"layout {layout!r} does not apply to operator {spec.name!r} "
+            f"(supported: {sorted(spec.layouts)})"
+        )
+    return impl, layout
+
+
+def _is_unsupported(err: BaseException) -> bool:
+    text = str(err).lower()
+    return any(marker in text for marker in UNSUPPORTED_MARKERS)
+
+
+def build_inputs(
+    spec: OperatorSpec, conf: OperatorsConf, dtype: torch.dtype, layout: str, seed: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Generator]:
+    """Seeded inputs in the point's dtype/device/layout, and the float64 reference inputs."""
+    gen = torch.Generator().manual_seed(seed % 2**63)
+    base = spec.make_inputs(conf.size, conf.batch, gen)
+    rounded = [t.to(dtype) for t in base]
+    ref_inputs = [t.to(torch.float64) for t in rounded]
+    inputs = spec.layouts[layout]([t.to(conf.device) for t in rounded])
+    return inputs, ref_inputs, gen
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric]:
+    return [
+        Metric(name, report.verdict, "", "verdict"),
+        Metric(f"{prefix}err_l2", report.err_l2, "", "numerical"),
+        Metric(f"{prefix}err_max_abs", report.err_max_abs, "", "numerical"),
+        Metric(f"{prefix}err_max_rel", report.err_max_rel, "", "numerical"),
+    ]
+
+
+def run_point(ctx: PointContext) -> PointOutcome:
+    """Measure one operator point (see docs of d5pipe.levels.level0)."""
+    conf = operators_conf(ctx.config.get("operators"))
+    check_device(conf.device, "operators.device")
+    dtype = DTYPES[conf.dtype]
+    spec = resolve_operator(conf.op, conf.custom, conf.allowed_prefixes)
+    impl, layout = effective_impl_layout(spec, conf.impl, conf.layout)
+    torch.manual_seed(ctx.seed % 2**63)
+    inputs, ref_inputs, gen = build_inputs(spec, conf, dtype, layout, ctx.seed)
+
+    try:  # does the operator run in this dtype on this device at all?
+        spec.forward(*inputs)
+        _sync(conf.device)
+    except (RuntimeError, NotImplementedError) as err:
+        if _is_unsupported(err):
+            raise PointSkipped(f"{spec.name} in {conf.dtype} on {conf.device}: {err}") from err
+        raise
+
+    extra: dict[str, Any] = {
+        "warnings": [],
+        "threads": torch.get_num_threads(),
+        "impl": impl,
+        "layout": layout,
+        "shapes": [list(t.shape) for t in inputs],
+        "description": spec.description,
+    }
+    metrics: list[Metric] = []
+    fn: Callable[..., torch.Tensor] = spec.forward
+    if impl == "compile":
+        # Fresh dynamo caches per point: compiled builtins share one wrapper code object, so
+        # entries from earlier points would hit the recompile limit and silently run eager.
+        # fullgraph=True: a graph break fails the point instead of timing a partly eager function.
+        torch._dynamo.reset()
+        fn = torch.compile(spec.forward, dynamic=False, fullgraph=True)
+        t0 = time.perf_counter()
+        fn(*inputs)  # compiles; kept out of the timing below
+        _sync(conf.device)
+        metrics.append(Metric("compile_s", time.perf_counter() - t0, "s", "info"))
+
+    m = measure(lambda: fn(*inputs), ctx.config.get("timer"), conf.device)
+    extra["timer"] = m.info()
+    extra["warnings"].extend(m.warnings)
+    flops = spec.flops(conf.size, conf.batch)
+    nbytes = spec.min_bytes(conf.size, conf.batch, torch.tensor([], dtype=dtype).element_size())
+    metrics += m.summary.to_metrics("time", "s", "time")
+    gflops = rate_metric("gflops", flops / 1e9, m.summary, "GFLOP/s", "time")
+    gbps = rate_metric("gbps", nbytes / 1e9, m.summary, "GB/s", "time")
+    gflops_v, gbps_v = float(gflops.value or 0.0), float(gbps.value or 0.0)  # rates are floats
+    metrics += [
+        gflops,
+        gbps,
+        Metric("target_met", m.target_met, "", "info"),
+        Metric("flops", flops, "FLOP", "deterministic"),
+        Metric("bytes", nbytes, "B", "deterministic"),
+    ]
+
+    if conf.peak:
+        peak_f, peak_b = machine_peak(
+            ctx.cache, conf.device, dtype, conf.peak_matmul_size, conf.peak_copy_mb,
+            m.config["budget_s"],
+        )
+        if peak_f is not None:
+            metrics.append(Metric("peak_gflops", peak_f.best / 1e9, "GFLOP/s", "info"))
+            metrics.append(Metric("pct_peak_flops", 100 * gflops_v / (peak_f.best / 1e9), "%", "info"))
+            extra["peak_flops"] = peak_f.to_dict()
+        metrics.append(Metric("peak_gbps", peak_b.best / 1e9, "GB/s", "info"))
+        metrics.append(Metric("pct_peak_bw", 100 * gbps_v / (peak_b.best / 1e9), "%", "info"))
+        extra["peak_bw"] = peak_b.to_dict()
+
+    if conf.check_correctness:
+        fwd = check_forward(fn, spec.reference, inputs, ref_inputs, dtype)
+        metrics += _verdict_metrics("", "correctness", fwd)
+        extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
+        if fwd.note:
+            extra["correctness_note"] = fwd.note
+    if conf.check_backward:
+        try:
+            bwd = check_backward(fn, spec.reference, inputs, ref_inputs, dtype, gen)
+        except (RuntimeError, NotImplementedError) as err:
+            if not _is_unsupported(err):
+                raise
+            extra["warnings"].append(f"grad_check not run: backward unsupported here ({err})")
+        else:
+            metrics += _verdict_metrics("grad_", "grad_check", bwd)
+            if bwd.note:
+                extra["grad_check_note"] = bwd.note
+    return PointOutcome(metrics=metrics, samples={"time": list(m.samples)}, extra=extra)

@@ -1,0 +1,1 @@
+"""Level 1: network processing of one model (inference and forward+backward)."""

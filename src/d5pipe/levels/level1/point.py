@@ -1,0 +1,145 @@
+"""Level 1: network processing of one model (inference and forward+backward), no training.
+
+A point is model x dataset x ``level1`` (batch size, dtype, impl, layout, device). It measures,
+with the shared timer (d5pipe.measure.timer: warm-up, blocked repetitions, device synchronisation, CI
+stop rule, raw samples kept):
+
+* ``inference_latency`` (s per batch, eval mode, ``torch.inference_mode``) and
+  ``inference_throughput`` (samples/s = batch / latency, CI carried through);
+* ``fwd_bwd_time`` (s per batch: train mode, gradients set to None, forward, cross-entropy,
+  backward; no optimizer step) and ``train_throughput`` (samples/s);
+* ``peak_memory_inference`` and ``peak_memory_fwd_bwd`` (bytes; d5pipe.measure.memory: CUDA
+  ``max_memory_allocated`` delta on GPUs, torch CPU allocator events on the CPU);
+* with ``impl: compile``: ``compile_inference_s`` and ``compile_fwd_bwd_s``, the first call of
+  each mode (includes compilation), kind ``info``.
+
+Unsupported combinations raise PointSkipped: a missing device, ``channels_last`` for a model
+other than the CNN, a dtype whose kernels this build lacks on this device, a model that cannot
+take the dataset's input shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.level1.schema import Level1Conf
+from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.schema import conf_from_dict
+from d5pipe.measure.determinism import seed_everything
+from d5pipe.measure.device import check_device, synchronize, torch_dtype
+from d5pipe.measure.memory import peak_memory
+from d5pipe.measure.stats import rate_metric
+from d5pipe.measure.timer import Measurement, measure
+from d5pipe.rundir.record import Metric, PointOutcome
+
+
+def resolve_level1(level1_cfg: dict[str, Any]) -> Level1Conf:
+    """The ``level1`` section, every value checked against its schema."""
+    return conf_from_dict(Level1Conf, "level1", level1_cfg)
+
+
+def input_batch(data: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``batch_size`` test samples (the test split repeated if it is smaller)."""
+    n = len(data.y_test)
+    idx = torch.arange(batch_size) % n
+    return data.x_test[idx].contiguous(), data.y_test[idx].contiguous()
+
+
+def time_call(fn: Callable[[], object], timer_cfg: dict[str, Any], device: torch.device) -> Measurement:
+    """The one timing call of level 1 (shared timer, device-synchronised, raw samples kept)."""
+    return measure(fn, timer_cfg, str(device))
+
+
+def _probe(fn: Callable[[], object], what: str) -> None:
+    """Run ``fn`` once; missing kernels for a dtype/device skip the point."""
+    try:
+        fn()
+    except (RuntimeError, NotImplementedError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "not implemented" in text.lower() or "unsupported" in text.lower():
+            raise PointSkipped(f"{what}: {text}") from exc
+        raise
+
+
+def _prepare_model(
+    ctx: PointContext, conf: Level1Conf, data: Dataset, device: torch.device
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    dtype = torch_dtype(conf.dtype, "level1.dtype")
+    seed_everything(ctx.seed)
+    try:
+        model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
+    except UnsupportedInput as exc:
+        raise PointSkipped(str(exc)) from exc
+    x, y = input_batch(data, conf.batch_size)
+    model_name = (ctx.config.get("model") or {}).get("name", "mlp")
+    if conf.layout == "channels_last" and (model_name != "cnn" or x.dim() != 4):
+        raise PointSkipped(
+            f"level1.layout=channels_last applies to the cnn on 4-D input; got model {model_name!r}, "
+            f"batch shape {tuple(x.shape)}"
+        )
+    model = model.to(device=device, dtype=dtype)
+    x = x.to(device=device, dtype=dtype)
+    y = y.to(device)
+    if conf.layout == "channels_last":
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        x = x.contiguous(memory_format=torch.channels_last)
+    return model, x, y
+
+
+def run_point(ctx: PointContext) -> PointOutcome:
+    """Measure inference and forward+backward of one model configuration."""
+    cfg = ctx.config
+    conf = resolve_level1(cfg.get("level1") or {})
+    device = check_device(conf.device, "level1.device")
+    timer_cfg = cfg.get("timer") or {}
+    data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
+    model, x, y = _prepare_model(ctx, conf, data, device)
+    runner: nn.Module | Callable[..., torch.Tensor] = model
+    if conf.impl == "compile":
+        runner = torch.compile(model, mode=conf.compile_mode)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def infer() -> None:
+        with torch.inference_mode():
+            runner(x)
+
+    def fwd_bwd() -> None:
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(runner(x).float(), y)
+        loss.backward()
+
+    extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": []}
+    metrics: list[Metric] = []
+    samples: dict[str, list[float]] = {}
+    work = float(conf.batch_size)
+    for mode, fn, set_mode in (("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)):
+        set_mode()
+        synchronize(device)
+        t0 = time.perf_counter()
+        _probe(fn, f"{conf.dtype} {mode} of {cfg.get('model', {}).get('name', 'model')} on {device}")
+        synchronize(device)
+        first_call = time.perf_counter() - t0
+        if conf.impl == "compile":
+            metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
+        m = time_call(fn, timer_cfg, device)
+        name = "inference_latency" if mode == "inference" else "fwd_bwd_time"
+        key = f"{name}_s"
+        samples[key] = list(m.samples)
+        metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
+        rate_name = "inference_throughput" if mode == "inference" else "train_throughput"
+        metrics.append(rate_metric(rate_name, work, m.summary, "samples/s", key))
+        extra[f"timer_{mode}"] = m.info()
+        extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
+        if conf.measure_memory:
+            peak = peak_memory(fn, str(device))
+            metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))
+            extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}
+    model.zero_grad(set_to_none=True)
+    return PointOutcome(metrics=metrics, samples=samples, extra=extra)

@@ -1,0 +1,27 @@
+"""Schema of the ``level1`` section (network processing). Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from d5pipe.config.fields import at_least, choice
+from d5pipe.levels.schema import DTYPES
+
+IMPLS: tuple[str, ...] = ("eager", "compile")
+LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last")
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclass
+class Level1Conf:
+    batch_size: int = at_least(32, 1)
+    dtype: str = choice("float32", DTYPES)
+    """``float32``, ``float64``, ``bfloat16`` or ``float16``."""
+    impl: str = choice("eager", IMPLS)
+    """``eager`` or ``compile`` (torch.compile)."""
+    compile_mode: str = choice("default", COMPILE_MODES)
+    """``mode`` passed to torch.compile when ``impl: compile``."""
+    device: str = "cpu"
+    layout: str = choice("contiguous", LAYOUTS)
+    """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""
+    measure_memory: bool = True

@@ -1,0 +1,18 @@
+"""Level 1 checks before any job (torch-free)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from d5pipe.levels.checks import check_device, section
+from d5pipe.levels.schema import check_dataset, check_model
+from d5pipe.measure.timer_schema import check_timer
+
+
+def check_point(cfg: Mapping[str, Any]) -> None:
+    """One level-1 point's resolved config (``model``, ``dataset``, ``level1``, ``timer``)."""
+    check_model(section(cfg, "model"))
+    check_dataset(section(cfg, "dataset"))
+    check_device(section(cfg, "level1").get("device", "cpu"), "level1.device")
+    check_timer(dict(section(cfg, "timer")))

@@ -1,0 +1,195 @@
+"""Level 2: one training run per point (model x dataset x optimizer x schedule x batch size).
+
+``run_point(ctx)`` reads the ``model``, ``dataset`` and ``train`` sections, seeds everything from
+the point seed, trains for ``train.epochs`` epochs and evaluates on the test split after each.
+
+Reported metrics: ``test_accuracy``/``test_loss``/``train_loss`` (final epoch; ``train_loss`` is
+the sample-weighted mean of the epoch's step losses), ``train_accuracy`` (the epoch's final model
+evaluated on the training split), ``best_test_accuracy``,
+``time_to_target_s`` and ``epochs_to_target`` (first epoch whose test accuracy reaches
+``train.target_accuracy``, evaluated after each epoch; NaN with a note if never;
+``time_to_target_s`` names the step times as its samples, so a re-run is tested on those while
+``epochs_to_target`` is compared as a number), ``samples_per_s`` (all training samples over
+all training time = the harmonic mean of the per-epoch rates, weighted by samples),
+``step_time`` (median with 95% CI over every step), ``train_time_s`` and ``weights_sha256``
+(sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``).
+
+Timing (see :mod:`d5pipe.levels.level2.train_loop`): training time is the wall time of the training loops
+(batch gathering, forward, backward, optimizer step, the device drained at the end of each
+epoch), evaluation and log writing excluded; a step's time runs from the batch being available
+(before ``zero_grad``) to the end of ``optimizer.step()`` (``perf_counter_ns`` on the CPU, timing
+events on CUDA). Every step is written to ``ctx.work_dir / "steps.jsonl"`` (every
+``train.log_every``-th step) after its epoch, every epoch too; per-epoch curves go to
+``extra["curves"]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level2.train_loop import StepLog, evaluate, make_loader, train_epoch
+from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.schema import conf_from_dict
+from d5pipe.measure.determinism import deterministic_mode, seed_everything
+from d5pipe.measure.device import check_device, state_dict_sha256
+from d5pipe.measure.stats import summarize
+from d5pipe.rundir.record import Metric, PointOutcome
+
+
+def resolve_train(train_cfg: dict[str, Any]) -> TrainConf:
+    """The ``train`` section, every value checked against its schema."""
+    return conf_from_dict(TrainConf, "train", train_cfg)
+
+
+def make_optimizer(params: Any, conf: TrainConf) -> torch.optim.Optimizer:
+    if conf.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=conf.lr, momentum=conf.momentum, weight_decay=conf.weight_decay)
+    if conf.optimizer == "adam":
+        return torch.optim.Adam(params, lr=conf.lr, weight_decay=conf.weight_decay)
+    return torch.optim.AdamW(params, lr=conf.lr, weight_decay=conf.weight_decay)
+
+
+def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> torch.optim.lr_scheduler.LRScheduler:
+    """Stepped once per epoch."""
+    if conf.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=conf.epochs)
+    if conf.schedule == "step":
+        period = conf.step_epochs if conf.step_epochs > 0 else max(1, conf.epochs // 3)
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=period, gamma=conf.gamma)
+    return torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
+
+
+@dataclass
+class TrainResult:
+    curves: dict[str, list[float]]
+    step_times_s: list[float]
+    epoch_train_time_s: list[float]
+    epoch_samples: list[int]
+    steps: int
+    epochs_to_target: int | None
+    time_to_target_s: float | None
+
+
+def fit(
+    model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog
+) -> TrainResult:
+    """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
+    optimizer = make_optimizer(model.parameters(), conf)
+    scheduler = make_scheduler(optimizer, conf)
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device)
+    names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
+             "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
+    curves: dict[str, list[float]] = {k: [] for k in names}
+    step_times: list[float] = []
+    epoch_samples: list[int] = []
+    steps = 0
+    cum = 0.0
+    epochs_to_target: int | None = None
+    time_to_target: float | None = None
+    for epoch in range(1, conf.epochs + 1):
+        lr = float(optimizer.param_groups[0]["lr"])
+        stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every)
+        steps += len(stats.step_times_s)
+        step_times += stats.step_times_s
+        epoch_samples.append(stats.samples)
+        cum += stats.train_time_s
+        scheduler.step()
+        test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
+        # accuracy of the epoch's final model on the training split (not counted in the loop)
+        _, train_acc = evaluate(model, data.x_train, data.y_train, conf.eval_batch_size, device)
+        row = (epoch, lr, stats.train_loss, train_acc, test_loss, test_acc,
+               stats.train_time_s, cum, stats.samples / stats.train_time_s)
+        for k, v in zip(names, row, strict=True):
+            curves[k].append(v)
+        log.write({"event": "epoch", **{k: curves[k][-1] for k in names}})
+        log.flush()
+        target = conf.target_accuracy
+        if epochs_to_target is None and target is not None and test_acc >= target:
+            epochs_to_target, time_to_target = epoch, cum
+    return TrainResult(curves, step_times, curves["epoch_train_time_s"], epoch_samples, steps,
+                       epochs_to_target, time_to_target)
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def run_point(ctx: PointContext) -> PointOutcome:
+    """Train one point; see the module docstring for what is measured."""
+    cfg = ctx.config
+    conf = resolve_train(cfg.get("train") or {})
+    device = check_device(conf.device, "train.device")
+    data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
+    seeds = seed_everything(ctx.seed)
+    with deterministic_mode(conf.deterministic, str(device)) as det:
+        try:
+            model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
+        except UnsupportedInput as exc:
+            raise PointSkipped(str(exc)) from exc
+        model.to(device)
+        with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
+            log.write({"event": "start", "point_id": ctx.point_id, "seed": ctx.seed,
+                       "train": asdict(conf), "dataset": data.meta["key"]})
+            result = fit(model, data, conf, ctx.seed, device, log)
+            weights = state_dict_sha256(model)
+            log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
+    curves = result.curves
+    total_time = sum(result.epoch_train_time_s)
+    total_samples = sum(result.epoch_samples)
+    step_summary = summarize(result.step_times_s)
+    notes: list[str] = []
+    if conf.target_accuracy is not None and result.epochs_to_target is None:
+        notes.append(
+            f"target test accuracy {conf.target_accuracy} never reached in {conf.epochs} epochs "
+            f"(best {max(curves['test_accuracy']):.4f}); time_to_target_s is NaN"
+        )
+    if not conf.deterministic:
+        notes.append("train.deterministic is false: weights_sha256 is informational only")
+    metrics = [
+        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
+        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
+        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
+        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
+        Metric("train_accuracy", curves["train_accuracy"][-1], "", "numerical"),
+        # one value per run; its step times are the samples a re-run is tested against
+        Metric("time_to_target_s", _nan_if_none(result.time_to_target_s), "s", "timing",
+               samples="step_time_s"),
+        Metric("epochs_to_target", _nan_if_none(result.epochs_to_target), "epochs", "numerical"),
+        Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
+               samples="epoch_samples_per_s"),
+        Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
+        *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+        Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
+        Metric("n_parameters", count_parameters(model), "", "count"),
+        Metric("train_steps", result.steps, "", "count"),
+    ]
+    return PointOutcome(
+        metrics=metrics,
+        samples={
+            "step_time_s": result.step_times_s,
+            "epoch_train_time_s": result.epoch_train_time_s,
+            "epoch_samples_per_s": curves["samples_per_s"],
+        },
+        extra={
+            "curves": curves,
+            "seeds": seeds,
+            "determinism": det,
+            "dataset": {k: data.meta[k] for k in ("key", "checksum", "n_train", "n_test", "input_shape")},
+            "target_accuracy": conf.target_accuracy,
+            "timing": "training loop wall time (perf_counter, device drained per epoch), evaluation "
+                      "and logging excluded; a step spans zero_grad to the end of optimizer.step() "
+                      + ("(cuda timing events)" if device.type == "cuda" else "(perf_counter_ns)"),
+            "notes": notes,
+            "warnings": list(step_summary.warnings),
+            "step_log": "steps.jsonl",
+        },
+    )

@@ -1,0 +1,309 @@
+"""The three data-parallel engines, behind one small interface, each counting the bytes it hands
+to collectives.
+
+* ``ddp``: ``torch.nn.parallel.DistributedDataParallel`` over gloo (CPU) or nccl (CUDA). Gradient
+  bytes are counted by a DDP communication hook that records each bucket's size and then runs
+  torch's stock ``allreduce_hook`` (so DDP's behaviour is unchanged).
+* ``horovod``: ``horovod.torch.DistributedOptimizer`` + ``broadcast_parameters``. Bytes are counted
+  by wrapping the optimizer's per-gradient ``_allreduce_grad_async`` (the call that hands each
+  gradient tensor to ``allreduce_async_``).
+* ``mpi``: a hand-written step: mpi4py ``Allreduce`` (sum) of the flattened gradients, then divide
+  by the number of ranks. Bytes are the flat buffer's size.
+
+"Bytes counted" are the payload bytes handed to the collective by one rank per step (what the
+collective reduces), not bytes on the wire; a ring allreduce sends ``2(n-1)/n`` times the payload
+per rank (see :mod:`d5pipe.levels.level3.scaling`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from d5pipe import D5PipeError
+
+
+@dataclass
+class ByteCounter:
+    """Payload bytes handed to collectives and the number of calls, since the last reset."""
+
+    bytes: int = 0
+    calls: int = 0
+
+    def add(self, tensor: torch.Tensor) -> None:
+        self.bytes += tensor.numel() * tensor.element_size()
+        self.calls += 1
+
+    def reset(self) -> tuple[int, int]:
+        """Return ``(bytes, calls)`` and start counting from zero."""
+        out = (self.bytes, self.calls)
+        self.bytes, self.calls = 0, 0
+        return out
+
+
+StepFn = Callable[[torch.Tensor, torch.Tensor], float]
+"""One training step on a local batch ``(x, y)``; returns the local loss."""
+
+
+class Backend(Protocol):
+    """What the worker needs from an engine."""
+
+    name: str
+    rank: int
+    size: int
+    counter: ByteCounter
+
+    def barrier(self) -> None: ...
+
+    def allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks, in place where the engine allows it; returns the result."""
+        ...
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        """Rank 0's values everywhere; returns the result."""
+        ...
+
+    def allgather(self, t: torch.Tensor) -> torch.Tensor:
+        """Concatenation of every rank's ``t`` (1-D) in rank order."""
+        ...
+
+    def make_train_step(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
+    ) -> StepFn:
+        """Broadcast rank 0's parameters, wrap model/optimizer, return the step function."""
+        ...
+
+    def finalize(self) -> None: ...
+
+
+def _plain_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
+) -> StepFn:
+    def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach())
+
+    return step
+
+
+class DdpBackend:
+    """torch.distributed process group + DistributedDataParallel."""
+
+    name = "ddp"
+
+    def __init__(self, rank: int, size: int, device: torch.device, timeout_s: float) -> None:
+        import datetime
+
+        import torch.distributed as dist
+
+        self._dist = dist
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(
+            backend,
+            init_method="env://",
+            rank=rank,
+            world_size=size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        self.rank, self.size, self.device = rank, size, device
+        self.counter = ByteCounter()
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        self._dist.all_reduce(t)
+        return t
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        self._dist.broadcast(t, src=0)
+        return t
+
+    def allgather(self, t: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(t.numel() * self.size, dtype=t.dtype, device=t.device)
+        self._dist.all_gather(list(out.chunk(self.size)), t)
+        return out
+
+    def make_train_step(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
+    ) -> StepFn:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        ddp = DistributedDataParallel(model, device_ids=ids)  # broadcasts rank 0's parameters
+        counter = self.counter
+
+        def counting_hook(state: object, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+            counter.add(bucket.buffer())
+            return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+        # DDP inspects the hook's annotations as objects; this module's are strings (PEP 563)
+        counting_hook.__annotations__ = {
+            "state": object,
+            "bucket": self._dist.GradBucket,
+            "return": torch.futures.Future[torch.Tensor],
+        }
+        ddp.register_comm_hook(None, counting_hook)
+        return _plain_step(ddp, optimizer, loss_fn)
+
+    def finalize(self) -> None:
+        self._dist.destroy_process_group()
+
+
+class HorovodBackend:
+    """horovod.torch over MPI (launched with mpirun/srun)."""
+
+    name = "horovod"
+
+    def __init__(self) -> None:
+        import horovod.torch as hvd
+
+        hvd.init()
+        self._hvd = hvd
+        self.rank, self.size = int(hvd.rank()), int(hvd.size())
+        self.counter = ByteCounter()
+
+    def barrier(self) -> None:
+        self._hvd.barrier()
+
+    def allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        return self._hvd.allreduce_(t, op=self._hvd.Sum)
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        return self._hvd.broadcast_(t, root_rank=0)
+
+    def allgather(self, t: torch.Tensor) -> torch.Tensor:
+        return self._hvd.allgather(t)
+
+    def make_train_step(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
+    ) -> StepFn:
+        hvd = self._hvd
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        dist_opt = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        if optimizer.state_dict()["state"]:
+            # Only a resumed optimizer has state to share. For an empty one Horovod would take a
+            # zero-gradient step to create it, which advances Adam's step count and makes the run
+            # differ from the 1-process reference; a fresh optimizer is identical on all ranks.
+            hvd.broadcast_optimizer_state(dist_opt, root_rank=0)
+        original = dist_opt._allreduce_grad_async
+        counter = self.counter
+
+        def counting_allreduce(p: torch.nn.Parameter) -> Any:
+            counter.add(p.grad if p.grad is not None else p)  # horovod sends zeros for a None grad
+            return original(p)
+
+        # the backward hooks look the method up on the instance at call time
+        dist_opt._allreduce_grad_async = counting_allreduce
+        return _plain_step(model, dist_opt, loss_fn)
+
+    def finalize(self) -> None:
+        self._hvd.shutdown()
+
+
+class MpiBackend:
+    """mpi4py on COMM_WORLD; the data-parallel step is written out by hand."""
+
+    name = "mpi"
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = int(self.comm.Get_rank()), int(self.comm.Get_size())
+        self.counter = ByteCounter()
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        self.comm.Allreduce(self._mpi.IN_PLACE, t.numpy(), op=self._mpi.SUM)
+        return t
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        self.comm.Bcast(t.numpy(), root=0)
+        return t
+
+    def allgather(self, t: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(t.numel() * self.size, dtype=t.dtype)
+        self.comm.Allgather(t.numpy(), out.numpy())
+        return out
+
+    def make_train_step(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
+    ) -> StepFn:
+        params = [p for p in model.parameters() if p.requires_grad]
+        with torch.no_grad():
+            flat = torch.cat([p.detach().reshape(-1) for p in params])
+            self.broadcast(flat)
+            torch.nn.utils.vector_to_parameters(flat, params)
+        grad_buf = torch.zeros_like(flat)
+        counter, size = self.counter, self.size
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> float:
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                offset = 0
+                for p in params:
+                    n = p.numel()
+                    if p.grad is None:
+                        grad_buf[offset : offset + n].zero_()
+                    else:
+                        grad_buf[offset : offset + n].copy_(p.grad.reshape(-1))
+                    offset += n
+                counter.add(grad_buf)
+                self.allreduce(grad_buf)
+                grad_buf.div_(size)
+                offset = 0
+                for p in params:
+                    n = p.numel()
+                    if p.grad is not None:
+                        p.grad.copy_(grad_buf[offset : offset + n].view_as(p.grad))
+                    offset += n
+            optimizer.step()
+            return float(loss.detach())
+
+        return step
+
+    def finalize(self) -> None:
+        self.comm.Barrier()
+
+
+def rank_from_env() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from torchrun, Open MPI, PMIx or SLURM variables."""
+    pairs = (
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        ("PMIX_RANK", "D5PIPE_WORLD_SIZE", "PMIX_RANK"),
+        ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    )
+    for rank_var, size_var, local_var in pairs:
+        if rank_var in os.environ and size_var in os.environ:
+            rank, size = int(os.environ[rank_var]), int(os.environ[size_var])
+            return rank, size, int(os.environ.get(local_var, rank))
+    return 0, 1, 0
+
+
+def make_backend(name: str, device: torch.device, timeout_s: float) -> Backend:
+    """Initialise the engine ``name`` in this rank process."""
+    if name == "ddp":
+        rank, size, _ = rank_from_env()
+        return DdpBackend(rank, size, device, timeout_s)
+    if device.type != "cpu":
+        raise D5PipeError(f"distributed.backend: {name!r} runs on CPU only here, got device {device}")
+    if name == "horovod":
+        return HorovodBackend()
+    if name == "mpi":
+        return MpiBackend()
+    raise D5PipeError(f"distributed.backend: unknown value {name!r}; known: ['ddp', 'horovod', 'mpi']")

@@ -1,0 +1,129 @@
+"""Turn the rank workers' JSON files into a point's metrics.
+
+How ranks are combined (recorded in ``extra["notes"]`` of every record): each iteration starts after
+a barrier; each rank times its own call with ``perf_counter``; the iteration's time is the **max over
+ranks**; median and order-statistic CI (d5pipe.measure.stats) are computed on those maxima, which are kept
+as the raw samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from d5pipe.levels.level3.collectives import actual_message_bytes, busbw_factor
+from d5pipe.levels.level3.scaling import ring_allreduce_bytes
+from d5pipe.measure.stats import rate_metric, summarize
+from d5pipe.rundir.record import Metric, PointOutcome
+
+TIMING_NOTE = (
+    "per-iteration time = max over ranks of each rank's perf_counter time for the iteration, "
+    "every iteration starting after a barrier; median and 95% order-statistic CI on these maxima"
+)
+COMM_NOTE = (
+    "comm_payload_bytes_per_rank_step counts the bytes each rank hands to gradient allreduce calls "
+    "per step (DDP: comm-hook bucket sizes; Horovod: gradients passed to allreduce_async_; mpi: "
+    "the flat gradient buffer). comm_bytes_per_rank_step is the ring-allreduce wire volume of that "
+    "payload, 2(n-1)/n x payload; comm_ring_expected_bytes is 2(n-1)/n x the model's gradient "
+    "bytes. Parameter broadcast at set-up is excluded."
+)
+
+
+def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Per-iteration maximum over ranks (all ranks must report the same number of iterations)."""
+    lengths = {len(t) for t in per_rank}
+    if len(lengths) != 1:
+        raise RuntimeError(f"ranks reported different iteration counts: {sorted(lengths)}")
+    return [float(v) for v in np.max(np.asarray(per_rank, dtype=np.float64), axis=0)]
+
+
+def _common(outcome: PointOutcome, launch: dict[str, Any]) -> None:
+    outcome.metrics.append(Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"))
+    outcome.metrics.append(Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"))
+    outcome.extra["launch"] = launch
+
+
+def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch: dict[str, Any]) -> PointOutcome:
+    """Metrics of a collective benchmark point."""
+    n = int(spec["ranks"])
+    collective = str(spec["collective"])
+    times = max_over_ranks([r["times_s"] for r in ranks])
+    summary = summarize(times)
+    size = actual_message_bytes(collective, int(spec["message_bytes"]), n)
+    key = "iter_time_max_s"
+    out = PointOutcome(samples={key: times})
+    out.metrics += summary.to_metrics("collective_time_s", "s", key, prefix="coll_")
+    out.metrics.append(rate_metric("algbw_GBps", size / 1e9, summary, "GB/s", key))
+    out.metrics.append(rate_metric("busbw_GBps", size * busbw_factor(collective, n) / 1e9, summary, "GB/s", key))
+    out.metrics.append(Metric("message_bytes", size, "B", "deterministic"))
+    out.metrics.append(Metric("busbw_factor", busbw_factor(collective, n), "", "deterministic"))
+    correct = all(bool(r["correct"]) for r in ranks)
+    out.metrics.append(Metric("collective_correct", "pass" if correct else "fail", "", "verdict"))
+    _common(out, launch)
+    out.extra["notes"] = [
+        TIMING_NOTE,
+        "algbw = message bytes / time; busbw = algbw x nccl-tests factor "
+        "(allreduce 2(n-1)/n, allgather (n-1)/n, broadcast 1); allgather size = gathered bytes",
+    ]
+    out.extra["warnings"] = list(summary.warnings)
+    out.extra["per_rank_median_s"] = [float(np.median(r["times_s"])) for r in ranks]
+    return out
+
+
+def _payload_per_step(ranks: list[dict[str, Any]]) -> tuple[float, bool]:
+    """Mean payload bytes per rank and step (arithmetic mean: a cost), and whether it was constant."""
+    values = np.asarray([r["comm_bytes_per_step"] for r in ranks], dtype=np.float64)
+    if values.size == 0:
+        return 0.0, True
+    return float(values.mean()), bool(np.all(values == values.flat[0]))
+
+
+def train_outcome(
+    spec: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    launch: dict[str, Any],
+    serial: dict[str, Any] | None,
+) -> PointOutcome:
+    """Metrics of a data-parallel training point; ``serial`` is the reference comparison or None."""
+    n = int(spec["ranks"])
+    times = max_over_ranks([r["times_s"] for r in ranks])
+    summary = summarize(times)
+    key = "step_time_max_s"
+    out = PointOutcome(samples={key: times})
+    out.metrics += summary.to_metrics("time_per_step_s", "s", key, prefix="step_")
+    out.metrics.append(rate_metric("samples_per_s", float(spec["global_batch"]), summary, "samples/s", key))
+    out.metrics.append(Metric("global_batch", int(spec["global_batch"]), "", "deterministic"))
+    out.metrics.append(Metric("per_rank_batch", int(spec["per_rank_batch"]), "", "deterministic"))
+
+    grad_bytes = int(ranks[0]["gradient_bytes"])
+    payload, constant = _payload_per_step(ranks)
+    expected = ring_allreduce_bytes(grad_bytes, n)
+    calls = float(np.mean([np.mean(r["comm_calls_per_step"]) for r in ranks]))
+    out.metrics += [
+        Metric("gradient_bytes", grad_bytes, "B", "deterministic"),
+        Metric("comm_payload_bytes_per_rank_step", payload, "B", "count"),
+        Metric("comm_bytes_per_rank_step", ring_allreduce_bytes(payload, n), "B", "count"),
+        Metric("comm_ring_expected_bytes", expected, "B", "deterministic"),
+        Metric("comm_payload_vs_gradient", payload / grad_bytes if grad_bytes else float("nan"), "", "numerical"),
+        Metric("comm_calls_per_step", calls, "", "count"),
+    ]
+    hashes = {r["params_sha256"] for r in ranks}
+    out.metrics.append(Metric("params_identical", "pass" if len(hashes) == 1 else "fail", "", "verdict"))
+    out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in ranks])), "", "numerical"))
+    notes = [TIMING_NOTE, COMM_NOTE]
+    if not constant:
+        notes.append("comm payload varied between steps or ranks; the mean is reported")
+    if spec["backend"] == "horovod" and n == 1:
+        notes.append("Horovod skips gradient allreduce on a single rank: payload 0 is expected")
+    if serial is not None:
+        out.metrics.append(Metric("serial_max_abs_diff", serial["max_abs_diff"], "", "numerical"))
+        out.metrics.append(Metric("matches_serial", "pass" if serial["ok"] else "fail", "", "verdict"))
+        notes.append(serial["note"])
+    _common(out, launch)
+    out.extra["notes"] = notes
+    out.extra["warnings"] = list(summary.warnings)
+    out.extra["params_sha256"] = sorted(hashes)
+    out.extra["losses_rank0"] = ranks[0]["losses"]
+    out.extra["n_params"] = int(ranks[0]["n_params"])
+    return out

@@ -1,0 +1,198 @@
+"""``run_point`` for level 3: write the spec, launch the ranks, combine their results.
+
+One point = one launch of ``distributed.ranks`` worker processes (torchrun / mpirun / srun, see
+:mod:`d5pipe.levels.level3.launch`). Files of a point live under ``ctx.work_dir``:
+``spec.json`` (what the workers read), ``launch.log`` (their stdout/stderr), ``ranks/rank<r>.json``.
+
+For training points with ``distributed.serial_check`` the parent also trains the serial reference
+(one process, whole global batches, rank 0's initial model; :func:`training.train_serial`) and
+compares rank 0's final parameters with it: ``matches_serial`` passes when the largest absolute
+difference is <= ``distributed.tolerance``. Floating-point sums in a different order are the only
+expected difference, so this check is done only for set-ups without randomness in the step
+(``model.dropout == 0``) and with ``train.deterministic``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from d5pipe.config.resources import merged_resources
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.level3 import outcome, training
+from d5pipe.levels.level3.launch import LaunchPlan, build_launch
+from d5pipe.levels.level3.schema import DistributedConf
+from d5pipe.levels.level3.validate import check_distributed
+from d5pipe.levels.schema import conf_from_dict
+from d5pipe.plan.seeds import derive_seed
+from d5pipe.rundir.atomic import write_json
+from d5pipe.rundir.record import PointOutcome
+
+LOG_TAIL_CHARS = 3000
+INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
+
+
+def rank_seeds(point_seed: int, ranks: int) -> list[int]:
+    """One seed per rank, derived from the point seed (d5pipe.plan.seeds policy)."""
+    return [derive_seed(point_seed, f"rank{r}") for r in range(ranks)]
+
+
+def _skip_if_unavailable(backend: str, device: str) -> None:
+    import importlib.util
+
+    if backend == "horovod" and importlib.util.find_spec("horovod") is None:
+        raise PointSkipped("horovod is not installed (scripts/install_horovod.sh VENV builds it)")
+    if backend == "mpi" and importlib.util.find_spec("mpi4py") is None:
+        raise PointSkipped("mpi4py is not installed")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PointSkipped(f"train.device={device} but no CUDA device is available")
+
+
+def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
+    """The JSON the workers read: everything they need, nothing interpolated into a command."""
+    cfg = ctx.config
+    dist_cfg = dict(cfg["distributed"])
+    ranks = int(dist_cfg["ranks"])
+    spec: dict[str, Any] = {
+        "experiment": ctx.experiment,
+        "point_id": ctx.point_id,
+        "backend": dist_cfg["backend"],
+        "benchmark": dist_cfg["benchmark"],
+        "ranks": ranks,
+        "steps": int(dist_cfg["steps"]),
+        "warmup_steps": int(dist_cfg["warmup_steps"]),
+        "timeout_s": float(dist_cfg.get("timeout_s", 300.0)),
+        "out_dir": str(out_dir),
+        "rank_seeds": rank_seeds(ctx.seed, ranks),
+        "device": str(cfg.get("train", {}).get("device", "cpu")),
+    }
+    if spec["benchmark"] == "collective":
+        spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
+    else:
+        global_batch, per_rank = training.batch_sizes(dist_cfg, ranks)
+        spec.update(
+            scaling=dist_cfg.get("scaling", "strong"),
+            global_batch=global_batch,
+            per_rank_batch=per_rank,
+            model=dict(cfg["model"]),
+            train=dict(cfg["train"]),
+            data_seed=derive_seed(ctx.seed, "data"),
+        )
+    return spec
+
+
+def _launch(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> None:
+    """Run the launcher; on timeout kill its whole process group (it was started in a new session)."""
+    # rank variables of an enclosing launch must not leak into the workers' rank detection
+    inherited = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
+    env = {**inherited, **plan.env}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: {_tail(log_path)}") from None
+    if rc != 0:
+        raise RuntimeError(f"{plan.launcher} exited with {rc}: {_tail(log_path)}")
+
+
+def _tail(path: Path) -> str:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    return text[-LOG_TAIL_CHARS:]
+
+
+def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
+    import json
+
+    missing = [r for r in range(ranks) if not (out_dir / f"rank{r}.json").exists()]
+    if missing:
+        raise RuntimeError(f"ranks {missing} wrote no result in {out_dir}")
+    return [json.loads((out_dir / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(ranks)]
+
+
+def serial_comparison(spec: dict[str, Any], data_path: Path, out_dir: Path, tolerance: float) -> dict[str, Any]:
+    """Train the serial reference and compare rank 0's final parameters with it."""
+    from d5pipe.levels.datasets import load
+
+    data = load(data_path)
+    reference, _ = training.train_serial(spec, data.x_train, data.y_train, data.input_shape, data.n_classes)
+    rank0 = torch.load(out_dir / "params_rank0.pt")
+    diff = float((rank0 - reference).abs().max()) if rank0.numel() else 0.0
+    return {
+        "max_abs_diff": diff,
+        "ok": diff <= tolerance,
+        "note": (
+            f"matches_serial: rank 0's final parameters vs a 1-process run on the same global batches "
+            f"from the same initial model; pass when max |diff| <= distributed.tolerance={tolerance}"
+        ),
+    }
+
+
+def launch_options(ctx: PointContext) -> dict[str, Any]:
+    """What :func:`build_launch` needs from a point: backend, ranks, launcher and the job's nodes.
+
+    The nodes come from the stage's merged resources (``executor.resources.level3`` over
+    ``default``), the same values the SLURM job was submitted with.
+    """
+    dist_cfg = ctx.config["distributed"]
+    resources = merged_resources(ctx.executor, ctx.stage)
+    return {
+        "backend": str(dist_cfg["backend"]),
+        "ranks": int(dist_cfg["ranks"]),
+        "launcher": str(dist_cfg.get("launcher", "auto")),
+        "executor_name": str(ctx.executor.get("name", "local")),
+        "oversubscribe": bool(dist_cfg.get("oversubscribe", True)),
+        "threads_per_rank": int(dist_cfg.get("threads_per_rank", 0) or 0),
+        "extra_args": list(dist_cfg.get("extra_args") or []),
+        "slurm_nodes": int(resources["nodes"]),
+    }
+
+
+def run_point(ctx: PointContext) -> PointOutcome:
+    """Level-3 stage runner (see module docstring)."""
+    cfg = ctx.config
+    dist_cfg = dict(cfg["distributed"])
+    check_distributed(conf_from_dict(DistributedConf, "distributed", dist_cfg).__dict__)
+    device = str(cfg.get("train", {}).get("device", "cpu"))
+    _skip_if_unavailable(str(dist_cfg["backend"]), device)
+    work = Path(ctx.work_dir).resolve()  # the launcher runs with cwd=work
+    out_dir = work / "ranks"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*"):
+        stale.unlink()
+    spec = make_spec(ctx, out_dir)
+    data_path: Path | None = None
+    if spec["benchmark"] == "train":
+        from d5pipe.levels.datasets import ensure
+
+        data_path, _ = ensure(dict(cfg["dataset"]), Path(ctx.data_dir).resolve())
+        spec["data_path"] = str(data_path)
+    plan = build_launch(spec_path=work / "spec.json", **launch_options(ctx))
+    spec["threads_per_rank"] = plan.threads_per_rank
+    write_json(work / "spec.json", spec)
+    _launch(plan, work, work / "launch.log", float(spec["timeout_s"]))
+    rank_results = _read_ranks(out_dir, int(spec["ranks"]))
+    launch_info = {
+        "launcher": plan.launcher,
+        "argv": plan.argv,
+        "env": {k: v for k, v in plan.env.items() if k != "PATH"},
+        "oversubscribed": plan.oversubscribed,
+        "threads_per_rank": plan.threads_per_rank,
+        "hosts": sorted({str(r["hostname"]) for r in rank_results}),
+    }
+    if spec["benchmark"] == "collective":
+        return outcome.collective_outcome(spec, rank_results, launch_info)
+    serial = None
+    deterministic = bool(cfg["train"].get("deterministic", True)) and float(cfg["model"].get("dropout", 0.0)) == 0.0
+    if dist_cfg.get("serial_check", True) and deterministic and data_path is not None:
+        serial = serial_comparison(spec, data_path, out_dir, float(dist_cfg.get("tolerance", 1e-4)))
+    return outcome.train_outcome(spec, rank_results, launch_info, serial)

@@ -1,0 +1,55 @@
+"""Schema of the ``distributed`` section (level 3; see d5pipe.levels.level3). Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from d5pipe.config.fields import at_least, choice, positive
+
+BACKENDS: tuple[str, ...] = ("ddp", "horovod", "mpi")
+SCALINGS: tuple[str, ...] = ("strong", "weak")
+BENCHMARKS: tuple[str, ...] = ("train", "collective")
+COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
+LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
+FLOAT_BYTES = 4
+"""Collective payloads are float32."""
+
+
+@dataclass
+class DistributedConf:
+    backend: str = choice("ddp", BACKENDS)
+    """``ddp`` (torch DDP, gloo/nccl), ``horovod`` (horovod.torch over MPI) or ``mpi`` (mpi4py)."""
+    ranks: int = at_least(1, 1)
+    scaling: str = choice("strong", SCALINGS)
+    """``strong``: global batch fixed (per-rank = global_batch / ranks); ``weak``: per-rank batch fixed."""
+    global_batch: int = at_least(64, 1)
+    """Global batch of strong scaling (must be divisible by ``ranks``)."""
+    per_rank_batch: int = at_least(32, 1)
+    """Per-rank batch of weak scaling."""
+    steps: int = at_least(20, 1)
+    """Timed iterations (training steps or collective calls)."""
+    warmup_steps: int = at_least(3, 0)
+    """Untimed iterations before them (training warm-up steps still train)."""
+    benchmark: str = choice("train", BENCHMARKS)
+    """``train`` (data-parallel training) or ``collective``."""
+    collective: str = choice("allreduce", COLLECTIVES)
+    """``allreduce``, ``broadcast`` or ``allgather`` (for ``benchmark: collective``)."""
+    message_bytes: int = at_least(1024, FLOAT_BYTES)
+    """Message size S as nccl-tests defines it (allgather: the gathered size)."""
+    launcher: str = choice("auto", LAUNCHERS)
+    """``auto`` (srun under the slurm executor, else torchrun for ddp, mpirun otherwise),
+    ``torchrun``, ``mpirun`` or ``srun``."""
+    oversubscribe: bool = True
+    """Allow more ranks x threads than cores (flagged as metric ``oversubscribed``)."""
+    threads_per_rank: int = at_least(0, 0)
+    """torch threads of each rank. ``0``: the job's CPUs per task under srun, else the usable cores
+    divided among the ranks (every point of a sweep then uses the whole machine). ``N``: N per rank
+    whatever the rank count, so a scaling sweep adds N cores per rank."""
+    timeout_s: float = positive(300.0)
+    """Wall-clock limit of one launch; the launcher's process group is killed after it."""
+    serial_check: bool = True
+    """Compare the trained model with a 1-process run on the same global batches (``matches_serial``)."""
+    tolerance: float = at_least(1e-4, 0.0)
+    """Largest absolute parameter difference accepted by ``matches_serial``."""
+    extra_args: list[str] = field(default_factory=list)
+    """Extra launcher options, each one argument (never split, never passed to a shell)."""

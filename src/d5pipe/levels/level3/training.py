@@ -1,0 +1,130 @@
+"""Data-parallel training pieces shared by the rank workers and the serial reference.
+
+Equivalence by construction: every step draws one *global* batch of indices from a permutation
+seeded by the point's data seed (identical on every rank); rank ``r`` of ``n`` trains on slice
+``r`` of it. With the mean loss per rank and gradients averaged over ranks, one step equals one
+single-process step on the whole global batch, so an ``n``-rank run must end with the parameters of
+the 1-process run on the same global batches (up to floating-point summation order). That serial
+run is :func:`train_serial`; ``run_point`` compares the two (``matches_serial``).
+
+Each rank builds its model with its own rank seed; the engine then broadcasts rank 0's parameters,
+so parameter identity across ranks is a real check of that broadcast and of the gradient averaging.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from d5pipe import D5PipeError
+from d5pipe.levels.level2.schema import OPTIMIZERS
+
+
+def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
+    """``(global_batch, per_rank_batch)``: ``strong`` fixes the global batch, ``weak`` the per-rank."""
+    scaling = dist_cfg.get("scaling", "strong")
+    if scaling == "strong":
+        global_batch = int(dist_cfg["global_batch"])
+        if global_batch % ranks != 0:
+            raise D5PipeError(
+                f"distributed.global_batch: {global_batch} is not divisible by distributed.ranks={ranks}"
+            )
+        return global_batch, global_batch // ranks
+    if scaling == "weak":
+        per_rank = int(dist_cfg["per_rank_batch"])
+        return per_rank * ranks, per_rank
+    raise D5PipeError(f"distributed.scaling: unknown value {scaling!r}; known: ['strong', 'weak']")
+
+
+def global_batches(n_train: int, global_batch: int, steps: int, data_seed: int) -> Iterator[np.ndarray]:
+    """Index arrays of ``steps`` global batches: epochs of seeded permutations, last partial dropped."""
+    if global_batch > n_train:
+        raise D5PipeError(
+            f"distributed.global_batch: {global_batch} exceeds the {n_train} training samples"
+        )
+    rng = np.random.default_rng(data_seed % (1 << 32))
+    per_epoch = n_train // global_batch
+    perm = rng.permutation(n_train)
+    pos = 0
+    for _ in range(steps):
+        if pos == per_epoch:
+            perm, pos = rng.permutation(n_train), 0
+        yield perm[pos * global_batch : (pos + 1) * global_batch]
+        pos += 1
+
+
+def rank_slice(indices: np.ndarray, rank: int, ranks: int) -> np.ndarray:
+    """Rank ``rank``'s equal share of a global batch."""
+    per_rank = len(indices) // ranks
+    return indices[rank * per_rank : (rank + 1) * per_rank]
+
+
+def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_classes: int, seed: int) -> torch.nn.Module:
+    """The shared model builder (d5pipe.levels.models), initialised from ``seed``."""
+    from d5pipe.levels.models import build_model as shared_build_model
+
+    torch.manual_seed(seed)
+    model: torch.nn.Module = shared_build_model(model_cfg, input_shape, n_classes)
+    return model
+
+
+def make_optimizer(train_cfg: dict[str, Any], params: Any) -> torch.optim.Optimizer:
+    """The optimizer named by ``train.optimizer`` with ``lr``, ``momentum``, ``weight_decay``."""
+    name = str(train_cfg.get("optimizer", "sgd")).lower()
+    lr = float(train_cfg.get("lr", 1e-3))
+    wd = float(train_cfg.get("weight_decay", 0.0))
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=float(train_cfg.get("momentum", 0.0)), weight_decay=wd)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    raise D5PipeError(f"train.optimizer: unknown value {name!r}; known: {list(OPTIMIZERS)}")
+
+
+def loss_fn() -> Callable[..., torch.Tensor]:
+    return torch.nn.CrossEntropyLoss()
+
+
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    """All parameters, flattened into one float tensor on the CPU."""
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+
+def params_sha256(model: torch.nn.Module) -> str:
+    """sha256 of the parameters' bytes (exact identity check across ranks)."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of one full gradient (trainable parameters)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def train_serial(
+    spec: dict[str, Any], x: torch.Tensor, y: torch.Tensor, input_shape: tuple[int, ...], n_classes: int
+) -> tuple[torch.Tensor, list[float]]:
+    """One process, whole global batches, rank 0's initial model: the reference run.
+
+    Returns the final flat parameters and the per-step losses.
+    """
+    model = build_model(spec["model"], input_shape, n_classes, int(spec["rank_seeds"][0]))
+    opt = make_optimizer(spec["train"], model.parameters())
+    criterion = loss_fn()
+    losses: list[float] = []
+    total = int(spec["warmup_steps"]) + int(spec["steps"])
+    for idx in global_batches(len(y), int(spec["global_batch"]), total, int(spec["data_seed"])):
+        t = torch.from_numpy(idx)
+        opt.zero_grad()
+        loss = criterion(model(x[t]), y[t])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return flat_params(model), losses

@@ -1,0 +1,35 @@
+"""Level 3 checks before any job (torch-free): batch split, launcher/backend pairs, device."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from d5pipe import D5PipeError
+from d5pipe.levels.checks import check_device, section
+from d5pipe.levels.schema import check_dataset, check_model
+
+
+def check_distributed(dist: Mapping[str, Any]) -> None:
+    """Cross-field checks of a resolved ``distributed`` section."""
+    ranks = dist.get("ranks", 1)
+    if (dist.get("benchmark", "train") == "train" and dist.get("scaling", "strong") == "strong"
+            and isinstance(ranks, int) and ranks > 0):
+        global_batch = dist.get("global_batch", 64)
+        if isinstance(global_batch, int) and global_batch % ranks:
+            raise D5PipeError(f"config error: key 'distributed.global_batch': {global_batch} is not "
+                              f"divisible by distributed.ranks={ranks} (strong scaling)")
+    if dist.get("launcher") == "torchrun" and dist.get("backend", "ddp") != "ddp":
+        raise D5PipeError(f"config error: key 'distributed.launcher': torchrun cannot start backend "
+                          f"{dist.get('backend')!r} (it needs MPI ranks); use mpirun, srun or auto")
+    device = dist.get("device")
+    if device is not None:
+        check_device(device, "distributed.device")
+
+
+def check_point(cfg: Mapping[str, Any]) -> None:
+    """One level-3 point's resolved config (``model``, ``dataset``, ``train``, ``distributed``)."""
+    check_model(section(cfg, "model"))
+    check_dataset(section(cfg, "dataset"))
+    check_device(section(cfg, "train").get("device", "cpu"), "train.device")
+    check_distributed(section(cfg, "distributed"))

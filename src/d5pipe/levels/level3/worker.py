@@ -1,0 +1,127 @@
+"""Per-rank entry point: ``python -m d5pipe.levels.level3.worker SPEC.json``.
+
+The spec (written by ``run_point``) says what to run; the rank and world size come from the
+launcher's environment (torchrun, Open MPI, PMIx or SLURM). Each rank writes
+``<out_dir>/rank<r>.json`` atomically; rank 0 of a training run also writes its final parameters
+to ``<out_dir>/params_rank0.pt`` for the comparison with the serial reference.
+
+Per-step timing: a barrier, then ``perf_counter`` around the step (for CUDA the device is
+synchronised before the clock is read). Per-rank times are combined (max over ranks per step)
+by the parent, not here, so no collective runs inside a timed region.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from d5pipe.levels.level3 import training
+from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
+from d5pipe.levels.level3.collectives import run_collective
+from d5pipe.rundir.atomic import write_json
+
+
+def _device(spec: dict[str, Any], local_rank: int) -> torch.device:
+    name = str(spec.get("device", "cpu"))
+    if name.startswith("cuda"):
+        return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
+    """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up."""
+    from d5pipe.levels.datasets import load
+
+    data = load(Path(spec["data_path"]))
+    x, y = data.x_train.to(device), data.y_train.to(device)
+    rank, size = backend.rank, backend.size
+    torch.manual_seed(int(spec["rank_seeds"][rank]))
+    model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][rank]))
+    model = model.to(device)
+    opt = training.make_optimizer(spec["train"], model.parameters())
+    step = backend.make_train_step(model, opt, training.loss_fn())
+    backend.counter.reset()  # parameter broadcast at set-up is not per-step traffic
+    warmup, steps = int(spec["warmup_steps"]), int(spec["steps"])
+    times: list[float] = []
+    step_bytes: list[int] = []
+    step_calls: list[int] = []
+    losses: list[float] = []
+    batches = training.global_batches(len(y), int(spec["global_batch"]), warmup + steps, int(spec["data_seed"]))
+    for i, idx in enumerate(batches):
+        local = torch.from_numpy(training.rank_slice(idx, rank, size)).to(device)
+        xb, yb = x[local], y[local]
+        backend.barrier()
+        _sync(device)
+        t0 = time.perf_counter()
+        loss = step(xb, yb)
+        _sync(device)
+        t1 = time.perf_counter()
+        nbytes, ncalls = backend.counter.reset()
+        losses.append(loss)
+        if i >= warmup:
+            times.append(t1 - t0)
+            step_bytes.append(nbytes)
+            step_calls.append(ncalls)
+    if rank == 0:
+        torch.save(training.flat_params(model), out_dir / "params_rank0.pt")
+    return {
+        "times_s": times,
+        "comm_bytes_per_step": step_bytes,
+        "comm_calls_per_step": step_calls,
+        "losses": losses,
+        "params_sha256": training.params_sha256(model),
+        "gradient_bytes": training.gradient_bytes(model),
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "per_rank_batch": int(spec["per_rank_batch"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m d5pipe.levels.level3.worker SPEC.json", file=sys.stderr)
+        return 2
+    spec_path = Path(args[0])
+    spec: dict[str, Any] = json.loads(spec_path.read_text(encoding="utf-8"))
+    out_dir = Path(spec["out_dir"])
+    torch.set_num_threads(int(spec.get("threads_per_rank", 1)))
+    _, _, local_rank = rank_from_env()
+    device = _device(spec, local_rank)
+    backend = make_backend(str(spec["backend"]), device, float(spec.get("timeout_s", 300.0)))
+    if backend.size != int(spec["ranks"]):
+        raise RuntimeError(f"launcher started {backend.size} ranks, spec asks for {spec['ranks']}")
+    started = time.time()
+    if spec["benchmark"] == "collective":
+        result = run_collective(backend, spec)
+    else:
+        result = run_training(backend, spec, device, out_dir)
+    backend.barrier()
+    result.update(
+        rank=backend.rank,
+        size=backend.size,
+        backend=backend.name,
+        experiment=spec["experiment"],
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        threads=torch.get_num_threads(),
+        wall_s=time.time() - started,
+    )
+    write_json(out_dir / f"rank{backend.rank}.json", result)
+    backend.finalize()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

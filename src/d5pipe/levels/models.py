@@ -1,0 +1,163 @@
+"""Models for levels 1-3, sized from the ``model`` config section.
+
+* ``mlp``: flatten, ``hidden`` Linear+ReLU(+Dropout) layers, linear head; any input shape.
+* ``cnn``: 3x3 conv stem, ``blocks`` residual blocks (conv-BN-ReLU-conv-BN + identity) at
+  ``channels`` channels, global average pooling, linear head; needs (C, H, W) input.
+* ``transformer``: pre-norm encoder of ``layers`` layers. Images: each row is a token (its C*W
+  values embedded linearly); vectors: each feature is a token (its scalar embedded linearly).
+  Learned positional embeddings, mean pooling, linear head.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from d5pipe import D5PipeError
+from d5pipe.levels.schema import ModelConf, conf_from_dict
+
+MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer")
+
+
+class UnsupportedInput(D5PipeError):
+    """The model cannot take this dataset's input shape (stage runners skip such points)."""
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, hidden: list[int], n_classes: int, dropout: float) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_features
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+            width = h
+        layers.append(nn.Linear(width, n_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + x)
+
+
+class GlobalAvgPool(nn.Module):
+    """Mean over H and W. (AdaptiveAvgPool2d's CUDA backward has no deterministic kernel, so
+    ``torch.use_deterministic_algorithms(True)`` would reject it; ``mean`` is deterministic.)"""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
+class ResNetSmall(nn.Module):
+    def __init__(self, in_channels: int, channels: int, blocks: int, n_classes: int, dropout: float) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(in_channels, channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(),
+        )
+        self.blocks = nn.Sequential(*(ResidualBlock(channels) for _ in range(blocks)))
+        self.head = nn.Sequential(
+            GlobalAvgPool(),
+            nn.Dropout(dropout) if dropout > 0 else nn.Identity(),
+            nn.Linear(channels, n_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.blocks(self.stem(x)))
+        return out
+
+
+class TransformerClassifier(nn.Module):
+    def __init__(self, input_shape: tuple[int, ...], conf: ModelConf, n_classes: int) -> None:
+        super().__init__()
+        if len(input_shape) == 3:
+            c, h, w = input_shape
+            self.n_tokens, token_dim = h, c * w
+        else:
+            self.n_tokens, token_dim = _numel(input_shape), 1
+        self.token_dim = token_dim
+        self.embed = nn.Linear(token_dim, conf.d_model)
+        self.pos = nn.Parameter(torch.zeros(1, self.n_tokens, conf.d_model))
+        nn.init.normal_(self.pos, std=0.02)
+        layer = nn.TransformerEncoderLayer(
+            conf.d_model,
+            conf.heads,
+            dim_feedforward=conf.ff_mult * conf.d_model,
+            dropout=conf.dropout,
+            batch_first=True,
+            norm_first=True,
+        )
+        self.encoder = nn.TransformerEncoder(layer, conf.layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(conf.d_model)
+        self.head = nn.Linear(conf.d_model, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 4:  # (B, C, H, W) -> (B, H, C*W): rows are tokens
+            tokens = x.permute(0, 2, 1, 3).reshape(x.shape[0], self.n_tokens, self.token_dim)
+        else:
+            tokens = x.reshape(x.shape[0], self.n_tokens, 1)
+        z = self.encoder(self.embed(tokens) + self.pos)
+        out: torch.Tensor = self.head(self.norm(z).mean(dim=1))
+        return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """The model named by ``model_cfg['name']`` for samples of ``input_shape`` (no batch dim).
+
+    Parameters are initialised from torch's global RNG: seed it first (d5pipe.measure.determinism).
+    """
+    conf = conf_from_dict(ModelConf, "model", model_cfg)
+    shape = tuple(int(d) for d in input_shape)
+    if n_classes < 2:
+        raise D5PipeError(f"model: n_classes must be >= 2, got {n_classes}")
+    if conf.name == "mlp":
+        if any(h < 1 for h in conf.hidden):
+            raise D5PipeError(f"model.hidden: widths must be >= 1, got {list(conf.hidden)}")
+        return MLP(_numel(shape), list(conf.hidden), n_classes, conf.dropout)
+    if conf.name == "cnn":
+        if len(shape) != 3:
+            raise UnsupportedInput(f"model cnn needs (C, H, W) input; the dataset gives {shape}")
+        if conf.channels < 1 or conf.blocks < 0:
+            raise D5PipeError(
+                f"model: cnn needs channels >= 1, blocks >= 0, got {conf.channels}, {conf.blocks}"
+            )
+        return ResNetSmall(shape[0], conf.channels, conf.blocks, n_classes, conf.dropout)
+    if conf.name == "transformer":
+        if conf.heads < 1 or conf.d_model % conf.heads != 0:
+            raise D5PipeError(
+                f"model: transformer d_model ({conf.d_model}) must be a multiple of heads ({conf.heads})"
+            )
+        if len(shape) not in (1, 3):
+            raise UnsupportedInput(f"model transformer needs (F,) or (C, H, W) input; got {shape}")
+        return TransformerClassifier(shape, conf, n_classes)
+    raise D5PipeError(f"model.name: unknown model {conf.name!r}; known: {list(MODEL_NAMES)}")
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,103 @@
+"""Schema of the ``model`` and ``dataset`` sections, shared by levels 1-3. Torch-free.
+
+Stage code receives sections as plain dicts; :func:`conf_from_dict` turns one into its dataclass,
+filling defaults and rejecting unknown keys with a one-line :class:`D5PipeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from d5pipe import D5PipeError
+from d5pipe.config.fields import at_least, between, choice, items_at_least
+
+MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer")
+DATASET_NAMES: tuple[str, ...] = ("digits", "breast_cancer", "wine", "synthetic")
+DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
+
+
+@dataclass
+class ModelConf:
+    name: str = choice("mlp", MODEL_NAMES)
+    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input) or ``transformer``."""
+    hidden: list[int] = items_at_least([64], 1)
+    """MLP hidden layer widths."""
+    channels: int = at_least(16, 1)
+    """CNN channels of every residual block."""
+    blocks: int = at_least(2, 0)
+    """CNN residual blocks."""
+    d_model: int = at_least(64, 1)
+    """Transformer embedding width (a multiple of ``heads``)."""
+    heads: int = at_least(4, 1)
+    layers: int = at_least(2, 1)
+    """Transformer encoder layers."""
+    ff_mult: int = at_least(2, 1)
+    """Transformer feed-forward width = ``ff_mult * d_model``."""
+    dropout: float = at_least(0.0, 0.0)
+    """Below 1."""
+
+
+@dataclass
+class DatasetConf:
+    name: str = choice("digits", DATASET_NAMES)
+    """``digits``, ``breast_cancer``, ``wine`` (bundled with scikit-learn) or ``synthetic``."""
+    n_samples: int = at_least(2048, 4)
+    """synthetic only."""
+    n_features: int = at_least(64, 1)
+    """synthetic only, when ``image_shape`` is empty."""
+    n_classes: int = at_least(10, 2)
+    """synthetic only (the real datasets have their own)."""
+    image_shape: list[int] = items_at_least([], 1)
+    """synthetic only: ``[C, H, W]`` makes image samples; empty makes flat vectors."""
+    noise: float = at_least(1.0, 0.0)
+    """synthetic only: standard deviation of the noise around each class prototype."""
+    generator_seed: int = 0
+    """synthetic only: seeds the class prototypes and samples."""
+    test_fraction: float = between(0.25, 0.0, 1.0)
+    split_seed: int = 0
+    """Seeds the stratified train/test split."""
+
+
+def check_model(model: Mapping[str, Any], where: str = "model") -> None:
+    """Cross-field checks of a resolved ``model`` section."""
+    dropout = model.get("dropout", 0.0)
+    if isinstance(dropout, (int, float)) and dropout >= 1.0:
+        raise D5PipeError(f"{where}.dropout: {dropout} must be below 1")
+    if model.get("name") == "transformer":
+        d_model, heads = model.get("d_model"), model.get("heads")
+        if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 and d_model % heads:
+            raise D5PipeError(f"{where}.d_model: {d_model} is not a multiple of {where}.heads={heads}")
+
+
+def check_dataset(dataset: Mapping[str, Any], where: str = "dataset") -> None:
+    """Cross-field checks of a resolved ``dataset`` section."""
+    shape = dataset.get("image_shape") or []
+    if len(shape) not in (0, 3):
+        raise D5PipeError(f"{where}.image_shape: {list(shape)} must be empty or [C, H, W]")
+    if dataset.get("name") == "synthetic":
+        n, classes = dataset.get("n_samples", 2048), dataset.get("n_classes", 10)
+        if isinstance(n, int) and isinstance(classes, int) and n < 2 * classes:
+            raise D5PipeError(f"{where}.n_samples: synthetic needs n_samples >= 2 x n_classes, "
+                              f"got n_samples={n}, n_classes={classes}")
+
+
+T = TypeVar("T")
+
+
+def conf_from_dict(cls: type[T], section: str, data: Mapping[str, Any] | None) -> T:
+    """``cls`` filled from ``data`` (defaults for missing keys); unknown keys and values that break
+    the schema's types or declared constraints are a one-line D5PipeError."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    items = dict(data or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(items) - known)
+    if unknown:
+        raise D5PipeError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
+    from d5pipe.config.validate import check_fields  # here: config.schema imports this module
+
+    check_fields(cls, items, f"{section}.")
+    return cls(**items)

@@ -1,0 +1,266 @@
+"""The shared timer: warm-up, blocked repetitions, device synchronisation, CI-based stop rule.
+
+``measure(fn, cfg, device)`` calls ``fn()`` many times and returns a :class:`Measurement` with the
+raw per-iteration samples (seconds) and their :class:`d5pipe.measure.stats.Summary`.
+
+Procedure (every level uses it, so it knows nothing about operators or models):
+
+1. **Warm-up**: call ``fn`` until ``warmup_s`` has passed or ``warmup_max_iters`` calls were made
+   (at least one call). The median warm-up call (the first excluded) estimates one call's cost.
+2. **Block sizing**: a block is ``reps`` back-to-back calls between two clock reads. ``reps`` is
+   chosen so that a block lasts >= ``min_block_s`` *and* the clock's own overhead (measured here,
+   on this machine) is < 0.1% of a block, as torch.utils.benchmark's ``blocked_autorange`` does.
+   If the first block is still too short, ``reps`` is grown and that block is discarded.
+3. **Blocks**: each block yields one sample ``block_time / reps``. After ``min_samples`` samples the
+   95% CI of the median (order statistics) is checked after every block; measuring stops when it is
+   within +-``target_ci_pct``% of the median (``target_met=True``), when ``max_samples`` samples were
+   taken, or when ``budget_s`` (counted from the end of the warm-up, so a slow first call does not
+   eat it) is spent (``target_met=False``). At least one sample is always taken.
+
+Devices: on ``cuda*`` each block is bracketed by CUDA events after a ``torch.cuda.synchronize()``,
+and the end event is synchronised before it is read; on the CPU ``time.perf_counter_ns`` is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from d5pipe import D5PipeError
+from d5pipe.measure.stats import CONFIDENCE, Summary, median_ci, summarize
+from d5pipe.measure.timer_schema import TimerConf
+
+MAX_OVERHEAD_FRACTION = 1e-3
+"""The timer's own cost must stay below this fraction of a block."""
+
+
+def timer_conf(cfg: TimerConf | Mapping[str, Any] | None) -> TimerConf:
+    """A :class:`TimerConf` from a dataclass, a plain dict or a DictConfig (unknown keys are errors)."""
+    if cfg is None:
+        return TimerConf()
+    if isinstance(cfg, TimerConf):
+        return cfg
+    known = {f.name for f in dataclasses.fields(TimerConf)}
+    items = dict(cfg.items())
+    unknown = sorted(set(items) - known)
+    if unknown:
+        raise D5PipeError(f"timer: unknown key(s) {unknown}; known: {sorted(known)}")
+    conf = TimerConf(**items)
+    if conf.min_samples < 1 or conf.max_samples < conf.min_samples:
+        raise D5PipeError(
+            f"timer: need 1 <= min_samples <= max_samples, got {conf.min_samples}, {conf.max_samples}"
+        )
+    if conf.min_block_s <= 0 or conf.budget_s <= 0 or conf.target_ci_pct <= 0:
+        raise D5PipeError("timer: min_block_s, budget_s and target_ci_pct must be > 0")
+    return conf
+
+
+class BlockClock(Protocol):
+    """Times ``reps`` back-to-back calls of a function, synchronising the device."""
+
+    name: str
+
+    def time_block(self, fn: Callable[[], object], reps: int) -> float:
+        """Seconds taken by ``reps`` calls of ``fn`` (device work included)."""
+        ...
+
+
+class CpuClock:
+    """``time.perf_counter_ns`` around the block; CPU work is synchronous."""
+
+    name = "perf_counter_ns"
+
+    def time_block(self, fn: Callable[[], object], reps: int) -> float:
+        counter = time.perf_counter_ns
+        start = counter()
+        for _ in range(reps):
+            fn()
+        return (counter() - start) * 1e-9
+
+
+class CudaClock:
+    """CUDA events around the block, with ``torch.cuda.synchronize`` before and after."""
+
+    name = "cuda_event"
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise D5PipeError(f"timer: device {device!r} requested but torch.cuda.is_available() is False")
+        self._torch = torch
+        self._device = torch.device(device)
+
+    def time_block(self, fn: Callable[[], object], reps: int) -> float:
+        cuda = self._torch.cuda
+        with cuda.device(self._device):
+            start = cuda.Event(enable_timing=True)
+            end = cuda.Event(enable_timing=True)
+            cuda.synchronize()
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            end.synchronize()
+            cuda.synchronize()
+            return float(start.elapsed_time(end)) * 1e-3
+
+
+def clock_for(device: str) -> BlockClock:
+    """The clock for a device string: CUDA events for ``cuda*``, ``perf_counter_ns`` otherwise."""
+    if device.startswith("cuda"):
+        return CudaClock(device)
+    return CpuClock()
+
+
+def _noop() -> None:
+    return None
+
+
+def clock_overhead_s(clock: BlockClock, trials: int = 20) -> float:
+    """The smallest observed cost of timing an empty one-call block with ``clock``."""
+    return min(clock.time_block(_noop, 1) for _ in range(trials))
+
+
+@dataclass
+class Measurement:
+    """Raw samples and their summary, plus how they were taken."""
+
+    samples: list[float]
+    """Per-iteration seconds: each block's time divided by its number of calls."""
+    summary: Summary
+    reps_per_block: int
+    target_met: bool
+    """True when the CI of the median got within +-target_ci_pct% before the budget ran out."""
+    stop_reason: str
+    """``target``, ``max_samples`` or ``budget``."""
+    warmup_iters: int
+    warmup_s: float
+    total_s: float
+    clock: str
+    clock_overhead_s: float
+    device: str
+    config: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return self.summary.median
+
+    def info(self) -> dict[str, Any]:
+        """JSON-serialisable description of the measurement (without the raw samples)."""
+        return {
+            "reps_per_block": self.reps_per_block,
+            "target_met": self.target_met,
+            "stop_reason": self.stop_reason,
+            "warmup_iters": self.warmup_iters,
+            "warmup_s": self.warmup_s,
+            "total_s": self.total_s,
+            "clock": self.clock,
+            "clock_overhead_s": self.clock_overhead_s,
+            "device": self.device,
+            "config": self.config,
+            "ci_coverage": self.summary.ci_coverage,
+        }
+
+
+def _reps_for(per_call_s: float, min_block_s: float, overhead_s: float) -> int:
+    """Calls per block so that a block lasts >= min_block_s and overhead < 0.1% of it."""
+    target_block = max(min_block_s, overhead_s / MAX_OVERHEAD_FRACTION)
+    per_call = max(per_call_s, 1e-9)
+    return max(1, math.ceil(target_block / per_call))
+
+
+def _ci_within(samples: list[float], rel: float) -> bool:
+    """True when the exact 95% CI of the median lies within +-rel of the median."""
+    ci = median_ci(samples, CONFIDENCE)
+    if not ci.exact:
+        return False
+    median = float(np.median(samples))
+    if median <= 0:
+        return False
+    return max(median - ci.low, ci.high - median) <= rel * median
+
+
+def measure(
+    fn: Callable[[], object],
+    cfg: TimerConf | Mapping[str, Any] | None = None,
+    device: str = "cpu",
+) -> Measurement:
+    """Time ``fn()`` (see the module docstring for the procedure) and keep every sample."""
+    conf = timer_conf(cfg)
+    clock = clock_for(device)
+    overhead = clock_overhead_s(clock)
+    t_start = time.perf_counter()
+
+    def elapsed() -> float:
+        return time.perf_counter() - t_start
+
+    # 1. warm-up (each call timed individually, with device synchronisation)
+    warm_times: list[float] = []
+    while True:
+        warm_times.append(clock.time_block(fn, 1))
+        if elapsed() >= conf.warmup_s or len(warm_times) >= conf.warmup_max_iters:
+            break
+    warmup_s = elapsed()
+    per_call = float(np.median(warm_times[1:] or warm_times))  # the first call may be far slower
+    t_measure = time.perf_counter()
+
+    def spent() -> bool:
+        return time.perf_counter() - t_measure >= conf.budget_s
+
+    # 2. block sizing: grow reps until one block is long enough (discarded blocks count as warm-up)
+    reps = _reps_for(per_call, conf.min_block_s, overhead)
+    min_block = max(conf.min_block_s, overhead / MAX_OVERHEAD_FRACTION)
+    samples: list[float] = []
+    while True:
+        block_s = clock.time_block(fn, reps)
+        if block_s >= 0.5 * min_block or spent():
+            samples.append(block_s / reps)
+            break
+        reps = min(_reps_for(block_s / reps, conf.min_block_s, overhead) * 2, reps * 10)
+
+    # 3. blocks until the CI target, max_samples or the budget
+    stop_reason = ""
+    target_met = False
+    while True:
+        if len(samples) >= conf.min_samples:
+            if _ci_within(samples, conf.target_ci_pct / 100.0):
+                target_met, stop_reason = True, "target"
+                break
+            if len(samples) >= conf.max_samples:
+                stop_reason = "max_samples"
+                break
+        if spent():
+            stop_reason = "budget"
+            break
+        samples.append(clock.time_block(fn, reps) / reps)
+
+    summary = summarize(samples)
+    warnings = list(summary.warnings)
+    if not target_met:
+        warnings.append(
+            f"CI target missed: 95% CI of the median is +-{100 * summary.ci_half_width_rel:.1f}% "
+            f"(target +-{conf.target_ci_pct}%) after {len(samples)} samples, stopped by {stop_reason}"
+        )
+    return Measurement(
+        samples=samples,
+        summary=summary,
+        reps_per_block=reps,
+        target_met=target_met,
+        stop_reason=stop_reason,
+        warmup_iters=len(warm_times),
+        warmup_s=warmup_s,
+        total_s=elapsed(),
+        clock=clock.name,
+        clock_overhead_s=overhead,
+        device=device,
+        config=dataclasses.asdict(conf),
+        warnings=warnings,
+    )

@@ -1,0 +1,211 @@
+"""From a composed config to a plan: per stage, the points (ID, params, seed) packed into shards.
+
+Nothing here builds an OmegaConf object per point: the config is resolved once into plain data and
+each point is the stage's sections of that data with the axis values applied.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from d5pipe import D5PipeError
+from d5pipe.config.stages import STAGES, load_target
+from d5pipe.config.validate import check_sweep
+from d5pipe.plan.canonical import canonical_json, digest, normalise
+from d5pipe.plan.seeds import check_unique, point_seed
+from d5pipe.plan.sweep import expand, project
+
+PLAN_SCHEMA_VERSION = 1
+
+
+@dataclass
+class StagePlan:
+    stage: str
+    axes: tuple[str, ...]
+    point_ids: list[str]
+    params: list[tuple[Any, ...]]
+    seeds: list[int]
+    points_per_shard: int
+    datasets: list[str] = field(default_factory=list)
+    """Per point, the dataset key it needs ("" for stages without data)."""
+
+    @property
+    def n_shards(self) -> int:
+        return math.ceil(len(self.point_ids) / self.points_per_shard)
+
+    def shard_names(self) -> list[str]:
+        return [shard_name(i) for i in range(self.n_shards)]
+
+    def shard_slice(self, index: int) -> range:
+        lo = index * self.points_per_shard
+        return range(lo, min(lo + self.points_per_shard, len(self.point_ids)))
+
+    def params_dict(self, i: int) -> dict[str, Any]:
+        return dict(zip(self.axes, self.params[i]))
+
+
+@dataclass
+class Plan:
+    experiment: str
+    root_seed: int
+    config: dict[str, Any]
+    config_hash: str
+    axes: tuple[str, ...]
+    stages: dict[str, StagePlan]
+    datasets: dict[str, dict[str, Any]]
+    """Dataset key -> dataset config, for every dataset some point needs."""
+
+    def n_points(self) -> int:
+        return sum(len(s.point_ids) for s in self.stages.values())
+
+
+def shard_name(index: int) -> str:
+    return f"s{index:05d}"
+
+
+def dataset_key(dataset_cfg: dict[str, Any]) -> str:
+    """Stable key of a dataset config (d5pipe.levels.dataset_key; torch-free)."""
+    from d5pipe.levels.dataset_key import dataset_key as key
+
+    return key(dataset_cfg)
+
+
+def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """Return a copy of ``cfg`` with ``key`` (dotted) set; copies only along the path."""
+    parts = key.split(".")
+    out = dict(cfg)
+    node = out
+    for p in parts[:-1]:
+        child = node.get(p)
+        child = dict(child) if isinstance(child, dict) else {}
+        node[p] = child
+        node = child
+    node[parts[-1]] = value
+    return out
+
+
+def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """The part of the config a stage reads (its sections, plus name and root seed)."""
+    base = {s: config[s] for s in STAGES[stage].sections}
+    base["name"] = config["name"]
+    base["seed"] = config["seed"]
+    return base
+
+
+def point_config(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    cfg = base
+    for k, v in params.items():
+        cfg = set_dotted(cfg, k, v)
+    return cfg
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
+
+
+def readable_prefix(stage: str, params: dict[str, Any]) -> str:
+    parts = []
+    for k, v in params.items():
+        short = k.rsplit(".", 1)[-1]
+        if isinstance(v, str):
+            parts.append(v)
+        elif isinstance(v, bool):
+            parts.append(f"{short}{int(v)}")
+        elif isinstance(v, (int, float)):
+            parts.append(f"{short}{v}")
+        else:
+            parts.append(short)
+    clean = [_UNSAFE.sub("_", part).strip("_.") for part in parts]
+    text = "-".join(c for c in clean if c)[:48].rstrip("_-.")
+    return text or stage
+
+
+def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised: bool = False) -> str:
+    """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant).
+
+    ``normalised``: ``cfg`` is already in canonical form (d5pipe.plan.canonical.normalise) — the
+    planner normalises the stage base and the axis values once instead of per point.
+    """
+    h = digest({"stage": stage, "config": cfg}, 12, normalised=normalised)
+    return f"{readable_prefix(stage, params)}-{h}"
+
+
+def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:
+    where = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))
+
+
+def build_plan(config: dict[str, Any]) -> Plan:
+    """Expand the sweep of a resolved config into per-stage points and shards.
+
+    ``config`` has passed d5pipe.config.validate.check_config (values and axes); here every point
+    is checked by its stage's ``validate`` target (cross-field rules such as a global batch
+    divisible by the ranks), so a bad combination is one line naming the point, before any job.
+    """
+    check_sweep(config)  # axes name sweepable keys; values fit them; fixed keys stay fixed
+    sweep_cfg = config.get("sweep") or {}
+    has_axes = bool(sweep_cfg.get("grid") or sweep_cfg.get("zip"))
+    if has_axes:
+        axes, points = expand(sweep_cfg)
+    else:
+        if sweep_cfg.get("exclude"):
+            raise D5PipeError("sweep.exclude: given but the sweep has no axes")
+        axes, points = (), [()]
+    root = int(config["seed"])
+    shards_cfg = config.get("shards", {})
+    pps = int(shards_cfg.get("points_per_shard", 16))
+    max_jobs = int(shards_cfg.get("max_jobs_per_stage", 0) or 0)
+    stages: dict[str, StagePlan] = {}
+    datasets: dict[str, dict[str, Any]] = {}
+    all_seeds: list[tuple[str, int]] = []
+    for stage in config["stages"]:
+        entry = STAGES[stage]
+        check_point = load_target(entry.validate)  # torch-free, per point: cross-field checks
+        sections = set(entry.sections)
+        keep = [a for a in axes if a.split(".", 1)[0] in sections]
+        sub_axes, sub_points = project(axes, points, keep)
+        base = normalise(stage_base(config, stage))
+        ids: list[str] = []
+        seeds: list[int] = []
+        dkeys: list[str] = []
+        dcache: dict[str, str] = {}
+        for values in sub_points:
+            params = dict(zip(sub_axes, values))
+            cfg = point_config(base, {k: normalise(v) for k, v in params.items()})
+            try:
+                check_point(cfg)
+            except D5PipeError as exc:
+                raise _point_error(stage, params, exc) from None
+            pid = point_id(stage, cfg, params, normalised=True)
+            ids.append(pid)
+            s = point_seed(root, stage, pid)
+            seeds.append(s)
+            all_seeds.append((f"{stage}/{pid}", s))
+            if entry.needs_data:
+                dcanon = canonical_json(cfg["dataset"])
+                key = dcache.get(dcanon)
+                if key is None:
+                    key = dataset_key(cfg["dataset"])
+                    dcache[dcanon] = key
+                    datasets[key] = cfg["dataset"]
+                dkeys.append(key)
+            else:
+                dkeys.append("")
+        if len(set(ids)) != len(ids):
+            raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
+        stage_pps = pps
+        if max_jobs > 0 and math.ceil(len(ids) / stage_pps) > max_jobs:
+            stage_pps = math.ceil(len(ids) / max_jobs)
+        stages[stage] = StagePlan(stage, sub_axes, ids, sub_points, seeds, stage_pps, dkeys)
+    check_unique(all_seeds)
+    return Plan(
+        experiment=str(config["name"]),
+        root_seed=root,
+        config=config,
+        config_hash=digest(config, 16),
+        axes=axes,
+        stages=stages,
+        datasets=datasets,
+    )

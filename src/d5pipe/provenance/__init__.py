@@ -1,0 +1,1 @@
+"""Provenance: the environment record and hash, bundles (checksums, archives), reproduce."""

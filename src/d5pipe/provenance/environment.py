@@ -1,0 +1,256 @@
+"""Environment record, environment hash, and the explanation of what differs between two records.
+
+:func:`environment_record` returns a JSON-serialisable dict (``schema_version`` 1) describing the
+software and hardware a run used: Python, every installed distribution, the torch build and thread
+settings, the MPI library behind mpi4py (the probes are in :mod:`d5pipe.provenance.probes`), Horovod's build flags, CPU, GPUs and driver, OS and kernel,
+hostname, selected environment variables (thread settings, CUDA_VISIBLE_DEVICES, SLURM job) and the
+git commit of the d5pipe source tree with a sha256 of its uncommitted diff (``git diff HEAD``).
+The record is computed once per process and cached (the expensive parts are the torch import,
+one ``git`` call, one ``nvidia-smi`` call where present and one short subprocess that reads the MPI
+library version without initialising MPI).
+
+:func:`env_hash` is the first 16 hex characters of the sha256 of the canonical JSON
+(:func:`d5pipe.plan.canonical.canonical_json`) of the *hash subset*: the record entries named by
+:data:`HASH_KEYS`, i.e. what can change results:
+
+* ``python.version``, ``python.implementation``;
+* ``packages`` (every distribution name -> version);
+* ``torch.version``, ``torch.cuda``, ``torch.cudnn``, ``torch.nccl``, ``torch.hip``,
+  ``torch.build_config`` (``torch.__config__.show()``), ``torch.num_threads``,
+  ``torch.num_interop_threads``, ``torch.parallel_backend``;
+* ``mpi.library``, ``mpi.standard``; ``horovod`` (build flags);
+* ``cpu.model``, ``cpu.flags``; ``gpu.driver``, ``gpu.models``;
+* ``os.system``, ``os.distro``, ``os.kernel``, ``os.machine``;
+* the thread/determinism variables of :data:`HASHED_ENV_VARS` (``env.OMP_NUM_THREADS`` ...);
+* ``git.commit``, ``git.diff_sha256``.
+
+Not hashed (recorded only): hostname, process-level facts (executable path, CPU counts and
+affinity), CUDA_VISIBLE_DEVICES, SLURM job variables, timestamps. Two shards of one run on two
+identical nodes therefore get the same hash.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from d5pipe import D5PipeError
+from d5pipe.plan.canonical import digest
+from d5pipe.provenance import probes as envprobe
+from d5pipe.rundir.layout import RunDir
+
+MANIFEST_NAME = RunDir('.').manifest_path.name
+
+ENV_SCHEMA_VERSION = 1
+HASH_LENGTH = 16
+
+HASHED_ENV_VARS: tuple[str, ...] = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "KMP_AFFINITY",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+)
+"""Environment variables that can change results; part of the hash."""
+
+RECORDED_ENV_VARS: tuple[str, ...] = (
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_CLUSTER_NAME",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_GPUS",
+    "SLURM_GPUS_PER_TASK",
+)
+"""Environment variables recorded for provenance; not part of the hash."""
+
+HASH_KEYS: tuple[str, ...] = (
+    "python.version",
+    "python.implementation",
+    "packages",
+    "torch.version",
+    "torch.cuda",
+    "torch.cudnn",
+    "torch.nccl",
+    "torch.hip",
+    "torch.build_config",
+    "torch.num_threads",
+    "torch.num_interop_threads",
+    "torch.parallel_backend",
+    "mpi.library",
+    "mpi.standard",
+    "horovod",
+    "cpu.model",
+    "cpu.flags",
+    "gpu.driver",
+    "gpu.models",
+    "os.system",
+    "os.distro",
+    "os.kernel",
+    "os.machine",
+    *(f"env.{name}" for name in HASHED_ENV_VARS),
+    "git.commit",
+    "git.diff_sha256",
+)
+"""Dotted record paths that make up the hash subset (see module docstring)."""
+
+@functools.lru_cache(maxsize=1)
+def _cached_record() -> str:
+    probe = envprobe.start_mpi_probe()  # runs while torch is imported
+    record: dict[str, Any] = {
+        "schema_version": ENV_SCHEMA_VERSION,
+        "python": envprobe.python_info(),
+        "packages": envprobe.packages(),
+        "torch": envprobe.torch_info(),
+        "horovod": envprobe.horovod_info(),
+        "cpu": envprobe.cpu_info(),
+        "gpu": envprobe.gpu_info(),
+        "os": envprobe.os_info(),
+        "hostname": socket.gethostname(),
+        "env": {k: os.environ.get(k) for k in (*HASHED_ENV_VARS, *RECORDED_ENV_VARS)},
+        "git": envprobe.git_info(),
+    }
+    record["mpi"] = envprobe.mpi_info(probe)
+    return json.dumps(record, sort_keys=True)
+
+
+def environment_record() -> dict[str, Any]:
+    """The environment of this process (computed once per process, then a fresh copy)."""
+    record: dict[str, Any] = json.loads(_cached_record())
+    return record
+
+
+def _lookup(record: dict[str, Any], dotted: str) -> Any:
+    cur: Any = record
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def hash_subset(record: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``record`` that :func:`env_hash` covers: {dotted key: value} for HASH_KEYS."""
+    return {key: _lookup(record, key) for key in HASH_KEYS}
+
+
+def env_hash(record: dict[str, Any] | None = None) -> str:
+    """16-hex-character hash of the hash subset of ``record`` (default: this process)."""
+    return digest(hash_subset(environment_record() if record is None else record), HASH_LENGTH)
+
+
+def current_env_hash() -> str:
+    """env_hash of this process, cached with the record."""
+    return env_hash(environment_record())
+
+
+def is_hash_relevant(dotted: str) -> bool:
+    return any(dotted == key or dotted.startswith(key + ".") for key in HASH_KEYS)
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(obj, dict) and obj:
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: obj}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _explain(key: str, a: Any, b: Any) -> str:
+    if isinstance(a, list) and isinstance(b, list) and all(isinstance(x, str) for x in a + b):
+        added = sorted(set(b) - set(a))
+        removed = sorted(set(a) - set(b))
+        parts = [f"+{x}" for x in added] + [f"-{x}" for x in removed]
+        if parts:
+            return f"{key}: {' '.join(parts)}"
+    if a is None:
+        return f"{key}: added {_short(b)}"
+    if b is None:
+        return f"{key}: removed (was {_short(a)})"
+    return f"{key}: {_short(a)} -> {_short(b)}"
+
+
+def diff_records(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """One line per difference between two records; differences that change the hash come first."""
+    fa, fb = _flatten(a), _flatten(b)
+    keys = sorted(set(fa) | set(fb))
+    relevant: list[str] = []
+    other: list[str] = []
+    for key in keys:
+        va, vb = fa.get(key), fb.get(key)
+        if va == vb or key == "schema_version":
+            continue
+        if is_hash_relevant(key):
+            relevant.append(_explain(key, va, vb) + "  [hash]")
+        else:
+            other.append(_explain(key, va, vb))
+    return relevant + other
+
+
+MANIFEST_ENV_KEYS = ("environment", "submit_environment")
+"""Records a manifest holds: where the result rows were measured (the shard processes; Snakemake
+sets their thread variables), and the process that ran ``d5pipe run``."""
+
+
+def record_from_manifest(manifest: dict[str, Any], source: str, key: str = "environment") -> dict[str, Any]:
+    """The environment record under ``key`` of a manifest, or the dict itself if it is a record."""
+    if key not in MANIFEST_ENV_KEYS:
+        raise D5PipeError(f"{source}: unknown environment key {key!r} (one of {', '.join(MANIFEST_ENV_KEYS)})")
+    env = manifest.get(key)
+    if isinstance(env, dict):
+        return env
+    if "packages" in manifest and "python" in manifest:
+        return manifest
+    raise D5PipeError(f"{source}: no {key!r} record in this manifest/record")
+
+
+def load_record(path: Path, key: str = "environment") -> dict[str, Any]:
+    """Environment record from a manifest.json, an environment JSON, a run dir or a .tar.gz bundle.
+
+    ``key`` picks the manifest's record: ``environment`` (the measurements) or ``submit_environment``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = RunDir(path).manifest_path
+    if not path.exists():
+        raise D5PipeError(f"{path}: not found")
+    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                members = [m for m in tar.getmembers() if m.isfile() and m.name.split("/")[-1] == MANIFEST_NAME]
+                members.sort(key=lambda m: m.name.count("/"))
+                if not members:
+                    raise D5PipeError(f"{path}: bundle has no manifest.json")
+                fh = tar.extractfile(members[0])
+                assert fh is not None
+                data = json.loads(fh.read().decode("utf-8"))
+        except tarfile.TarError as exc:
+            raise D5PipeError(f"{path}: not a readable tar archive ({exc})") from exc
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise D5PipeError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(data, dict):
+        raise D5PipeError(f"{path}: expected a JSON object")
+    return record_from_manifest(data, str(path), key)

@@ -1,0 +1,264 @@
+"""Probes of the environment record (:mod:`d5pipe.provenance.environment`): one function per part of the record.
+
+Each returns plain JSON data, or None where the part does not apply (no torch, no MPI, no GPU, no
+git). The slow ones are bounded: subprocesses (``nvidia-smi``, ``git``, the MPI library probe that
+reads the version without initialising MPI) time out after 20 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+_SUBPROCESS_TIMEOUT_S = 20.0
+_MPI_PROBE = (
+    "import json, mpi4py\n"
+    "mpi4py.rc.initialize = False\n"
+    "mpi4py.rc.finalize = False\n"
+    "from mpi4py import MPI\n"
+    "print(json.dumps({'mpi4py': mpi4py.__version__,"
+    " 'library': MPI.Get_library_version().replace(chr(0), '').strip(),"
+    " 'standard': '%d.%d' % MPI.Get_version()}))\n"
+)
+
+
+def python_info() -> dict[str, Any]:
+    return {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "compiler": platform.python_compiler(),
+        "executable": sys.executable,
+    }
+
+
+def packages() -> dict[str, str]:
+    """Installed distributions (normalised name -> version); the first on sys.path wins."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if not name:
+            continue
+        key = name.lower().replace("_", "-").replace(".", "-")
+        found.setdefault(key, dist.version)
+    return dict(sorted(found.items()))
+
+
+def torch_info() -> dict[str, Any] | None:
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch as _torch
+
+    torch: Any = _torch  # parts of torch's API are untyped
+    nccl: str | None = None
+    try:
+        if torch.cuda.is_available():
+            nccl = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception:  # noqa: BLE001 - NCCL absent from this build
+        nccl = None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    parallel = torch.__config__.parallel_info()
+    backend = next(
+        (ln.split(":", 1)[1].strip() for ln in parallel.splitlines() if "parallel backend" in ln), None
+    )
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": str(cudnn) if cudnn is not None else None,
+        "nccl": nccl,
+        "hip": getattr(torch.version, "hip", None),
+        "debug": bool(torch.version.debug),
+        "build_config": torch.__config__.show(),
+        "parallel_info": parallel,
+        "parallel_backend": backend,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "mkl": bool(torch.backends.mkl.is_available()),
+        "openmp": bool(torch.backends.openmp.is_available()),
+        "mkldnn": bool(torch.backends.mkldnn.is_available()),
+    }
+
+
+def start_mpi_probe() -> subprocess.Popen[str] | None:
+    """Read the MPI library version in a child process, so this process never initialises MPI."""
+    if "mpi4py.MPI" in sys.modules or importlib.util.find_spec("mpi4py") is None:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", _MPI_PROBE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def mpi_info(probe: subprocess.Popen[str] | None) -> dict[str, Any] | None:
+    mod = sys.modules.get("mpi4py.MPI")
+    if mod is not None:  # already imported by the caller: reading the version needs no init
+        import mpi4py
+
+        major, minor = mod.Get_version()
+        return {
+            "mpi4py": mpi4py.__version__,
+            "library": mod.Get_library_version().replace("\x00", "").strip(),
+            "standard": f"{major}.{minor}",
+        }
+    if probe is None:
+        return None
+    try:
+        out, _ = probe.communicate(timeout=_SUBPROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.communicate()
+        return {"mpi4py": None, "library": None, "standard": None, "error": "probe timed out"}
+    if probe.returncode != 0:
+        return {"mpi4py": None, "library": None, "standard": None, "error": "mpi4py import failed"}
+    info: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return info
+
+
+def horovod_info() -> dict[str, Any] | None:
+    if importlib.util.find_spec("horovod") is None:
+        return None
+    try:
+        import horovod.torch as hvd  # imported lazily; does not initialise Horovod
+    except Exception as exc:  # noqa: BLE001 - a broken Horovod build is a fact to record
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    flags: dict[str, Any] = {"version": getattr(sys.modules.get("horovod"), "__version__", None)}
+    for name in ("mpi_built", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built"):
+        fn = getattr(hvd, name, None)
+        if fn is not None:
+            try:
+                flags[name] = bool(fn())
+            except Exception:  # noqa: BLE001
+                flags[name] = None
+    return flags
+
+
+def cpu_info() -> dict[str, Any]:
+    model = platform.processor() or None
+    flags: list[str] = []
+    cores: set[tuple[str, str]] = set()
+    sockets: set[str] = set()
+    phys = core = ""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and model in (None, "", platform.machine()):
+            model = value
+        elif key in ("flags", "Features") and not flags:
+            flags = sorted(set(value.split()))
+        elif key == "physical id":
+            phys = value
+            sockets.add(value)
+        elif key == "core id":
+            core = value
+            cores.add((phys, core))
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {
+        "model": model,
+        "flags": flags,
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": len(cores) or None,
+        "sockets": len(sockets) or None,
+        "affinity_cpus": affinity,
+    }
+
+
+def gpu_info() -> dict[str, Any] | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is not None:
+        try:
+            res = subprocess.run(
+                [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            res = None
+        if res is not None and res.returncode == 0 and res.stdout.strip():
+            devices = []
+            for line in res.stdout.strip().splitlines():
+                parts = [p.strip() for p in line.split(",")]
+                if len(parts) >= 3:
+                    devices.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2]})
+            if devices:
+                return {
+                    "source": "nvidia-smi",
+                    "driver": devices[0]["driver"],
+                    "models": [d["name"] for d in devices],
+                    "devices": devices,
+                }
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return {"source": "torch.cuda", "driver": None, "models": names, "devices": [{"name": n} for n in names]}
+    return None
+
+
+def os_info() -> dict[str, Any]:
+    distro = None
+    try:
+        for line in Path("/etc/os-release").read_text(encoding="utf-8").splitlines():
+            if line.startswith("PRETTY_NAME="):
+                distro = line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return {
+        "system": platform.system(),
+        "distro": distro,
+        "kernel": platform.release(),
+        "kernel_version": platform.version(),
+        "machine": platform.machine(),
+    }
+
+
+def source_root() -> Path:
+    """The directory that holds d5pipe's sources (the repository root for an editable install)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        return subprocess.run(
+            [git, "-C", str(root), *args], capture_output=True, timeout=_SUBPROCESS_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def git_info(root: Path | None = None) -> dict[str, Any] | None:
+    """Commit and sha256 of ``git diff HEAD`` of the d5pipe source tree; None outside a git tree."""
+    root = source_root() if root is None else root
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return None
+    if Path(top.stdout.decode().strip()).resolve() != root.resolve():
+        return None  # an installed copy inside some other repository: not our source tree
+    head = _git(root, "rev-parse", "HEAD")
+    if head is None or head.returncode != 0:
+        return {"root": str(root), "commit": None, "dirty": None, "diff_sha256": None}
+    diff = _git(root, "diff", "HEAD", "--no-color", "--no-ext-diff", "--binary")
+    diff_bytes = diff.stdout if diff is not None and diff.returncode == 0 else b""
+    return {
+        "root": str(root),
+        "commit": head.stdout.decode().strip(),
+        "dirty": bool(diff_bytes),
+        "diff_sha256": hashlib.sha256(diff_bytes).hexdigest() if diff_bytes else None,
+    }

@@ -1,0 +1,273 @@
+"""``d5pipe reproduce BUNDLE``: re-run a published run and say, metric by metric, whether it reproduced.
+
+Steps, in order:
+
+1. Open the bundle (a run directory, or a ``.tar.gz`` extracted into a temporary directory with
+   the checks of :func:`d5pipe.provenance.bundle.extract`).
+2. Verify ``CHECKSUMS.sha256``. Any modified, missing or added file -> verdict ``tampered``
+   (exit 3) naming the files; nothing is re-run.
+3. Compare the *submitting* environments: the bundle's ``submit_environment`` (the process that ran
+   ``d5pipe run``; ``environment`` for bundles without one) with this process's record. With
+   ``strict_env`` a different hash is a refusal: :class:`D5PipeError` (exit 2) — nothing was
+   measured, so "not reproduced" (3) would be wrong.
+4. Re-run exactly the bundle's ``config.yaml`` (which carries the root seed; point seeds derive from
+   it) through the injected ``rerun(config_yaml, out_dir)`` into ``out`` (absent or empty).
+5. Compare the *measurement* environments like with like: the bundle's ``environment`` (the record
+   of the shard processes that produced the result rows) with the re-run's. The two levels differ
+   on purpose: Snakemake sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/... of every job to the rule's
+   threads, so a thread variable of the submitting shell need not reach the measurements. With
+   ``strict_env`` a different measurement hash is a failure (the re-run did happen: exit 3).
+6. Compare every point and metric (:mod:`d5pipe.results.compare`, :mod:`d5pipe.results.metric_compare`), including
+   the point status and seed, and write ``reproduce.json`` (schema_version 1) into ``out``.
+
+Verdict policy (exit 0 reproduced, 3 not reproduced or tampered):
+
+* **Fail**: a point missing from either run; a different status or seed; any ``deterministic``,
+  ``count`` or ``verdict`` metric not identical; a ``numerical`` metric outside ``rtol``/``atol``;
+  a metric missing in the re-run; a timing present on one side only or without samples/CIs to
+  test.
+* **Timings** are judged statistically (two-sided Mann–Whitney U on the raw samples, see
+  :mod:`d5pipe.results.metric_compare`). A significant change is reported per metric as ``changed`` with its
+  direction, relative change and p-value, and counted under ``timing`` in ``reproduce.json``; by
+  default it does **not** make the run "not reproduced", because a re-run on another machine or
+  at another time is expected to be faster or slower while computing the same thing, and one test
+  per timing at level ``alpha`` flags about ``alpha`` of unchanged timings by chance. With
+  ``strict_timing`` (``--strict-timing``) every significant timing change is a failure; combine it
+  with ``min_rel_change`` (``--min-change PCT``) to ignore small changes. A timing with too few
+  samples for the test to ever reach ``alpha`` is ``not_compared`` and counted as ``untestable``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from d5pipe import D5PipeError
+from d5pipe.provenance import environment as envinfo
+from d5pipe.provenance.bundle import is_archive, opened_bundle, verify
+from d5pipe.results.compare import PointComparison, compare_loaded, load_run
+from d5pipe.results.metric_compare import ComparePolicy, Comparison
+from d5pipe.rundir.atomic import write_json
+from d5pipe.rundir.layout import RunDir
+
+REPRODUCE_SCHEMA_VERSION = 1
+RerunFn = Callable[[Path, Path], object]
+"""``rerun(config_yaml, out_dir)``: run exactly that config into ``out_dir`` (return value ignored)."""
+Status = Literal["reproduced", "not_reproduced", "tampered"]
+
+
+@dataclass
+class EnvComparison:
+    """One level of environment comparison: the bundle's record against this machine's."""
+
+    reference_hash: str | None = None
+    current_hash: str | None = None
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def same(self) -> bool:
+        return self.reference_hash == self.current_hash
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference_hash": self.reference_hash, "current_hash": self.current_hash,
+                "same": self.same, "differences": self.differences}
+
+
+@dataclass
+class ReproduceVerdict:
+    """Outcome of :func:`reproduce`."""
+
+    status: Status
+    out_dir: Path
+    report_path: Path
+    checksum_problems: list[str] = field(default_factory=list)
+    env_reference_hash: str | None = None
+    """env_hash of the bundle's measurements (manifest ``env_hash``)."""
+    env_current_hash: str | None = None
+    """env_hash of the re-run's measurements (its manifest ``env_hash``)."""
+    env_differences: list[str] = field(default_factory=list)
+    """Measurement-environment differences (bundle ``environment`` vs the re-run's)."""
+    submit_env: EnvComparison = field(default_factory=EnvComparison)
+    """Submitting-process differences (bundle ``submit_environment`` vs this process)."""
+    failures: list[str] = field(default_factory=list)
+    """One line per failed comparison: ``stage/point_id metric: verdict: detail``."""
+    timing_changes: list[str] = field(default_factory=list)
+    """One line per significant timing change (failures too only with ``strict_timing``)."""
+    strict_timing: bool = False
+    timings_compared: int = 0
+    timings_untestable: int = 0
+    """Timings with too few samples for the test to ever reach alpha (verdict ``not_compared``)."""
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def reproduced(self) -> bool:
+        return self.status == "reproduced"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.reproduced else 3
+
+
+def default_out(bundle: Path) -> Path:
+    """``<bundle>-reproduce`` next to a bundle directory; in the working directory for an archive."""
+    bundle = Path(bundle)
+    if is_archive(bundle):
+        stem = bundle.name.removesuffix(".tar.gz").removesuffix(".tgz")
+        return Path.cwd() / f"{stem}-reproduce"
+    return bundle.resolve().with_name(bundle.resolve().name + "-reproduce")
+
+
+def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = RunDir(run_dir).manifest_path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise D5PipeError(f"{path}: not found") from exc
+    except json.JSONDecodeError as exc:
+        raise D5PipeError(f"{path}: invalid JSON ({exc.msg})") from exc
+    if not isinstance(data, dict):
+        raise D5PipeError(f"{path}: expected a JSON object")
+    return data
+
+
+def is_failure(c: Comparison, strict_timing: bool) -> bool:
+    """Whether one metric comparison makes the run "not reproduced" (see the module docstring)."""
+    if c.verdict == "not_reproduced":
+        return True
+    return c.verdict == "changed" and strict_timing
+
+
+def _point_json(p: PointComparison, strict_timing: bool) -> dict[str, Any]:
+    return {"stage": p.stage, "point_id": p.point_id, "params": p.params,
+            "reproduced": not any(is_failure(c, strict_timing) for c in p.comparisons),
+            "timing_changed": [c.metric for c in p.comparisons if c.verdict == "changed"],
+            "metrics": [c.to_dict() for c in p.comparisons]}
+
+
+def _timing_summary(points: list[PointComparison], verdict: ReproduceVerdict) -> dict[str, Any]:
+    timings = [c for p in points for c in p.comparisons if c.kind == "timing"]
+    changed = [c for c in timings if c.verdict == "changed"]
+    return {"policy": "fail" if verdict.strict_timing else "report",
+            "compared": len(timings), "changed": len(changed),
+            "untestable": sum(c.verdict == "not_compared" for c in timings),
+            "higher": sum(c.direction == "higher" for c in changed),
+            "lower": sum(c.direction == "lower" for c in changed),
+            "changes": verdict.timing_changes}
+
+
+def _write_report(verdict: ReproduceVerdict, bundle: Path, policy: ComparePolicy,
+                  points: list[PointComparison]) -> None:
+    write_json(verdict.report_path, {
+        "schema_version": REPRODUCE_SCHEMA_VERSION,
+        "bundle": str(bundle),
+        "out_dir": str(verdict.out_dir),
+        "status": verdict.status,
+        "reproduced": verdict.reproduced,
+        "verdict": verdict.status.replace("_", " "),
+        "checksum_problems": verdict.checksum_problems,
+        "environment": {"reference_hash": verdict.env_reference_hash,
+                        "current_hash": verdict.env_current_hash,
+                        "differences": verdict.env_differences,
+                        "submit": verdict.submit_env.to_dict()},
+        "policy": {"alpha": policy.alpha, "rtol": policy.rtol, "atol": policy.atol,
+                   "min_rel_change": policy.min_rel_change, "strict_timing": verdict.strict_timing},
+        "counts": verdict.counts,
+        "timing": _timing_summary(points, verdict),
+        "failures": verdict.failures,
+        "points": [_point_json(p, verdict.strict_timing) for p in points],
+    })
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise D5PipeError(f"{out}: output directory exists and is not empty; choose another with --out")
+
+
+def _submit_comparison(manifest: dict[str, Any], source: str) -> EnvComparison:
+    """Bundle's submitting environment (``environment`` for older bundles) vs this process."""
+    key = "submit_environment" if isinstance(manifest.get("submit_environment"), dict) else "environment"
+    ref = envinfo.record_from_manifest(manifest, source, key)
+    current = envinfo.environment_record()
+    return EnvComparison(envinfo.env_hash(ref), envinfo.env_hash(current), envinfo.diff_records(ref, current))
+
+
+def _measured_comparison(ref: dict[str, Any], new: dict[str, Any], ref_dir: Path, out: Path) -> EnvComparison:
+    """The environments the result rows were measured in: bundle vs re-run."""
+    a = envinfo.record_from_manifest(ref, str(RunDir(ref_dir).manifest_path))
+    b = envinfo.record_from_manifest(new, str(RunDir(out).manifest_path))
+    ha = str(ref.get("env_hash") or envinfo.env_hash(a))
+    hb = str(new.get("env_hash") or envinfo.env_hash(b))
+    return EnvComparison(ha, hb, envinfo.diff_records(a, b))
+
+
+def _judge(points: list[PointComparison], only_ref: list[tuple[str, str]], only_new: list[tuple[str, str]],
+           strict_timing: bool) -> tuple[list[str], list[str], Counter[str]]:
+    """(failures, timing change lines, verdict counts) of a run comparison under the policy."""
+    failures: list[str] = []
+    timing: list[str] = []
+    counts: Counter[str] = Counter()
+    for p in points:
+        for c in p.comparisons:
+            counts[c.verdict] += 1
+            line = f"{p.stage}/{p.point_id} {c.metric}: {c.verdict}"
+            if c.verdict == "changed":
+                timing.append(f"{line} ({c.direction or 'n/a'}): {c.detail}")
+            if is_failure(c, strict_timing):
+                failures.append(f"{line}: {c.detail}")
+    failures += [f"{s}/{pid}: point missing in the re-run" for s, pid in only_ref]
+    failures += [f"{s}/{pid}: point not in the bundle" for s, pid in only_new]
+    counts["points_missing"] = len(only_ref)
+    counts["points_extra"] = len(only_new)
+    return failures, timing, counts
+
+
+def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
+              policy: ComparePolicy | None = None, strict_timing: bool = False) -> ReproduceVerdict:
+    """Re-run ``bundle`` into ``out`` with ``rerun`` and compare; see the module docstring."""
+    bundle = Path(bundle)
+    policy = policy or ComparePolicy()
+    out = Path(out) if out is not None else default_out(bundle)
+    _check_out(out)
+    with opened_bundle(bundle) as ref_dir:
+        problems = verify(ref_dir)
+        if problems:
+            verdict = ReproduceVerdict(status="tampered", out_dir=out, report_path=RunDir(out).reproduce_path,
+                                       checksum_problems=problems, strict_timing=strict_timing)
+            _write_report(verdict, bundle, policy, [])
+            return verdict
+        manifest = _read_manifest(ref_dir)
+        submit = _submit_comparison(manifest, str(RunDir(ref_dir).manifest_path))
+        if strict_env and not submit.same:
+            first = submit.differences[0] if submit.differences else "no field differs (hash subset changed)"
+            raise D5PipeError(
+                f"environment differs from the bundle (env_hash {submit.reference_hash} != {submit.current_hash}; "
+                f"{first}; {len(submit.differences)} differences) and --strict-env is set")
+        config = RunDir(ref_dir).config_path
+        if not config.is_file():
+            raise D5PipeError(f"{config}: bundle has no config.yaml")
+        reference = load_run(ref_dir)
+        rerun(config, out)
+        if not RunDir(out).results_path.is_file():
+            raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
+        measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
+        result = compare_loaded(reference, load_run(out), policy, check_seeds=True)
+    failures, timing, counts = _judge(result.points, result.only_ref, result.only_new, strict_timing)
+    if strict_env and not measured.same:
+        failures.append(f"environment: the re-run was measured in env_hash {measured.current_hash}, the bundle in "
+                        f"{measured.reference_hash} ({measured.differences[0] if measured.differences else '-'}) "
+                        "and --strict-env is set")
+    verdict = ReproduceVerdict(
+        status="not_reproduced" if failures else "reproduced", out_dir=out, report_path=RunDir(out).reproduce_path,
+        env_reference_hash=measured.reference_hash, env_current_hash=measured.current_hash,
+        env_differences=measured.differences, submit_env=submit, failures=failures,
+        timing_changes=timing, strict_timing=strict_timing, counts=dict(counts),
+        timings_compared=sum(c.kind == "timing" for p in result.points for c in p.comparisons),
+        timings_untestable=sum(c.kind == "timing" and c.verdict == "not_compared"
+                               for p in result.points for c in p.comparisons),
+    )
+    _write_report(verdict, bundle, policy, result.points)
+    return verdict

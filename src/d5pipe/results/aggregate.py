@@ -1,0 +1,290 @@
+"""Per-point records -> ``results.parquet`` (tidy) + per-stage summaries and side tables.
+
+``results.parquet`` has one row per (point, metric) with the columns of docs/architecture.md::
+
+    experiment, stage, point_id, metric, value, text, unit, kind, ci_low, ci_high,
+    status, error, seed, env_hash, <one column per sweep axis, dotted key as name>
+
+* ``value`` holds numbers (bools as 1.0/0.0); ``text`` holds string values (and "true"/"false"
+  for bools), so a verdict ``pass`` is ``value=NaN, text="pass"``.
+* A failed or skipped point gives exactly one row, metric ``status``, with its error text;
+  an ``ok`` point without metrics gives one ``status`` row too, so no point disappears.
+* A planned point (``point_ids``) without a record gives a ``skipped`` row whose error says so.
+* An axis whose dotted key equals a fixed column name (e.g. sweeping ``seed``) is stored as
+  ``axis:<key>``.
+
+Alongside it, in the same directory: ``summary_<stage>.parquet`` (one row per point: status,
+error, seed, axes, one column per metric) and the side tables the report reads instead of
+re-opening every record: ``warnings.parquet`` (stage, point_id, warning) and ``curves.parquet``
+(stage, point_id, series, step, value).
+
+Scale: per record the work is one ``json.loads`` plus C-level ``map(itemgetter)`` over its
+metrics; everything per row after that is done by pyarrow (see benchmarks/bench_aggregate.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from d5pipe import D5PipeError
+from d5pipe.results.columns import FIXED_COLUMNS, axis_column_name
+from d5pipe.rundir.atomic import write_bytes
+from d5pipe.rundir.layout import RESULTS_FILE, RunDir
+from d5pipe.rundir.record import CorruptRecord, parse_record
+
+_METRIC_FIELDS = ("name", "value", "unit", "kind", "ci_low", "ci_high")
+
+
+@dataclass
+class _Columns:
+    """Column buffers: per point (expanded later by index) and per metric row."""
+
+    experiment: list[str | None] = field(default_factory=list)
+    stage: list[str] = field(default_factory=list)
+    point_id: list[str] = field(default_factory=list)
+    status: list[str] = field(default_factory=list)
+    error: list[str | None] = field(default_factory=list)
+    seed: list[int | None] = field(default_factory=list)
+    env_hash: list[str | None] = field(default_factory=list)
+    params: list[dict[str, Any]] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    n_rows: int = 0
+    metric: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in _METRIC_FIELDS})
+    """Metric field -> one entry per metric row."""
+    warnings: list[tuple[str, str, str]] = field(default_factory=list)
+    curves: list[tuple[str, str, str, float, float]] = field(default_factory=list)
+
+
+_STATUS_ROW = {"name": "status", "value": None, "unit": "", "kind": "info", "ci_low": None, "ci_high": None}
+_GETTERS = [(k, itemgetter(k)) for k in _METRIC_FIELDS]
+
+
+def _record_files(run_dir: Path, point_ids: dict[str, list[str]] | None) -> Iterator[tuple[str, str, Path]]:
+    """(stage, point_id, path) of the records to read, sorted by stage and point ID."""
+    points_dir = RunDir(run_dir).points_dir
+    if point_ids is not None:
+        for stage in sorted(point_ids):
+            for pid in sorted(point_ids[stage]):
+                yield stage, pid, points_dir / stage / f"{pid}.json"
+        return
+    if not points_dir.is_dir():
+        return
+    for stage in sorted(e.name for e in os.scandir(points_dir) if e.is_dir()):
+        names = sorted(
+            e.name for e in os.scandir(points_dir / stage)
+            if e.name.endswith(".json") and not e.name.startswith(".")
+        )
+        for name in names:
+            yield stage, name[:-5], points_dir / stage / name
+
+
+def _add_point(cols: _Columns, stage: str, pid: str, rec: dict[str, Any]) -> None:
+    status = rec.get("status") or "ok"
+    if status not in ("ok", "failed", "skipped"):
+        status = "failed"
+    metrics = (rec.get("metrics") or []) if status == "ok" else []
+    cols.experiment.append(rec.get("experiment"))
+    cols.stage.append(stage)
+    cols.point_id.append(pid)
+    cols.status.append(status)
+    error = rec.get("error")
+    cols.error.append(None if error is None else str(error))
+    seed = rec.get("seed")
+    cols.seed.append(seed if isinstance(seed, int) else None)
+    cols.env_hash.append(rec.get("env_hash"))
+    cols.params.append(rec.get("params") or {})
+    if not metrics:
+        metrics = [_STATUS_ROW]
+    out = cols.metric
+    try:
+        for key, getter in _GETTERS:
+            out[key].extend(map(getter, metrics))
+    except (KeyError, TypeError):  # a metric lacks a field: undo this point's partial rows
+        for key in _METRIC_FIELDS:
+            del out[key][cols.n_rows:]
+            out[key].extend(m.get(key) if isinstance(m, dict) else None for m in metrics)
+    cols.counts.append(len(metrics))
+    cols.n_rows += len(metrics)
+    extra = rec.get("extra")
+    if extra:
+        for w in extra.get("warnings") or ():
+            cols.warnings.append((stage, pid, str(w)))
+        curves = extra.get("curves")
+        if isinstance(curves, dict):
+            steps = curves.get("epoch") or curves.get("step") or []
+            for series, ys in curves.items():
+                if series in ("epoch", "step") or not isinstance(ys, list):
+                    continue
+                for x, y in zip(steps, ys):
+                    if isinstance(y, (int, float)) and isinstance(x, (int, float)):
+                        cols.curves.append((stage, pid, series, float(x), float(y)))
+
+
+def _read_all(run_dir: Path, point_ids: dict[str, list[str]] | None) -> _Columns:
+    cols = _Columns()
+    for stage, pid, path in _record_files(run_dir, point_ids):
+        try:
+            with open(path, "rb") as fh:
+                rec = parse_record(fh.read(), str(path))  # an unknown schema_version is an error
+        except FileNotFoundError:
+            if point_ids is None:
+                continue  # removed while listing
+            rec = {"status": "skipped", "error": f"no record: {path.relative_to(run_dir)} was not written"}
+        except CorruptRecord as exc:
+            rec = {"status": "failed", "error": str(exc)}
+        _add_point(cols, stage, pid, rec)
+    return cols
+
+
+def _value_and_text(values: list[Any]) -> tuple[pa.Array, pa.Array]:
+    """Split mixed metric values into a float64 column and a string column."""
+    num = [v if type(v) is float or type(v) is int else (float(v) if type(v) is bool else None)
+           for v in values]
+    text = [None if v is None or type(v) is float or type(v) is int
+            else ("true" if v else "false") if type(v) is bool
+            else v if type(v) is str else json.dumps(v, default=str)
+            for v in values]
+    return pa.array(num, type=pa.float64()), pa.array(text, type=pa.string())
+
+
+def _string_array(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([v if isinstance(v, str) else None for v in values], type=pa.string())
+
+
+def _float_array(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values, type=pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.array([v if isinstance(v, (int, float)) else None for v in values], type=pa.float64())
+
+
+def _axis_array(values: list[Any]) -> pa.Array:
+    """One axis column: native type when consistent, else JSON text."""
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {int, float} and float in kinds:
+        return pa.array(values, type=pa.float64())
+    if kinds == {int}:
+        return pa.array(values, type=pa.int64())
+    if len(kinds) <= 1 and kinds <= {str, bool}:
+        return pa.array(values)
+    return pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+                     for v in values], type=pa.string())
+
+
+def _axes(params: list[dict[str, Any]]) -> list[str]:
+    keys: set[str] = set()
+    for p in params:
+        keys.update(p)
+    return sorted(keys)
+
+
+def _build_table(cols: _Columns) -> pa.Table:
+    idx = pa.array(np.repeat(np.arange(len(cols.counts), dtype=np.int64), cols.counts))
+    m = cols.metric
+    names = _string_array(m["name"])
+    value_arr, text_arr = _value_and_text(m["value"])
+    status_text = pa.array(cols.status, type=pa.string()).take(idx)
+    is_status_row = pc.equal(names, "status")
+    text_arr = pc.if_else(
+        pc.and_(is_status_row, pc.is_null(text_arr)), status_text, text_arr
+    )
+    data: dict[str, pa.Array] = {
+        "experiment": pa.array(cols.experiment, type=pa.string()).take(idx),
+        "stage": pa.array(cols.stage, type=pa.string()).take(idx),
+        "point_id": pa.array(cols.point_id, type=pa.string()).take(idx),
+        "metric": names,
+        "value": value_arr,
+        "text": text_arr,
+        "unit": pc.fill_null(_string_array(m["unit"]), ""),
+        "kind": pc.fill_null(_string_array(m["kind"]), ""),
+        "ci_low": _float_array(m["ci_low"]),
+        "ci_high": _float_array(m["ci_high"]),
+        "status": status_text,
+        "error": pa.array(cols.error, type=pa.string()).take(idx),
+        "seed": pa.array(cols.seed, type=pa.int64()).take(idx),
+        "env_hash": pa.array(cols.env_hash, type=pa.string()).take(idx),
+    }
+    for key in _axes(cols.params):
+        data[axis_column_name(key)] = _axis_array([p.get(key) for p in cols.params]).take(idx)
+    return pa.table(data)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    """Serialise in memory, then write atomically (temp file + rename)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    write_bytes(path, sink.getvalue().to_pybytes())
+
+
+def stage_summary(results: pa.Table, stage: str) -> pa.Table:
+    """One row per point of ``stage``: point_id, status, error, seed, axes, one column per metric.
+
+    Numeric metrics give their value, string metrics their text; a metric named like a fixed or
+    axis column is stored as ``metric:<name>``.
+    """
+    df = results.filter(pc.equal(results["stage"], stage)).to_pandas()
+    axis_cols = [c for c in df.columns if c not in FIXED_COLUMNS and df[c].notna().any()]
+    base = df.drop_duplicates("point_id")[["point_id", "status", "error", "seed", *axis_cols]]
+    base = base.set_index("point_id")
+    metrics = df[df["metric"] != "status"]
+    if not metrics.empty:
+        numeric = metrics.pivot_table(index="point_id", columns="metric", values="value", aggfunc="first")
+        texts = metrics[metrics["text"].notna() & metrics["value"].isna()]
+        if not texts.empty:
+            text_wide = texts.pivot_table(index="point_id", columns="metric", values="text", aggfunc="first")
+            numeric = numeric.drop(columns=[c for c in text_wide.columns if c in numeric.columns])
+            numeric = numeric.join(text_wide, how="outer")
+        taken = set(base.columns) | {"point_id"}
+        numeric.columns = [f"metric:{c}" if c in taken else str(c) for c in numeric.columns]
+        base = base.join(numeric, how="left")
+    return pa.Table.from_pandas(base.reset_index(), preserve_index=False)
+
+
+def aggregate(
+    run_dir: Path, point_ids: dict[str, list[str]] | None = None, out: Path | None = None
+) -> Path:
+    """Collect the run's point records into ``results.parquet`` (see module docstring).
+
+    ``point_ids`` (stage -> planned IDs) restricts the records read to the planned points; a
+    planned point without a record becomes a ``skipped`` row. Returns the results path.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise D5PipeError(f"run directory {run_dir} does not exist")
+    out = Path(out) if out is not None else run_dir / RESULTS_FILE
+    cols = _read_all(run_dir, point_ids)
+    table = _build_table(cols)
+    _write_parquet(table, out)
+    for stage in sorted(set(cols.stage)):
+        _write_parquet(stage_summary(table, stage), out.parent / f"summary_{stage}.parquet")
+    _write_parquet(
+        pa.table({k: pa.array(v, type=pa.string()) for k, v in
+                  zip(("stage", "point_id", "warning"), zip(*cols.warnings) if cols.warnings else ((), (), ()))}),
+        out.parent / "warnings.parquet",
+    )
+    curve_cols = list(zip(*cols.curves)) if cols.curves else [(), (), (), (), ()]
+    _write_parquet(
+        pa.table({
+            "stage": pa.array(curve_cols[0], type=pa.string()),
+            "point_id": pa.array(curve_cols[1], type=pa.string()),
+            "series": pa.array(curve_cols[2], type=pa.string()),
+            "step": pa.array(curve_cols[3], type=pa.float64()),
+            "value": pa.array(curve_cols[4], type=pa.float64()),
+        }),
+        out.parent / "curves.parquet",
+    )
+    return out

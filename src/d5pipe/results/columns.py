@@ -1,0 +1,48 @@
+"""The one definition of ``results.parquet``'s columns (d5pipe.results.aggregate writes it).
+
+One row per (point, metric)::
+
+    experiment, stage, point_id, metric, value, text, unit, kind, ci_low, ci_high,
+    status, error, seed, env_hash, <one column per sweep axis, dotted key as name>
+
+* ``value`` holds numbers (bools as 1.0/0.0); ``text`` holds string values (and "true"/"false"
+  for bools), so a verdict ``pass`` is ``value=NaN, text="pass"``.
+* An axis whose dotted key equals a fixed column name (e.g. sweeping ``seed``) is stored as
+  ``axis:<key>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from d5pipe.rundir.layout import RESULTS_FILE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RESULTS_SCHEMA_VERSION = 1
+"""Stored in the parquet file's metadata as ``d5pipe_schema_version``."""
+
+FIXED_COLUMNS: tuple[str, ...] = (
+    "experiment", "stage", "point_id", "metric", "value", "text", "unit", "kind",
+    "ci_low", "ci_high", "status", "error", "seed", "env_hash",
+)
+"""Columns every results table has, in this order; sweep axes follow."""
+
+METRIC_COLUMNS: frozenset[str] = frozenset(
+    {"metric", "value", "text", "unit", "kind", "ci_low", "ci_high", "status", "error"})
+"""Columns that describe one metric row; every other column describes the point."""
+
+
+def axis_column_name(key: str) -> str:
+    """The column name of sweep axis ``key`` in results.parquet."""
+    return f"axis:{key}" if key in FIXED_COLUMNS else key
+
+
+def load_results(run_dir: str | Path) -> pd.DataFrame:
+    """``RUN/results.parquet`` as a pandas DataFrame (``pd.read_parquet`` does the same)."""
+    import pandas as pd
+
+    path = Path(run_dir)
+    return pd.read_parquet(path / RESULTS_FILE if path.is_dir() else path)

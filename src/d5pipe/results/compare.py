@@ -1,0 +1,254 @@
+"""``d5pipe compare A B``: the points two runs share, side by side, each metric's change and significance.
+
+Also the loader both ``compare`` and ``reproduce`` use: :func:`load_run` reads ``results.parquet``
+(one row per point and metric) and attaches each metric's raw samples from the point records
+(``points/<stage>/<point_id>.json``: ``metrics[].samples`` names a key of ``samples``).
+
+A *regression* (``--fail-on-regression PCT``) is a timing metric whose change is statistically
+significant (Mann–Whitney U, see :mod:`d5pipe.results.metric_compare`) and worse by more than PCT percent:
+a median increase for times (unit s, ms, ...), a median decrease for rates (unit ``.../s``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from d5pipe import D5PipeError
+from d5pipe.provenance.bundle import opened_bundle
+from d5pipe.results.metric_compare import (
+    ComparePolicy,
+    Comparison,
+    MetricValue,
+    compare_metric,
+    higher_is_worse,
+)
+from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.record import CorruptRecord, read_record
+
+FIXED_COLUMNS = frozenset({
+    "experiment", "stage", "point_id", "metric", "value", "text", "unit", "kind", "ci_low",
+    "ci_high", "status", "error", "seed", "env_hash", "schema_version",
+})
+STATUS_METRIC = "status"
+
+
+@dataclass
+class PointData:
+    """Everything one run says about one point."""
+
+    stage: str
+    point_id: str
+    status: str
+    error: str | None
+    seed: int | None
+    params: dict[str, Any]
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+
+
+@dataclass
+class PointComparison:
+    stage: str
+    point_id: str
+    params: dict[str, Any]
+    comparisons: list[Comparison]
+
+
+@dataclass
+class RunComparison:
+    points: list[PointComparison]
+    only_ref: list[tuple[str, str]]
+    only_new: list[tuple[str, str]]
+
+
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if _missing(v) else float(v)
+
+
+def _plain(v: Any) -> Any:
+    if _missing(v):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def _record_samples(run_dir: Path, stage: str, point_id: str, cache: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    key = (stage, point_id)
+    if key not in cache:
+        path = RunDir(run_dir).record(stage, point_id)
+        try:
+            cache[key] = read_record(path) if path.is_file() else {}
+        except CorruptRecord as exc:
+            raise D5PipeError(str(exc)) from exc
+    return cache[key]
+
+
+def _samples_for(record: dict[str, Any], metric: str) -> tuple[float, ...] | None:
+    for m in record.get("metrics", []):
+        if m.get("name") == metric and m.get("samples"):
+            raw = record.get("samples", {}).get(m["samples"])
+            if raw:
+                return tuple(float(x) for x in raw if x is not None)
+    return None
+
+
+def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
+    """(stage, point_id) -> PointData, from ``results.parquet`` and the point records."""
+    run_dir = Path(run_dir)
+    path = RunDir(run_dir).results_path
+    if not path.is_file():
+        raise D5PipeError(f"{path}: not found (is {run_dir} a finished run directory?)")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
+        raise D5PipeError(f"{path}: unreadable Parquet ({type(exc).__name__}: {exc})") from exc
+    missing = {"stage", "point_id", "metric", "value", "status"} - set(df.columns)
+    if missing:
+        raise D5PipeError(f"{path}: missing columns {sorted(missing)}")
+    axis_cols = [c for c in df.columns if c not in FIXED_COLUMNS]
+    records: dict[tuple[str, str], dict[str, Any]] = {}
+    points: dict[tuple[str, str], PointData] = {}
+    for row in df.to_dict(orient="records"):
+        key = (str(row["stage"]), str(row["point_id"]))
+        point = points.get(key)
+        if point is None:
+            seed = row.get("seed")
+            point = PointData(
+                stage=key[0], point_id=key[1], status=str(row["status"]),
+                error=None if _missing(row.get("error")) else str(row.get("error")),
+                seed=None if _missing(seed) else int(seed),
+                params={c: _plain(row[c]) for c in axis_cols if not _missing(row[c])},
+            )
+            points[key] = point
+        name = str(row["metric"])
+        if name == STATUS_METRIC:  # the placeholder row of a failed/skipped/metric-less point
+            continue
+        kind = "numerical" if _missing(row.get("kind")) else str(row["kind"])
+        value: float | str | None = _opt_float(row["value"])
+        text = row.get("text")
+        has_text = not _missing(text) and str(text) != ""
+        if has_text and (value is None or kind == "verdict"):
+            # A verdict is its text ("pass"/"fail"); an acceptance row's value is the metric it judged,
+            # compared (with its own kind) under that metric's name.
+            value = str(text)
+        samples = None
+        if kind == "timing":
+            samples = _samples_for(_record_samples(run_dir, key[0], key[1], records), name)
+        point.metrics[name] = MetricValue(
+            value=value, unit="" if _missing(row.get("unit")) else str(row["unit"]), kind=kind,
+            ci_low=_opt_float(row.get("ci_low")), ci_high=_opt_float(row.get("ci_high")), samples=samples,
+        )
+    return points
+
+
+def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_seeds: bool = False) -> list[Comparison]:
+    """All comparisons of one point: status, optionally seed, then each metric of the reference."""
+    out: list[Comparison] = []
+    same_status = ref.status == new.status
+    out.append(Comparison(
+        metric="status", kind="verdict", verdict="reproduced" if same_status else "not_reproduced",
+        reference=ref.status, candidate=new.status,
+        detail="" if same_status else f"{ref.status} -> {new.status}{f' ({new.error})' if new.error else ''}",
+    ))
+    if check_seeds:
+        same_seed = ref.seed == new.seed
+        out.append(Comparison(
+            metric="seed", kind="deterministic", verdict="reproduced" if same_seed else "not_reproduced",
+            reference=None if ref.seed is None else str(ref.seed), candidate=None if new.seed is None else str(new.seed),
+            detail="" if same_seed else "the re-run used a different seed",
+        ))
+    for name, ref_metric in ref.metrics.items():
+        new_metric = new.metrics.get(name)
+        if new_metric is None:
+            out.append(Comparison(metric=name, kind=ref_metric.kind, verdict="not_reproduced",
+                                  reference=ref_metric.value, candidate=None, unit=ref_metric.unit,
+                                  detail="metric missing in the candidate run"))
+        else:
+            out.append(compare_metric(name, ref_metric, new_metric, policy))
+    for name, new_metric in new.metrics.items():
+        if name not in ref.metrics:
+            out.append(Comparison(metric=name, kind=new_metric.kind, verdict="not_compared", reference=None,
+                                  candidate=new_metric.value, unit=new_metric.unit,
+                                  detail="metric only in the candidate run"))
+    return out
+
+
+def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, str], PointData],
+                   policy: ComparePolicy, check_seeds: bool = False) -> RunComparison:
+    shared = [k for k in ref if k in new]
+    return RunComparison(
+        points=[PointComparison(k[0], k[1], ref[k].params, compare_point(ref[k], new[k], policy, check_seeds))
+                for k in sorted(shared)],
+        only_ref=sorted(k for k in ref if k not in new),
+        only_new=sorted(k for k in new if k not in ref),
+    )
+
+
+def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None) -> RunComparison:
+    """Compare run B (candidate) against run A (reference); each may be a run dir or a bundle archive."""
+    policy = policy or ComparePolicy()
+    with opened_bundle(Path(a)) as dir_a, opened_bundle(Path(b)) as dir_b:
+        return compare_loaded(load_run(dir_a), load_run(dir_b), policy)
+
+
+def regressions(result: RunComparison, pct: float) -> list[tuple[PointComparison, Comparison]]:
+    """Significant timing changes that are worse than ``pct`` percent (see module docstring)."""
+    found = []
+    for point in result.points:
+        for c in point.comparisons:
+            if c.kind != "timing" or c.verdict != "changed" or c.rel_change is None:
+                continue
+            worse = c.rel_change if higher_is_worse(c.unit) else -c.rel_change
+            if worse > pct / 100.0:
+                found.append((point, c))
+    return found
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def format_table(result: RunComparison) -> str:
+    """A plain-text side-by-side table (info metrics and unchanged status lines left out)."""
+    header = ("stage", "point", "params", "metric", "A", "B", "change", "p", "verdict")
+    rows: list[tuple[str, ...]] = []
+    for p in result.points:
+        params = ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(p.params.items()))
+        for c in p.comparisons:
+            if c.kind == "info" or (c.metric == "status" and c.verdict == "reproduced"):
+                continue
+            change = "-" if c.rel_change is None else f"{c.rel_change:+.1%}"
+            verdict = c.verdict if c.direction is None else f"{c.verdict} ({c.direction})"
+            rows.append((p.stage, p.point_id, params[:40], c.metric, _cell(c.reference),
+                         _cell(c.candidate), change, _cell(c.p_value), verdict))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    lines.append(f"{len(result.points)} shared points; {len(result.only_ref)} only in A; {len(result.only_new)} only in B")
+    return "\n".join(lines)
+
+
+def to_json(result: RunComparison) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "points": [{"stage": p.stage, "point_id": p.point_id, "params": p.params,
+                    "comparisons": [c.to_dict() for c in p.comparisons]} for p in result.points],
+        "only_a": [list(k) for k in result.only_ref],
+        "only_b": [list(k) for k in result.only_new],
+    }

@@ -1,0 +1,221 @@
+"""``RunDir``: every path of a run directory, and its files parsed once.
+
+Layout (``RUN`` = the run directory)::
+
+    RUN/config.yaml                    composed, resolved config
+    RUN/overrides.yaml                 the experiment name and command-line overrides
+    RUN/manifest.json                  provenance (d5pipe.rundir.manifest)
+    RUN/plan/index.json                stages, shards, datasets (read by the Snakefile)
+    RUN/plan/<stage>/<shard>.json      the points of one shard (ID, params, seed, dataset)
+    RUN/data/<dataset_key>.npz|.json   prepared datasets and their metadata
+    RUN/points/<stage>/<point_id>.json one record per point (d5pipe.rundir.record), written atomically
+    RUN/shards/<stage>/<shard>.json    shard completion markers (Snakemake outputs)
+    RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
+    RUN/env/<env_hash>.json            the environment record of each distinct job environment
+    RUN/logs/<rule>/...                Snakemake job logs
+    RUN/results.parquet (+ summary_<stage>, warnings, curves), RUN/report.html, RUN/report.md
+    RUN/CHECKSUMS.sha256               the seal that makes the directory a bundle
+
+Nothing else in d5pipe spells these names. ``config``, ``index``, ``manifest`` and shard plans are
+parsed on first use and kept; :meth:`RunDir.of` shares one instance per directory and process
+(the Snakefile's helpers call it once per rule).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+from d5pipe import D5PipeError
+
+RESULTS_FILE = "results.parquet"
+CHECKSUMS_FILE = "CHECKSUMS.sha256"
+REPRODUCE_FILE = "reproduce.json"
+
+
+class RunDir:
+    """One run directory (see the module docstring for its layout)."""
+
+    _shared: ClassVar[dict[str, RunDir]] = {}
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._shards: dict[tuple[str, str], dict[str, Any]] = {}
+
+    @classmethod
+    def of(cls, root: str | Path) -> RunDir:
+        """The process-wide instance for ``root`` (parsed files are shared)."""
+        key = os.path.realpath(root)
+        if key not in cls._shared:
+            cls._shared[key] = cls(root)
+        return cls._shared[key]
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    # --- paths -----------------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def overrides_path(self) -> Path:
+        return self.root / "overrides.yaml"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def plan_dir(self) -> Path:
+        return self.root / "plan"
+
+    @property
+    def index_path(self) -> Path:
+        return self.plan_dir / "index.json"
+
+    @property
+    def points_dir(self) -> Path:
+        return self.root / "points"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def env_dir(self) -> Path:
+        return self.root / "env"
+
+    @property
+    def results_path(self) -> Path:
+        return self.root / RESULTS_FILE
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def reproduce_path(self) -> Path:
+        return self.root / REPRODUCE_FILE
+
+    @property
+    def checksums_path(self) -> Path:
+        return self.root / CHECKSUMS_FILE
+
+    def side_table(self, name: str) -> Path:
+        """``warnings``, ``curves`` or ``summary_<stage>`` next to results.parquet."""
+        return self.root / f"{name}.parquet"
+
+    def shard_plan(self, stage: str, shard: str) -> Path:
+        return self.plan_dir / stage / f"{shard}.json"
+
+    def marker(self, stage: str, shard: str) -> Path:
+        return self.root / "shards" / stage / f"{shard}.json"
+
+    def record(self, stage: str, point_id: str) -> Path:
+        return self.points_dir / stage / f"{point_id}.json"
+
+    def work(self, stage: str, point_id: str) -> Path:
+        return self.root / "work" / stage / point_id
+
+    def dataset(self, key: str) -> Path:
+        return self.data_dir / f"{key}.npz"
+
+    def dataset_meta(self, key: str) -> Path:
+        return self.data_dir / f"{key}.json"
+
+    def env_record(self, env_hash: str) -> Path:
+        return self.env_dir / f"{env_hash}.json"
+
+    # --- parsed files ----------------------------------------------------------------------------
+    def is_run(self) -> bool:
+        return self.index_path.is_file()
+
+    def require_run(self) -> RunDir:
+        """``self``, or a one-line error when this is not a d5pipe run directory."""
+        if not self.is_run():
+            raise D5PipeError(f"{self.root}: not a d5pipe run directory (no plan/index.json)")
+        return self
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """``config.yaml`` (the composed, resolved config)."""
+        import yaml
+
+        try:
+            with open(self.config_path, encoding="utf-8") as fh:
+                data = yaml.safe_load(fh)
+        except FileNotFoundError:
+            raise D5PipeError(f"{self.root}: no config.yaml (not a d5pipe run directory)") from None
+        except yaml.YAMLError as exc:
+            raise D5PipeError(f"{self.config_path}: not valid YAML ({exc})") from exc
+        if not isinstance(data, dict):
+            raise D5PipeError(f"{self.config_path}: not a d5pipe config")
+        return data
+
+    @cached_property
+    def index(self) -> dict[str, Any]:
+        """``plan/index.json`` (stages, shards, datasets)."""
+        self.require_run()
+        with open(self.index_path, encoding="utf-8") as fh:
+            data: dict[str, Any] = json.load(fh)
+        return data
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """``manifest.json`` ({} when there is none yet). Read fresh: jobs update it."""
+        try:
+            with open(self.manifest_path, encoding="utf-8") as fh:
+                data: dict[str, Any] = json.load(fh)
+        except FileNotFoundError:
+            return {}
+        return data
+
+    def shard_spec(self, stage: str, shard: str) -> dict[str, Any]:
+        """``plan/<stage>/<shard>.json`` (parsed once)."""
+        key = (stage, shard)
+        if key not in self._shards:
+            with open(self.shard_plan(stage, shard), encoding="utf-8") as fh:
+                self._shards[key] = json.load(fh)
+        return self._shards[key]
+
+    def stages(self) -> list[str]:
+        """Planned stages in pipeline order."""
+        from d5pipe.config.stages import STAGE_NAMES
+
+        planned = self.index["stages"]
+        return [s for s in STAGE_NAMES if s in planned]
+
+    def shards(self, stage: str) -> list[str]:
+        return list(self.index["stages"][stage]["shards"])
+
+    @cached_property
+    def planned_ids(self) -> dict[str, list[str]]:
+        """Point IDs of the current plan, per stage (records of other configs are ignored)."""
+        return {stage: [p["point_id"] for shard in self.shards(stage)
+                        for p in self.shard_spec(stage, shard)["points"]]
+                for stage in self.stages()}
+
+    def existing_records(self, stage: str) -> set[str]:
+        """Point IDs whose record file exists (one directory listing, not one stat per point)."""
+        try:
+            return {n[:-5] for n in os.listdir(self.points_dir / stage)
+                    if n.endswith(".json") and not n.startswith(".")}
+        except FileNotFoundError:
+            return set()
+
+    @property
+    def executor(self) -> dict[str, Any]:
+        ex: dict[str, Any] = self.config.get("executor") or {}
+        return ex
+
+    @property
+    def experiment(self) -> str:
+        return str(self.index.get("experiment") or self.config.get("name") or "")

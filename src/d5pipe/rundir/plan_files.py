@@ -1,0 +1,113 @@
+"""Writing a plan into a run directory before Snakemake runs (paths: d5pipe.rundir.layout).
+
+``config.yaml``, ``overrides.yaml``, ``plan/index.json`` and ``plan/<stage>/<shard>.json`` are
+written only when their content changed, so their mtimes (and Snakemake's view) stay stable.
+Shard markers whose points lack a record are removed, so Snakemake re-runs exactly those shards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from d5pipe.plan.build import PLAN_SCHEMA_VERSION, Plan
+from d5pipe.rundir.atomic import write_if_changed
+from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.record import CorruptRecord, read_record
+
+
+def plan_index(plan: Plan) -> dict[str, Any]:
+    return {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "experiment": plan.experiment,
+        "config_hash": plan.config_hash,
+        "stages": {
+            s: {"shards": sp.shard_names(), "points": len(sp.point_ids), "axes": list(sp.axes)}
+            for s, sp in plan.stages.items()
+        },
+        "datasets": plan.datasets,
+    }
+
+
+def shard_spec(plan: Plan, stage: str, index: int) -> dict[str, Any]:
+    sp = plan.stages[stage]
+    pts = []
+    for i in sp.shard_slice(index):
+        pts.append(
+            {
+                "point_id": sp.point_ids[i],
+                "params": sp.params_dict(i),
+                "seed": sp.seeds[i],
+                "dataset": sp.datasets[i],
+            }
+        )
+    return {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "experiment": plan.experiment,
+        "stage": stage,
+        "shard": sp.shard_names()[index],
+        "points": pts,
+    }
+
+
+def _dump(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode()
+
+
+def write_plan(run_dir: Path, plan: Plan, overrides: list[str]) -> None:
+    """Write config, overrides and the plan files; unchanged files keep their mtime."""
+    rd = RunDir(run_dir)
+    rd.root.mkdir(parents=True, exist_ok=True)
+    write_if_changed(
+        rd.config_path,
+        yaml.safe_dump(plan.config, sort_keys=False, default_flow_style=None).encode(),
+    )
+    write_if_changed(
+        rd.overrides_path,
+        yaml.safe_dump({"experiment": plan.experiment, "overrides": list(overrides)}).encode(),
+    )
+    for stage, sp in plan.stages.items():
+        for i, name in enumerate(sp.shard_names()):
+            write_if_changed(rd.shard_plan(stage, name), _dump(shard_spec(plan, stage, i)))
+    write_if_changed(rd.index_path, _dump(plan_index(plan)))
+
+
+def existing_records(run_dir: Path, stage: str) -> set[str]:
+    """Point IDs whose record file exists (one directory listing, not one stat per point)."""
+    return RunDir(run_dir).existing_records(stage)
+
+
+def invalidate_stale_markers(run_dir: Path, plan: Plan) -> list[str]:
+    """Delete shard markers whose points lack a record, so Snakemake re-runs exactly those shards."""
+    rd = RunDir(run_dir)
+    removed = []
+    for stage, sp in plan.stages.items():
+        done = rd.existing_records(stage)
+        for i, name in enumerate(sp.shard_names()):
+            marker = rd.marker(stage, name)
+            if not marker.exists():
+                continue
+            if any(sp.point_ids[j] not in done for j in sp.shard_slice(i)):
+                marker.unlink()
+                removed.append(f"{stage}/{name}")
+    return removed
+
+
+def remove_failed(run_dir: Path, plan: Plan) -> int:
+    """Delete records of failed points (``--retry-failed``)."""
+    rd = RunDir(run_dir)
+    n = 0
+    for stage, sp in plan.stages.items():
+        for pid in sp.point_ids:
+            path = rd.record(stage, pid)
+            try:
+                status = read_record(path).get("status")
+            except (FileNotFoundError, CorruptRecord):
+                continue
+            if status == "failed":
+                path.unlink()
+                n += 1
+    return n

@@ -1,0 +1,204 @@
+"""The point record: the one file format a point's result is stored in, and its owner.
+
+``points/<stage>/<point_id>.json`` holds one :class:`Record`. It is written once, atomically, when
+the point is done (:meth:`Record.write`), and read through :meth:`Record.read` /
+:meth:`Record.from_json`, which check ``schema_version``: a record written by a d5pipe with a
+format this one does not know is a one-line :class:`RecordVersionError`, never a silent misread.
+A file that does not parse is :class:`CorruptRecord` (the shard recomputes that point).
+
+What a stage returns for one point is a :class:`PointOutcome` (metrics, raw samples, extras); the
+shard wraps it with identity, status and provenance into a :class:`Record`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from d5pipe import D5PipeError
+from d5pipe.rundir.atomic import write_text
+
+RECORD_SCHEMA_VERSION = 1
+KNOWN_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
+
+MetricKind = Literal["timing", "numerical", "deterministic", "verdict", "count", "info"]
+"""How a metric is compared when an experiment is reproduced.
+
+* ``timing``: nondeterministic; compared statistically using ``samples[metric.samples]``;
+* ``numerical``: floating point result (loss, accuracy, error norms); compared with a tolerance;
+* ``deterministic``: must be bit-identical (checksums, counts derived from config);
+* ``verdict``: a ``pass``/``fail`` string;
+* ``count``: an exact integer (samples taken, outliers);
+* ``info``: descriptive, never compared.
+"""
+
+Status = Literal["ok", "failed", "skipped"]
+STATUSES: tuple[str, ...] = ("ok", "failed", "skipped")
+
+
+class RecordVersionError(D5PipeError):
+    """A record's ``schema_version`` is missing or unknown to this d5pipe."""
+
+
+class CorruptRecord(Exception):
+    """A record file that is not a JSON object (a torn write by another tool, disk damage)."""
+
+
+@dataclass
+class Metric:
+    """One measured or derived value of a point."""
+
+    name: str
+    value: float | int | str | bool | None
+    unit: str = ""
+    kind: MetricKind = "numerical"
+    ci_low: float | None = None
+    ci_high: float | None = None
+    samples: str | None = None
+    """Key into ``PointOutcome.samples`` holding the raw samples this value summarises."""
+
+    def to_dict(self) -> dict[str, Any]:
+        value = self.value
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None if math.isnan(value) else value
+        return {
+            "name": self.name,
+            "value": value,
+            "unit": self.unit,
+            "kind": self.kind,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "samples": self.samples,
+        }
+
+
+@dataclass
+class PointOutcome:
+    """What a stage's ``run_point`` returns for one point."""
+
+    metrics: list[Metric] = field(default_factory=list)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    """Raw samples (e.g. per-repetition times in seconds), kept in the record."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """JSON-serialisable extras: curves, notes, warnings (``extra["warnings"]``: list[str])."""
+
+
+@dataclass
+class Record:
+    """One point's stored result (``schema_version`` 1; fields as in docs/architecture.md)."""
+
+    experiment: str
+    stage: str
+    point_id: str
+    params: dict[str, Any]
+    seed: int | None
+    status: str
+    error: str | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    env_hash: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = RECORD_SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "experiment": self.experiment,
+            "stage": self.stage,
+            "point_id": self.point_id,
+            "params": self.params,
+            "seed": self.seed,
+            "status": self.status,
+            "error": self.error,
+            "metrics": self.metrics,
+            "samples": self.samples,
+            "extra": self.extra,
+            "env_hash": self.env_hash,
+            "provenance": self.provenance,
+        }
+
+    def to_json(self) -> str:
+        """Compact JSON (one line); non-JSON values are written with ``str``."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), default=str) + "\n"
+
+    @staticmethod
+    def check_version(data: dict[str, Any], source: str) -> None:
+        """Raise :class:`RecordVersionError` unless ``data['schema_version']`` is known."""
+        version = data.get("schema_version")
+        if version not in KNOWN_SCHEMA_VERSIONS:
+            raise RecordVersionError(
+                f"{source}: record schema_version {version!r} is not one this d5pipe reads "
+                f"({sorted(KNOWN_SCHEMA_VERSIONS)}); use the d5pipe version that wrote it")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "record") -> Record:
+        cls.check_version(data, source)
+        try:
+            return cls(
+                experiment=str(data.get("experiment", "")),
+                stage=str(data["stage"]),
+                point_id=str(data["point_id"]),
+                params=dict(data.get("params") or {}),
+                seed=data.get("seed"),
+                status=str(data.get("status")),
+                error=data.get("error"),
+                metrics=list(data.get("metrics") or []),
+                samples=dict(data.get("samples") or {}),
+                extra=dict(data.get("extra") or {}),
+                env_hash=data.get("env_hash"),
+                provenance=dict(data.get("provenance") or {}),
+                schema_version=int(data["schema_version"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptRecord(f"{source}: not a point record ({exc})") from exc
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str = "record") -> Record:
+        return cls.from_dict(parse_record(text, source), source)
+
+    @classmethod
+    def read(cls, path: Path) -> Record:
+        """Read and check one record file (FileNotFoundError when there is none)."""
+        with open(path, "rb") as fh:
+            return cls.from_json(fh.read(), str(path))
+
+    def write(self, path: Path) -> None:
+        """Write atomically (temp file + rename): a kill leaves the whole record or none."""
+        write_text(path, self.to_json())
+
+    def metric(self, name: str) -> dict[str, Any] | None:
+        return next((m for m in self.metrics if m.get("name") == name), None)
+
+
+def parse_record(text: str | bytes, source: str) -> dict[str, Any]:
+    """The JSON object of a record with its version checked (fast path for bulk readers)."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise CorruptRecord(f"{source}: unreadable record ({exc})") from exc
+    if not isinstance(data, dict):
+        raise CorruptRecord(f"{source}: record is not a JSON object")
+    Record.check_version(data, source)
+    return data
+
+
+def record_path(run_dir: Path, stage: str, point_id: str) -> Path:
+    """``RUN/points/<stage>/<point_id>.json`` (d5pipe.rundir.layout.RunDir.record)."""
+    from d5pipe.rundir.layout import RunDir
+
+    return RunDir(run_dir).record(stage, point_id)
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """The checked JSON object of one record file."""
+    with open(path, "rb") as fh:
+        return parse_record(fh.read(), str(path))
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write a record given as a dict (tests, tools); it must carry a known schema_version."""
+    Record.from_dict({"schema_version": RECORD_SCHEMA_VERSION, **record}, str(path)).write(path)
