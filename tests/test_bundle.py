@@ -26,6 +26,7 @@ def _run_dir(root: Path) -> Path:
         run / "results.parquet")
     (run / "points" / "level0" / "p1.json").write_text(json.dumps({"point_id": "p1", "status": "ok"}))
     (run / "plan" / "level0" / "shard-00000.json").write_text("{}")
+    (run / "plan" / "index.json").write_text(json.dumps({"schema_version": 1, "experiment": "demo"}))
     (run / "report.html").write_text("<html></html>")
     for excluded in (".snakemake/log/x.log", "logs/level0/s.log", "work/level0/p1/steps.jsonl"):
         (run / excluded).parent.mkdir(parents=True, exist_ok=True)
@@ -39,7 +40,7 @@ def test_checksums_cover_bundle_files_only(tmp_path: Path) -> None:
     path = bundle.write_checksums(run)
     listed = bundle.read_checksums(run)
     assert set(listed) == {"config.yaml", "manifest.json", "results.parquet", "points/level0/p1.json",
-                           "plan/level0/shard-00000.json", "report.html"}
+                           "plan/level0/shard-00000.json", "plan/index.json", "report.html"}
     assert path.read_text().startswith("# d5pipe checksums schema_version 1\n")
     assert bundle.verify(run) == []
 

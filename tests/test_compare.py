@@ -38,6 +38,12 @@ def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], see
         "seed": 1, "status": "failed", "error": "RuntimeError: boom", "metrics": [], "samples": {},
     })
     aggregate(run)
+    (run / "manifest.json").write_text(json.dumps({"schema_version": 1, "experiment": "demo"}))
+    (run / "plan").mkdir(exist_ok=True)
+    (run / "plan" / "index.json").write_text(json.dumps({
+        "schema_version": 1, "experiment": "demo", "config_hash": "x", "datasets": {},
+        "stages": {"level0": {"shards": [], "points": len(sizes) + 1, "axes": ["operators.size"]}}}))
+    bundle.write_checksums(run)
     return run
 
 

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import TEST_CONF
 
 from d5pipe.config.compose import compose_config, to_plain
 from d5pipe.plan.build import build_plan
 from d5pipe.rundir.plan_files import write_plan
+from tests.conftest import TEST_CONF
 
 pytestmark = pytest.mark.slow
 

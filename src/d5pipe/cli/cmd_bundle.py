@@ -15,6 +15,7 @@ from pathlib import Path
 
 from d5pipe import D5PipeError
 from d5pipe.provenance import bundle
+from d5pipe.rundir.layout import RunDir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         print(f"{path}: {'intact' if not problems else f'{len(problems)} problem(s)'}")
         return 3 if problems else 0
+    RunDir(path).require_run()  # only a d5pipe run directory is sealed
     print(seal(path, args.rehash))
     if args.archive is not None:
         print(bundle.archive(path, Path(args.archive) if args.archive else None))

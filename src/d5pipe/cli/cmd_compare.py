@@ -29,12 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", type=Path, help="candidate run directory or bundle archive")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help="exit 1 when a significant timing slowdown exceeds PCT percent")
+    parser.add_argument("--allow-different", action="store_true",
+                        help="compare runs of two different experiments (they share no point IDs)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the comparison as JSON")
     add_policy_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    result = compare_runs(args.a, args.b, policy_from_args(args))
+    result = compare_runs(args.a, args.b, policy_from_args(args), args.allow_different)
     print(format_table(result))
     if args.json is not None:
         write_json(args.json, to_json(result))

@@ -20,12 +20,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-failed", action="store_true", help="re-run points recorded as failed")
     p.add_argument("--timeout", type=positive_float, help="hard limit in seconds; on expiry Snakemake is "
                    "killed and the run's SLURM jobs are cancelled")
+    p.add_argument("--force", action="store_true",
+                   help="take over an --out that belongs to another experiment or is not a run directory")
+    p.add_argument("-v", "--verbose", action="store_true", help="show Snakemake's full output")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write points and checks as JUnit XML")
     p.add_argument("--dry-run", action="store_true",
                    help="write the plan into the run directory and list Snakemake's jobs; run nothing")
 
 
 def main(args: argparse.Namespace) -> int:
-    run_dir = run(
+    outcome = run(
         args.experiment,
         args.overrides,
         out=args.out,
@@ -35,9 +39,18 @@ def main(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         timeout=args.timeout,
         dry_run=args.dry_run,
+        force=args.force,
+        verbose=args.verbose,
     )
-    if args.dry_run:
-        print(f"planned (dry run): {run_dir.resolve()}")
+    rd = RunDir(outcome.run_dir)
+    if outcome.verdict is None:
+        print(f"planned (dry run): {rd.root.resolve()}")
         return 0
-    print(f"report: {RunDir(run_dir).report_html.resolve()}")
-    return 0
+    if args.junit is not None:
+        from d5pipe.results.finalize import results_frame
+        from d5pipe.results.junit import write_junit
+
+        write_junit(results_frame(rd.root), args.junit)
+    print(f"report: {rd.report_html.resolve()}")
+    print(f"d5pipe: {outcome.verdict.line(str(rd.report_html))}")
+    return outcome.verdict.exit_code

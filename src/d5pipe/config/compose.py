@@ -44,6 +44,10 @@ _IN_FILE = re.compile(r"(?:^|\n)In '([^']+)':")
 
 def _explain(exc: BaseException, experiment: str) -> str:
     """Turn a Hydra/OmegaConf exception chain into one line naming key and file."""
+    if "LexerNoViableAltException" in str(exc) or "mismatched input" in str(exc):
+        text = str(exc).splitlines()[0].split(":", 1)[-1].strip()
+        return (f"config error: override {text!r} cannot be parsed (quote a value with spaces or "
+                f"special characters: key='a b') (experiment '{experiment}')")
     chain: list[BaseException] = []
     cur: BaseException | None = exc
     while cur is not None and cur not in chain:

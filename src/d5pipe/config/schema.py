@@ -56,6 +56,11 @@ class ShardsConf:
     points_per_shard: int = at_least(16, 1)
     max_jobs_per_stage: int = at_least(0, 0)
     """When > 0, shards are made larger so that no stage has more jobs than this."""
+    point_timeout_s: float = at_least(1800.0, 0.0)
+    """Wall-clock limit of one point; a point past it is killed and recorded ``failed`` (0: none)."""
+    max_attempts: int = at_least(2, 1)
+    """Starts of a point whose process died with it (a killed or crashed shard job) before the
+    point is recorded ``failed`` instead of being tried again."""
 
 
 RESOURCE_DEFAULTS: dict[str, Any] = {

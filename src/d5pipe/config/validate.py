@@ -20,6 +20,7 @@ planner through each stage's ``validate`` target (d5pipe.plan.build). Every erro
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -228,11 +229,22 @@ def check_resources(executor: Mapping[str, Any]) -> None:
                               f"(known: {', '.join(RESOURCE_ENTRIES)})")
 
 
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+def check_name(name: Any) -> None:
+    """An experiment name is one path component: letters, digits, ``_ . -``; no ``..``."""
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise D5PipeError(f"config error: key 'name': {name!r} is not a valid experiment name "
+                          "(letters, digits, _ . -; no path separators, no '..')")
+
+
 def check_config(config: Mapping[str, Any]) -> None:
     """All checks of the module docstring on a resolved, plain config."""
     from d5pipe.plan.recipes import validate_acceptance
 
     check_fields(D5Config, config, "")
+    check_name(config.get("name"))
     check_stages(config)
     check_resources(config.get("executor") or {})
     check_sweep(config)

@@ -15,6 +15,9 @@ from typing import Any
 
 @contextlib.contextmanager
 def _logged(smk: Any) -> Iterator[None]:
+    from d5pipe.measure.process import exit_with_parent
+
+    exit_with_parent()  # a job never outlives the Snakemake (and so the d5pipe run) that started it
     log = Path(str(smk.log[0])) if len(smk.log) else None
     if log is None:
         yield

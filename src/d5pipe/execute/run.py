@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from d5pipe import WorkflowFailed
 from d5pipe.config.compose import compose_plain
 from d5pipe.execute.summary import PlanSummary, summarize
 from d5pipe.plan.build import Plan, build_plan
+from d5pipe.results.verdicts import RunVerdict
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.plan_files import invalidate_stale_markers, remove_failed, write_plan
 
@@ -47,7 +49,7 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     write_manifest(run_dir, build_manifest(plan, env, current))
     if retry_failed:
         remove_failed(run_dir, plan)
-    invalidate_stale_markers(run_dir, plan)
+    rerun_shards = invalidate_stale_markers(run_dir, plan)
     summary = summarize(plan, run_dir)
     kept = sum(s.points_done for s in summary.stages)
     if previous and previous != current and kept:
@@ -55,7 +57,7 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
         print(f"d5pipe: note: the environment changed since {run_dir} was planned (env {previous} -> "
               f"{current}; `d5pipe env --diff` explains); its {kept} recorded points are kept, not "
               "re-measured. Use a new --out to measure every point here.", flush=True)
-    if any(s.points_done < s.points for s in summary.stages):
+    if rerun_shards or any(s.points_done < s.points for s in summary.stages):
         # Snakemake does not re-create a missing intermediate file while the final outputs are
         # newer, so drop the aggregate output too: it then needs the shard markers again.
         RunDir(run_dir).results_path.unlink(missing_ok=True)
@@ -73,38 +75,87 @@ def run(
     snakemake_args: list[str] | None = None,
     timeout: float | None = None,
     dry_run: bool = False,
-) -> Path:
-    """Plan, then run the workflow; returns the run directory. Raises D5PipeError on failure.
+    force: bool = False,
+    verbose: bool = False,
+) -> RunOutcome:
+    """Plan, then run the workflow; returns the run directory and its verdict.
 
     ``dry_run``: write the plan into the run directory and show Snakemake's job list only.
+    Raises D5PipeError for user errors (before any job), Interrupted when stopped.
     """
-    from d5pipe.execute.snakemake import build_command, run_snakemake
-
     plan = load_plan(experiment, overrides, config_dirs, executor)
     run_dir = Path(out) if out else default_out(plan)
     ov = list(overrides) + ([f"executor={executor}"] if executor else [])
-    summary = prepare_run(plan, run_dir, ov, retry_failed)
-    todo = sum(s.points - s.points_done for s in summary.stages)
-    print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
-    cmd = build_command(run_dir, plan.config["executor"], jobs, snakemake_args, dry_run=dry_run)
-    t0 = time.perf_counter()
-    rc = run_snakemake(cmd, timeout)
-    if dry_run:
+    return execute_plan(plan, run_dir, ov, jobs=jobs, retry_failed=retry_failed,
+                        snakemake_args=snakemake_args, timeout=timeout, dry_run=dry_run,
+                        force=force, verbose=verbose)
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    verdict: RunVerdict | None
+    """None for a dry run."""
+
+
+def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int | None = None,
+                 retry_failed: bool = False, snakemake_args: list[str] | None = None,
+                 timeout: float | None = None, dry_run: bool = False, force: bool = False,
+                 verbose: bool = False) -> RunOutcome:
+    """Claim and lock ``run_dir``, write the plan, run Snakemake, always leave results + report."""
+    from d5pipe.execute.driver import Interrupted, run_workflow, snakemake_log
+    from d5pipe.execute.snakemake import build_command
+    from d5pipe.rundir.ownership import RunLock, check_out_dir, claim, clear_stale_snakemake_locks
+
+    check_out_dir(run_dir)
+    rd = RunDir(run_dir)
+    with RunLock(rd):
+        claim(rd, plan.experiment, force)
+        stale = clear_stale_snakemake_locks(rd)
+        if stale:
+            print(f"d5pipe: removed {stale} stale Snakemake lock(s) of an earlier run of {run_dir} "
+                  "that is no longer running", flush=True)
+        summary = prepare_run(plan, run_dir, overrides, retry_failed)
+        todo = sum(s.points - s.points_done for s in summary.stages)
+        print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
+        executor = plan.config["executor"]
+        cmd = build_command(run_dir, executor, jobs, snakemake_args, dry_run=dry_run)
+        t0 = time.perf_counter()
+        try:
+            rc, _console = run_workflow(cmd, RunDir(run_dir), executor.get("name") == "slurm", timeout,
+                                        verbose or dry_run)
+        except Interrupted:
+            if not dry_run:
+                finish(run_dir, 1)  # what finished is in the results and the report
+            raise
+        if dry_run:
+            if rc != 0:
+                raise WorkflowFailed(f"snakemake --dry-run failed (exit {rc}); see {snakemake_log(rd)}")
+            return RunOutcome(run_dir, None)
+        verdict = finish(run_dir, rc)
         if rc != 0:
-            raise WorkflowFailed(f"snakemake --dry-run failed (exit {rc}) for {run_dir}")
-        return run_dir
-    if rc != 0:
-        raise WorkflowFailed(
-            f"workflow failed (snakemake exit {rc}); see {run_dir}/logs/ and {run_dir}/.snakemake/log/"
-        )
+            print(f"d5pipe: snakemake exit {rc}; its log: {snakemake_log(rd)}", flush=True)
+        print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)
+        return RunOutcome(run_dir, verdict)
+
+
+def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
+    """Results and report exist after every run, also when jobs failed; seal; the run's verdict."""
     from d5pipe.provenance.bundle import write_checksums
+    from d5pipe.results.finalize import finalize_results, results_frame
+    from d5pipe.results.report import build_report
+    from d5pipe.results.verdicts import run_verdict
 
-    write_checksums(run_dir)  # the run directory is a bundle: seal it
-    print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)
-    return run_dir
+    rd = RunDir(run_dir)
+    if snakemake_rc != 0 or not rd.results_path.exists() or not rd.report_html.exists():
+        finalize_results(rd.root, rd.results_path)  # what the failed jobs left, and what never ran
+        build_report(rd.root)
+    write_checksums(rd.root)  # the run directory is a bundle: seal it
+    return run_verdict(results_frame(rd.root))
 
 
-def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None, timeout: float | None = None) -> Path:
+def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None,
+                    timeout: float | None = None) -> Path:
     """Re-run exactly a composed config (e.g. a bundle's ``config.yaml``) into ``out``.
 
     Used by ``d5pipe reproduce``: no Hydra composition, so the bundle's values and root seed are
@@ -113,7 +164,7 @@ def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None, timeo
     import yaml
 
     from d5pipe import D5PipeError
-    from d5pipe.execute.snakemake import build_command, run_snakemake
+    from d5pipe.config.validate import check_config
 
     try:
         with open(config_yaml, encoding="utf-8") as fh:
@@ -122,17 +173,10 @@ def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None, timeo
         raise D5PipeError(f"{config_yaml}: cannot read config ({exc})") from exc
     if not isinstance(config, dict) or "name" not in config:
         raise D5PipeError(f"{config_yaml}: not a d5pipe config (no 'name')")
-    from d5pipe.config.validate import check_config
-
     try:
         check_config(config)
     except D5PipeError as exc:
         raise D5PipeError(f"{config_yaml}: {exc}") from exc
     plan = build_plan(config)
-    out = Path(out)
-    prepare_run(plan, out, ["(re-run of " + str(config_yaml) + ")"])
-    cmd = build_command(out, config.get("executor", {"name": "local"}), jobs)
-    rc = run_snakemake(cmd, timeout)
-    if rc != 0:
-        raise WorkflowFailed(f"re-run failed (snakemake exit {rc}); see {out}/logs/")
-    return out
+    execute_plan(plan, Path(out), ["(re-run of " + str(config_yaml) + ")"], jobs=jobs, timeout=timeout)
+    return Path(out)

@@ -1,7 +1,16 @@
-"""Run one shard: all its points in one process, each record written atomically when done.
+"""Run one shard: its unfinished points, each in a supervised worker, one record per point.
 
-A shard killed at any moment resumes at its first point without a record: records are written
-with temp file + rename, so a record either exists whole or not at all.
+* A point's record is written atomically as soon as the point is done, so a shard killed at any
+  moment resumes at its first point without a record (nothing finished is recomputed).
+* Points run in a worker process (d5pipe.execute.supervisor): a point that crashes its process,
+  is killed for memory or exceeds ``shards.point_timeout_s`` is recorded ``failed`` with the
+  cause, and the shard goes on with its next point.
+* Before a point starts, the shard appends its ID to ``shards/<stage>/<shard>.attempts``. A point
+  that took its whole shard job down with it (e.g. the job was killed for memory) is therefore
+  known on resume: after ``shards.max_attempts`` starts it is recorded ``failed`` instead of
+  killing every re-run at the same place.
+* Records are written without fsync and synced in one batch before the shard's marker, which is
+  what makes a trivial point cost well under a millisecond.
 """
 
 from __future__ import annotations
@@ -12,14 +21,16 @@ import socket
 import sys
 import time
 import traceback
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from d5pipe.config.stages import STAGES, load_target
+from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.plan.build import point_config, stage_base
-from d5pipe.rundir.atomic import write_json
+from d5pipe.rundir.atomic import sync_files, write_json
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, PointOutcome, Record
 
@@ -76,7 +87,7 @@ def process_env_hash(run_dir: Path) -> str:
 
 
 def run_point_record(ctx: PointContext, env_hash: str, runner: Any | None = None) -> Record:
-    """Run one point and build its record; errors become ``failed`` with their text."""
+    """Run one point in this process and build its record; errors become ``failed`` with their text."""
     runner = runner or load_target(STAGES[ctx.stage].point)
     started = time.time()
     start_iso = _now()
@@ -89,7 +100,8 @@ def run_point_record(ctx: PointContext, env_hash: str, runner: Any | None = None
         status, error = "skipped", str(exc) or "skipped"
     except Exception as exc:  # a failing point must not stop the sweep
         status = "failed"
-        error = f"{type(exc).__name__}: {exc}"
+        text = str(exc) or (type(exc).__doc__ or "").strip().splitlines()[0]
+        error = f"{type(exc).__name__}: {text}"
         outcome.extra["traceback"] = traceback.format_exc()
     prov = _provenance()
     prov.update(started=start_iso, finished=_now(), duration_s=time.time() - started)
@@ -100,54 +112,101 @@ def run_point_record(ctx: PointContext, env_hash: str, runner: Any | None = None
     )
 
 
+def _crash_record(spec: dict[str, Any], stage: str, pt: dict[str, Any], cause: str,
+                  env_hash: str, seconds: float) -> Record:
+    prov = _provenance()
+    prov.update(finished=_now(), duration_s=seconds)
+    return Record(experiment=spec["experiment"], stage=stage, point_id=pt["point_id"],
+                  params=pt["params"], seed=int(pt["seed"]), status="failed", error=cause,
+                  extra={"failure": cause}, env_hash=env_hash, provenance=prov)
+
+
+def _read_attempts(path: Path) -> Counter[str]:
+    try:
+        return Counter(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    except FileNotFoundError:
+        return Counter()
+
+
 def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None) -> dict[str, str]:
     """Run every unfinished point of ``plan/<stage>/<shard>.json``; return point_id -> status."""
     rd = RunDir(run_dir)
     spec = rd.shard_spec(stage, shard)
+    shards_cfg = rd.config.get("shards") or {}
+    timeout_s = float(shards_cfg.get("point_timeout_s", 0) or 0)
+    max_attempts = int(shards_cfg.get("max_attempts", 2) or 1)
+    points: list[dict[str, Any]] = list(spec["points"])
     base = stage_base(rd.config, stage)
     executor = dict(rd.executor)
     env_hash = process_env_hash(rd.root)
-    cache: dict[str, Any] = {}
     statuses: dict[str, str] = {}
-    runner = None
-    n = len(spec["points"])
-    for k, pt in enumerate(spec["points"], 1):
+    written: list[Path] = []
+    todo: list[int] = []
+    n = len(points)
+    attempts_log = rd.attempts(stage, shard)
+    attempts = _read_attempts(attempts_log)
+    for k, pt in enumerate(points):
         pid = pt["point_id"]
-        path = rd.record(stage, pid)
-        done = done_record(path)
+        done = done_record(rd.record(stage, pid))
         if done is not None:
             statuses[pid] = done.status
-            print(f"[{stage}/{shard}] {k}/{n} {pid}: done before, skipped", flush=True)
-            continue
-        if runner is None:
-            runner = load_target(STAGES[stage].point)
-        work = rd.work(stage, pid)
-        work.mkdir(parents=True, exist_ok=True)
-        ctx = PointContext(
-            experiment=spec["experiment"],
-            stage=stage,
-            point_id=pid,
-            params=pt["params"],
-            config=point_config(base, pt["params"]),
-            seed=int(pt["seed"]),
-            run_dir=rd.root,
-            work_dir=work,
-            data_dir=rd.data_dir,
-            executor=executor,
-            cache=cache,
-        )
-        rec = run_point_record(ctx, env_hash, runner)
-        rec.write(path)
-        statuses[pid] = rec.status
-        msg = f"[{stage}/{shard}] {k}/{n} {pid}: {rec.status}"
-        if rec.error:
-            msg += f" ({rec.error.splitlines()[0][:200]})"
-        print(msg, flush=True)
+            print(f"[{stage}/{shard}] {k + 1}/{n} {pid}: done before, skipped", flush=True)
+        elif attempts[pid] >= max_attempts:
+            cause = (f"crashed: the point's process died with its shard job in {attempts[pid]} "
+                     f"start(s) (shards.max_attempts={max_attempts}); not tried again")
+            rec = _crash_record(spec, stage, pt, cause, env_hash, 0.0)
+            rec.write(rd.record(stage, pid), durable=False)
+            written.append(rd.record(stage, pid))
+            statuses[pid] = rec.status
+            print(f"[{stage}/{shard}] {k + 1}/{n} {pid}: failed ({cause})", flush=True)
+        else:
+            todo.append(k)
+    if todo:
+        runner = load_target(STAGES[stage].point)  # imported once, before the worker is forked
+        cache: dict[str, Any] = {}
+
+        def run_one(k: int) -> str:
+            pt = points[k]
+            pid = pt["point_id"]
+            work = rd.work(stage, pid)
+            work.mkdir(parents=True, exist_ok=True)
+            ctx = PointContext(
+                experiment=spec["experiment"], stage=stage, point_id=pid, params=pt["params"],
+                config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
+                work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
+            )
+            rec = run_point_record(ctx, env_hash, runner)
+            rec.write(rd.record(stage, pid), durable=False)
+            return rec.status
+
+        supervisor = Supervisor(run_one, timeout_s)
+        attempts_log.parent.mkdir(parents=True, exist_ok=True)
+        with open(attempts_log, "a", encoding="utf-8") as log:
+            try:
+                for k in todo:
+                    pt = points[k]
+                    pid = pt["point_id"]
+                    log.write(pid + "\n")
+                    log.flush()
+                    result: Result = supervisor.run(k)
+                    path = rd.record(stage, pid)
+                    if result.status in ("crashed", "timeout"):
+                        cause = result.detail if result.status == "timeout" else f"crashed: {result.detail}"
+                        _crash_record(spec, stage, pt, cause, env_hash, result.seconds).write(path, durable=False)
+                        statuses[pid] = "failed"
+                    else:
+                        statuses[pid] = result.status
+                    written.append(path)
+                    last = done_record(path)
+                    msg = f"[{stage}/{shard}] {k + 1}/{n} {pid}: {statuses[pid]}"
+                    if last is not None and last.error:
+                        msg += f" ({last.error.splitlines()[0][:200]})"
+                    print(msg, flush=True)
+            finally:
+                supervisor.close()
+    sync_files(written)
     if marker is not None:
-        write_json(
-            marker,
-            {"schema_version": 1, "stage": stage, "shard": shard, "points": statuses},
-        )
+        write_json(marker, {"schema_version": 1, "stage": stage, "shard": shard, "points": statuses})
     return statuses
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from d5pipe import D5PipeError
+from d5pipe.results.verdicts import RunVerdict
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
 
@@ -45,15 +46,22 @@ def run_status(run_dir: Path) -> list[StageStatus]:
     return out
 
 
-def format_status(stats: list[StageStatus], running: dict[str, str] | None = None) -> str:
+def format_status(stats: list[StageStatus], verdict: RunVerdict | None = None) -> str:
+    """Points per stage and status; with ``verdict``, the failing checks too (one line each)."""
     lines = [f"{'stage':<10}{'total':>8}{'ok':>8}{'failed':>8}{'skipped':>8}{'pending':>8}"]
     for s in stats:
         lines.append(f"{s.stage:<10}{s.total:>8}{s.ok:>8}{s.failed:>8}{s.skipped:>8}{s.pending:>8}")
-    for s in stats:
-        for pid, err in s.failures[:20]:
-            lines.append(f"failed {s.stage}/{pid}: {err.splitlines()[0] if err else ''}")
-    for job, state in (running or {}).items():
-        lines.append(f"slurm job {job}: {state}")
+    if verdict is not None:
+        lines.append(f"verdicts: {verdict.passed} pass, {verdict.failed_points + verdict.failed_checks + verdict.not_run}"
+                     f" fail ({verdict.failed_checks} by a check), {verdict.unchecked} unchecked")
+        for stage, pid, reason in verdict.failures[:20]:
+            lines.append(f"fail {stage}/{pid}: {reason.splitlines()[0] if reason else ''}")
+        if len(verdict.failures) > 20:
+            lines.append(f"... {len(verdict.failures) - 20} more in the report")
+    else:
+        for s in stats:
+            for pid, err in s.failures[:20]:
+                lines.append(f"failed {s.stage}/{pid}: {err.splitlines()[0] if err else ''}")
     return "\n".join(lines)
 
 

@@ -30,13 +30,14 @@ from pathlib import Path, PurePosixPath
 
 from d5pipe import D5PipeError
 from d5pipe.rundir.atomic import write_text
-from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE
+from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 
 CHECKSUMS_NAME = CHECKSUMS_FILE
 CHECKSUMS_SCHEMA_VERSION = 1
 _HEADER = f"# d5pipe checksums schema_version {CHECKSUMS_SCHEMA_VERSION}"
 EXCLUDED_DIRS = frozenset({".snakemake", "logs", "work", "data", "tmp", "__pycache__"})
-EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE})
+EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock"})
+"""Root files that are not part of what a run means (the driver's lock is machine-local)."""
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 _CHUNK = 1 << 20
 
@@ -65,8 +66,8 @@ def bundle_files(run_dir: Path) -> list[str]:
         for name in files:
             if name in EXCLUDED_FILES and rel_root == Path("."):
                 continue
-            if name.startswith(".") and name.endswith(".tmp"):
-                continue
+            if (name.startswith(".") and name.endswith(".tmp")) or name.endswith(".attempts"):
+                continue  # interrupted writes; a shard's machine-local crash accounting
             path = Path(root) / name
             if path.is_symlink() or not path.is_file():
                 continue
@@ -238,6 +239,10 @@ def opened_bundle(path: Path) -> Iterator[Path]:
         raise D5PipeError(f"{path}: neither a run directory nor a .tar.gz bundle")
     tmp = Path(tempfile.mkdtemp(prefix="d5pipe-bundle-"))
     try:
-        yield extract(path, tmp / "x")
+        root = extract(path, tmp / "x")
+        if not (root / CHECKSUMS_NAME).is_file() or not RunDir(root).manifest_path.is_file():
+            raise D5PipeError(f"{path}: not a d5pipe bundle (no {CHECKSUMS_NAME} and manifest.json inside; "
+                              "make one with d5pipe bundle RUN --archive)")
+        yield root
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 
 from d5pipe import D5PipeError
 from d5pipe.results.columns import FIXED_COLUMNS, axis_column_name
+from d5pipe.results.verdicts import NOT_RUN_PREFIX
 from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
@@ -140,7 +141,8 @@ def _read_all(run_dir: Path, point_ids: dict[str, list[str]] | None) -> _Columns
         except FileNotFoundError:
             if point_ids is None:
                 continue  # removed while listing
-            rec = {"status": "skipped", "error": f"no record: {path.relative_to(run_dir)} was not written"}
+            rec = {"status": "skipped",
+                   "error": f"{NOT_RUN_PREFIX} no record {path.relative_to(run_dir)} (its shard job did not finish)"}
         except CorruptRecord as exc:
             rec = {"status": "failed", "error": str(exc)}
         _add_point(cols, stage, pid, rec)
@@ -254,6 +256,12 @@ def stage_summary(results: pa.Table, stage: str) -> pa.Table:
     return pa.Table.from_pandas(base.reset_index(), preserve_index=False)
 
 
+def collect(run_dir: Path, point_ids: dict[str, list[str]] | None = None) -> tuple[pa.Table, _Columns]:
+    """The results table of the run's records, in memory (and the side-table buffers)."""
+    cols = _read_all(Path(run_dir), point_ids)
+    return _build_table(cols), cols
+
+
 def aggregate(
     run_dir: Path, point_ids: dict[str, list[str]] | None = None, out: Path | None = None
 ) -> Path:
@@ -266,8 +274,7 @@ def aggregate(
     if not run_dir.is_dir():
         raise D5PipeError(f"run directory {run_dir} does not exist")
     out = Path(out) if out is not None else run_dir / RESULTS_FILE
-    cols = _read_all(run_dir, point_ids)
-    table = _build_table(cols)
+    table, cols = collect(run_dir, point_ids)
     _write_parquet(table, out)
     for stage in sorted(set(cols.stage)):
         _write_parquet(stage_summary(table, stage), out.parent / f"summary_{stage}.parquet")

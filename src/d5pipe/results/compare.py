@@ -196,10 +196,19 @@ def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, s
     )
 
 
-def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None) -> RunComparison:
-    """Compare run B (candidate) against run A (reference); each may be a run dir or a bundle archive."""
+def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None,
+                 allow_different: bool = False) -> RunComparison:
+    """Compare run B (candidate) against run A (reference); each may be a run dir or a bundle archive.
+
+    Runs of two different experiments share no point by design: that is a one-line error unless
+    ``allow_different``.
+    """
     policy = policy or ComparePolicy()
     with opened_bundle(Path(a)) as dir_a, opened_bundle(Path(b)) as dir_b:
+        ea, eb = RunDir(dir_a).require_run().experiment, RunDir(dir_b).require_run().experiment
+        if ea != eb and not allow_different:
+            raise D5PipeError(f"compare: {a} is experiment '{ea}', {b} is '{eb}'; they share no point "
+                              "(use --allow-different to compare them anyway)")
         return compare_loaded(load_run(dir_a), load_run(dir_b), policy)
 
 

@@ -1,45 +1,72 @@
-"""After all shards: tidy results (with acceptance verdicts) and the completed manifest."""
+"""After all shards: the tidy results with every check and verdict, and the completed manifest.
+
+:func:`results_frame` is the one place that turns records into what users read: the records'
+rows (d5pipe.results.aggregate), the recipe's acceptance verdicts evaluated with the **current**
+config (d5pipe.results.acceptance) and each point's verdict (d5pipe.results.verdicts). The
+aggregate job writes it (:func:`finalize_results`); ``d5pipe status`` and ``d5pipe report``
+recompute it, so a changed ``recipe.acceptance`` changes verdicts without re-measuring anything.
+"""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.manifest import finalize_environment, merge_dataset_meta
 
 
-def finalize_results(run_dir: Path, out: Path) -> Path:
-    import pandas as pd
+def _nullable(table: pa.Table) -> pd.DataFrame:
+    """Integers stay integers (nullable ``Int64``) where some rows have no value."""
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
+
+def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
+    """Acceptance verdict rows for ``config``'s recipe, then every row's point ``verdict``."""
+    from d5pipe.results.acceptance import VERDICT_PREFIX, evaluate_acceptance
+    from d5pipe.results.verdicts import with_verdict_column
+
+    df = df[~df["metric"].astype(str).str.startswith(VERDICT_PREFIX)]  # re-evaluated, never kept
+    acceptance = (config.get("recipe") or {}).get("acceptance") or []
+    if acceptance and not df.empty:
+        rows = evaluate_acceptance(df.drop(columns=["verdict"], errors="ignore"), acceptance)
+        if not rows.empty:
+            df = pd.concat([df, rows.astype({c: t for c, t in df.dtypes.items() if c in rows}, errors="ignore")],
+                           ignore_index=True)
+    return with_verdict_column(df)
+
+
+def results_frame(run_dir: Path) -> pd.DataFrame:
+    """The run's results with checks and verdicts, in memory (nothing written)."""
+    from d5pipe.results.aggregate import collect
+
+    rd = RunDir(run_dir)
+    table, _ = collect(rd.root, rd.planned_ids)
+    return with_checks(_nullable(table), rd.config)
+
+
+def write_frame(df: pd.DataFrame, path: Path) -> None:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False, compression="zstd")
+    write_bytes(path, buf.getvalue())
+
+
+def finalize_results(run_dir: Path, out: Path) -> Path:
+    """Write ``results.parquet`` (+ side tables) with checks and verdicts; finish the manifest."""
     from d5pipe.results.aggregate import aggregate
 
-    merge_dataset_meta(run_dir)
-    path = aggregate(Path(run_dir), RunDir(run_dir).planned_ids, Path(out))
-    add_acceptance(Path(run_dir), path)
-    hashes = pd.read_parquet(path, columns=["env_hash"])["env_hash"].dropna()
+    rd = RunDir(run_dir)
+    merge_dataset_meta(rd.root)
+    path = aggregate(rd.root, rd.planned_ids, Path(out))
+    df = with_checks(_nullable(pq.read_table(path)), rd.config)
+    write_frame(df, path)
+    hashes = df["env_hash"].dropna()
     ranked = [str(h) for h in hashes.value_counts().index if str(h)]
-    finalize_environment(Path(run_dir), ranked)
+    finalize_environment(rd.root, ranked)
     return path
-
-
-def add_acceptance(run_dir: Path, results: Path) -> None:
-    """Append the recipe's acceptance verdicts (``acceptance:<metric>`` rows) to the results."""
-    import io
-
-    import pandas as pd
-
-    from d5pipe.results.acceptance import evaluate_acceptance
-    from d5pipe.rundir.atomic import write_bytes
-
-    config = RunDir(run_dir).config
-    acceptance = (config.get("recipe") or {}).get("acceptance") or []
-    if not acceptance:
-        return
-    df = pd.read_parquet(results)
-    verdicts = evaluate_acceptance(df, acceptance)
-    if verdicts.empty:
-        return
-    merged = pd.concat([df, verdicts.astype(df.dtypes.to_dict(), errors="ignore")], ignore_index=True)
-    buf = io.BytesIO()
-    merged.to_parquet(buf, index=False)
-    write_bytes(results, buf.getvalue())

@@ -7,9 +7,11 @@ Layout (``RUN`` = the run directory)::
     RUN/manifest.json                  provenance (d5pipe.rundir.manifest)
     RUN/plan/index.json                stages, shards, datasets (read by the Snakefile)
     RUN/plan/<stage>/<shard>.json      the points of one shard (ID, params, seed, dataset)
+    RUN/plan/checks.json               the config verdicts depend on (recipe acceptance)
     RUN/data/<dataset_key>.npz|.json   prepared datasets and their metadata
     RUN/points/<stage>/<point_id>.json one record per point (d5pipe.rundir.record), written atomically
     RUN/shards/<stage>/<shard>.json    shard completion markers (Snakemake outputs)
+    RUN/shards/<stage>/<shard>.attempts points the shard started (crash accounting)
     RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
     RUN/env/<env_hash>.json            the environment record of each distinct job environment
     RUN/logs/<rule>/...                Snakemake job logs
@@ -78,6 +80,11 @@ class RunDir:
         return self.plan_dir / "index.json"
 
     @property
+    def checks_path(self) -> Path:
+        """``plan/checks.json``: what verdicts depend on (aggregation re-runs when it changes)."""
+        return self.plan_dir / "checks.json"
+
+    @property
     def points_dir(self) -> Path:
         return self.root / "points"
 
@@ -118,6 +125,10 @@ class RunDir:
 
     def marker(self, stage: str, shard: str) -> Path:
         return self.root / "shards" / stage / f"{shard}.json"
+
+    def attempts(self, stage: str, shard: str) -> Path:
+        """Append-only log of the points a shard started (``shards/<stage>/<shard>.attempts``)."""
+        return self.root / "shards" / stage / f"{shard}.attempts"
 
     def record(self, stage: str, point_id: str) -> Path:
         return self.points_dir / stage / f"{point_id}.json"

@@ -72,7 +72,15 @@ def write_plan(run_dir: Path, plan: Plan, overrides: list[str]) -> None:
     for stage, sp in plan.stages.items():
         for i, name in enumerate(sp.shard_names()):
             write_if_changed(rd.shard_plan(stage, name), _dump(shard_spec(plan, stage, i)))
+    write_if_changed(rd.checks_path, _dump(checks_config(plan)))
     write_if_changed(rd.index_path, _dump(plan_index(plan)))
+
+
+def checks_config(plan: Plan) -> dict[str, Any]:
+    """The config that verdicts are evaluated with, not part of any point's ID: changing it
+    re-runs aggregation and the report, never a measurement."""
+    recipe = plan.config.get("recipe") or {}
+    return {"schema_version": PLAN_SCHEMA_VERSION, "acceptance": list(recipe.get("acceptance") or [])}
 
 
 def existing_records(run_dir: Path, stage: str) -> set[str]:
@@ -88,12 +96,29 @@ def invalidate_stale_markers(run_dir: Path, plan: Plan) -> list[str]:
         done = rd.existing_records(stage)
         for i, name in enumerate(sp.shard_names()):
             marker = rd.marker(stage, name)
-            if not marker.exists():
+            try:
+                marked = marker.stat().st_mtime_ns
+            except FileNotFoundError:
                 continue
-            if any(sp.point_ids[j] not in done for j in sp.shard_slice(i)):
+            ids = [sp.point_ids[j] for j in sp.shard_slice(i)]
+            if any(pid not in done for pid in ids) or any(_changed_and_corrupt(rd, stage, pid, marked) for pid in ids):
                 marker.unlink()
                 removed.append(f"{stage}/{name}")
     return removed
+
+
+def _changed_and_corrupt(rd: RunDir, stage: str, pid: str, marked_ns: int) -> bool:
+    """A record written after its shard finished (by something else) that does not parse."""
+    path = rd.record(stage, pid)
+    try:
+        if path.stat().st_mtime_ns <= marked_ns:
+            return False
+        read_record(path)
+    except FileNotFoundError:
+        return True
+    except CorruptRecord:
+        return True
+    return False
 
 
 def remove_failed(run_dir: Path, plan: Plan) -> int:

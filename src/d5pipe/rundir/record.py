@@ -166,9 +166,12 @@ class Record:
         with open(path, "rb") as fh:
             return cls.from_json(fh.read(), str(path))
 
-    def write(self, path: Path) -> None:
-        """Write atomically (temp file + rename): a kill leaves the whole record or none."""
-        write_text(path, self.to_json())
+    def write(self, path: Path, durable: bool = True) -> None:
+        """Write atomically (temp file + rename): a kill leaves the whole record or none.
+
+        ``durable=False`` skips the fsync (the shard syncs its records in one batch).
+        """
+        write_text(path, self.to_json(), durable)
 
     def metric(self, name: str) -> dict[str, Any] | None:
         return next((m for m in self.metrics if m.get("name") == name), None)

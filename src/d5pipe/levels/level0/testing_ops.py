@@ -9,6 +9,8 @@ prefix ``d5pipe.``)::
 
 * ``MATMUL_WRONG_FORWARD``: an off-by-one bug; the last term of every inner product is dropped.
 * ``MATMUL_WRONG_BACKWARD``: correct forward, but the gradient of B forgets a transpose.
+* ``FAULT_*``: a correct matmul except at size ``FAULT_SIZE``, where it raises, exits 137, segfaults,
+  hangs, exhausts its memory limit or kills its whole shard job (failure-injection tests).
 """
 
 from __future__ import annotations
@@ -57,3 +59,57 @@ MATMUL_WRONG_BACKWARD = dataclasses.replace(
     MATMUL, name="matmul_wrong_backward", forward=_matmul_bad_grad, make_inputs=_square_matmul_inputs,
     flops=lambda n, b: 2 * n**3, min_bytes=lambda n, b, s: s * 3 * n * n,
 )
+
+
+# --- fault injection: operators that break their process at one size (tests/test_failures.py) ---
+
+FAULT_SIZE = 32
+"""The size at which the fault operators below misbehave; other sizes are a correct matmul."""
+
+
+def _fault(kind: str) -> None:
+    import os
+    import resource
+    import signal
+    import time
+
+    if kind == "raise":
+        raise RuntimeError("injected failure")
+    if kind == "exit137":
+        os._exit(137)
+    if kind == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if kind == "hang":
+        time.sleep(10**6)
+    if kind == "oom":  # a memory blow-up under a ulimit -v, as a job limit would impose it
+        old = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, old[1]))
+        try:
+            hog = [bytearray(256 << 20) for _ in range(64)]
+            del hog
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, old)
+    if kind == "kill_shard":  # the kernel's OOM killer taking the whole shard job down
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(10**6)
+
+
+def _faulty(kind: str) -> Any:
+    def make_inputs(n: int, batch: int, gen: torch.Generator) -> list[torch.Tensor]:
+        if n == FAULT_SIZE:
+            _fault(kind)
+        return _square_matmul_inputs(n, batch, gen)
+
+    return dataclasses.replace(
+        MATMUL, name=f"fault_{kind}", make_inputs=make_inputs,
+        flops=lambda n, b: 2 * n**3, min_bytes=lambda n, b, s: s * 3 * n * n,
+        description=f"matmul that injects '{kind}' at size {FAULT_SIZE}",
+    )
+
+
+FAULT_RAISE = _faulty("raise")
+FAULT_EXIT137 = _faulty("exit137")
+FAULT_SEGV = _faulty("segv")
+FAULT_HANG = _faulty("hang")
+FAULT_OOM = _faulty("oom")
+FAULT_KILL_SHARD = _faulty("kill_shard")

@@ -29,6 +29,7 @@ from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import conf_from_dict
+from d5pipe.measure.process import die_with_parent
 from d5pipe.plan.seeds import derive_seed
 from d5pipe.rundir.atomic import write_json
 from d5pipe.rundir.record import PointOutcome
@@ -92,8 +93,9 @@ def _launch(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> No
     inherited = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
     env = {**inherited, **plan.env}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        proc = subprocess.Popen(  # its own session (killed as a group on timeout), dies with us
+            plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         try:
             rc = proc.wait(timeout=timeout_s)

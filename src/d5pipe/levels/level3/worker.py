@@ -25,6 +25,7 @@ import torch
 from d5pipe.levels.level3 import training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
+from d5pipe.measure.process import die_with_parent
 from d5pipe.rundir.atomic import write_json
 
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m d5pipe.levels.level3.worker SPEC.json", file=sys.stderr)
         return 2
+    die_with_parent()  # a rank never outlives its launcher
     spec_path = Path(args[0])
     spec: dict[str, Any] = json.loads(spec_path.read_text(encoding="utf-8"))
     out_dir = Path(spec["out_dir"])

@@ -1,0 +1,210 @@
+"""Run Snakemake for ``d5pipe run``: a quiet console, and nothing left behind.
+
+Console: Snakemake's own output goes to ``RUN/logs/snakemake.log``; the console gets one line per
+finished job with the jobs and points done and an ETA (``verbose`` passes Snakemake's output
+through as well). Job failures are named with their log file and d5pipe's own next step.
+
+Cleanup, whatever ends the driver:
+
+* Snakemake runs in its own session and receives SIGKILL from the kernel when the driver dies
+  (``PR_SET_PDEATHSIG``); every job body stops when its parent Snakemake is gone
+  (d5pipe.execute.jobs), and a shard's worker dies with its shard.
+* SIGINT / SIGTERM / ``timeout``: Snakemake's session is killed at once (a SIGTERMed Snakemake
+  would wait for its jobs) and, under SLURM, the run's jobs are cancelled.
+* Under SLURM a small reaper process (d5pipe.execute.reaper) holds a pipe from the driver: if the
+  driver dies without saying "done" (e.g. SIGKILL) the reaper cancels the run's jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from d5pipe import D5PipeError
+from d5pipe.measure.process import die_with_parent
+from d5pipe.rundir.layout import RunDir
+
+STEPS = re.compile(r"(\d+) of (\d+) steps \((\d+)%\) done")
+FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: ([\w-]+)\)")
+ERROR_IN_RULE = re.compile(r"Error in rule ([\w-]+):")
+LOG_LINE = re.compile(r"^\s+log: (\S+)")
+GRACE_S = 5.0
+
+
+class Interrupted(D5PipeError):
+    """The run was stopped by a signal or its ``--timeout``; exit 130 (SIGINT), 143 or 124."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Console:
+    """Turns Snakemake's output into one line per finished job (see module docstring)."""
+
+    def __init__(self, rd: RunDir, verbose: bool, out: IO[str]) -> None:
+        self.rd = rd
+        self.verbose = verbose
+        self.out = out
+        self.t0 = time.perf_counter()
+        self.total_points = sum(len(ids) for ids in rd.planned_ids.values())
+        self.failed_jobs: list[tuple[str, str]] = []
+        self._rule = ""
+        self._error_rule: str | None = None
+
+    def _points_done(self) -> int:
+        return sum(len(set(ids) & self.rd.existing_records(stage)) for stage, ids in self.rd.planned_ids.items())
+
+    def feed(self, line: str) -> None:
+        if self.verbose:
+            self.out.write(line)
+            self.out.flush()
+        m = FINISHED.search(line)
+        if m:
+            self._rule = m.group(1)
+            return
+        m = ERROR_IN_RULE.search(line)
+        if m:
+            self._error_rule = m.group(1)
+            return
+        m = LOG_LINE.match(line)
+        if m and self._error_rule is not None:
+            self.failed_jobs.append((self._error_rule, m.group(1)))
+            if not self.verbose:
+                self.out.write(f"d5pipe: job {self._error_rule} failed; log: {self.rd.root / m.group(1)}\n")
+                self.out.flush()
+            self._error_rule = None
+            return
+        m = STEPS.search(line)
+        if m and not self.verbose and self._rule != "all":
+            done, total = int(m.group(1)), int(m.group(2))
+            elapsed = time.perf_counter() - self.t0
+            eta = f", ~{elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+            self.out.write(f"d5pipe: [{done}/{total} jobs] {self._rule or 'job'} done · "
+                           f"{self._points_done()}/{self.total_points} points · {elapsed:.0f} s{eta}\n")
+            self.out.flush()
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _cancel_slurm(rd: RunDir, since: datetime) -> list[str]:
+    from d5pipe.execute.slurm import cancel_run_jobs
+
+    try:
+        return cancel_run_jobs(rd.root, since=since)
+    except D5PipeError as exc:
+        print(f"d5pipe: could not cancel the run's SLURM jobs ({exc})", file=sys.stderr, flush=True)
+        return []
+
+
+def _start_reaper(rd: RunDir, since: datetime, snakemake_pid: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "d5pipe.execute.reaper", str(rd.root.resolve()),
+         since.isoformat(), str(snakemake_pid)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+
+
+def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None = None,
+                 verbose: bool = False) -> tuple[int, Console]:
+    """Run Snakemake to completion (see module docstring); returns its exit code and the console."""
+    log_path = rd.root / "logs" / "snakemake.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    since = datetime.now()
+    console = Console(rd, verbose, sys.stdout)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1, start_new_session=True, preexec_fn=die_with_parent)
+    reaper = _start_reaper(rd, since, proc.pid) if slurm else None
+    stop: list[int] = []
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if in_main:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, _frame: stop.append(signum))
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        with open(log_path, "a", encoding="utf-8") as log:
+            for line in proc.stdout:
+                log.write(line)
+                console.feed(line)
+
+    reader = threading.Thread(target=pump, name="d5pipe-snakemake-output", daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout if timeout else None
+    reason: Interrupted | None = None
+    try:
+        while proc.poll() is None:
+            if stop:
+                name = signal.Signals(stop[0]).name
+                reason = Interrupted(f"stopped by {name}", 128 + stop[0])
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                reason = Interrupted(f"snakemake did not finish within {timeout:g} s (--timeout; killed)", 124)
+                break
+            time.sleep(0.2)
+        if reason is not None:
+            _kill_session(proc)
+            if slurm:
+                cancelled = _cancel_slurm(rd, since)
+                reason = Interrupted(f"{reason}; cancelled SLURM jobs: {', '.join(cancelled) or 'none'}",
+                                     reason.exit_code)
+        rc = proc.wait()
+        reader.join(10)
+    finally:
+        if in_main:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if reaper is not None and reaper.stdin is not None:
+            try:
+                reaper.stdin.write(b"done\n")
+                reaper.stdin.close()
+            except BrokenPipeError:
+                pass
+            reaper.wait(30)
+    if reason is not None:
+        raise reason
+    if rc != 0 and slurm:
+        _report_slurm_failures(rd, since)
+    return rc, console
+
+
+def _report_slurm_failures(rd: RunDir, since: datetime) -> None:
+    """After a failed SLURM run: print each shard job that did not complete, and why."""
+    from d5pipe.execute.slurm import describe_job, latest_per_rule, run_jobs
+
+    try:
+        jobs = latest_per_rule(run_jobs(rd.root, since=since))
+    except D5PipeError as exc:
+        print(f"d5pipe: cannot list the run's SLURM jobs ({exc})", file=sys.stderr, flush=True)
+        return
+    for job in jobs:
+        if job.state != "COMPLETED":
+            print(f"d5pipe: {describe_job(job)}", file=sys.stderr, flush=True)
+
+
+def snakemake_log(rd: RunDir) -> Path:
+    return rd.root / "logs" / "snakemake.log"
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "".join(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(True)[-lines:])
+    except FileNotFoundError:
+        return ""

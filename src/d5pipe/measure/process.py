@@ -1,0 +1,45 @@
+"""Process lifetime: nothing d5pipe starts outlives the process that started it.
+
+Used by the shard's point workers (d5pipe.execute.supervisor), Snakemake's jobs
+(d5pipe.execute.jobs), the Snakemake driver and level 3's launchers and rank processes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+try:  # loaded once here: die_with_parent also runs between fork and exec (preexec_fn)
+    _PRCTL: Any = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _PRCTL = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent exits (Linux; best effort)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """Stop this process (``os._exit``) once its parent is gone, checked every ``poll_s``.
+
+    For Snakemake's jobs: their parent is a Snakemake that PR_SET_PDEATHSIG kills with the driver;
+    a job that polls for that is not left running (PDEATHSIG itself would fire when the
+    Snakemake *thread* that started the job ends, which is not when Snakemake ends).
+    """
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(1)  # a shard's worker follows by PR_SET_PDEATHSIG
+
+    threading.Thread(target=watch, name="d5pipe-parent-watch", daemon=True).start()
