@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.slurm_fixture"]
+pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"

@@ -48,7 +48,7 @@ SLURM_OVERRIDES: tuple[str, ...] = (
     "executor.resources.default.runtime_min=5",
     "executor.resources.default.mem_mb=256",
 )
-MIXED_JOBS = 6  # prepare_data, level0 x2, level2, level3, aggregate+report (one group job)
+MIXED_JOBS = 6  # prepare_data, level0 x2, level2, level3, report (results and report: one job)
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -128,7 +128,7 @@ def _status(cluster: SlurmCluster, run_dir: Path) -> str:
     proc = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "status", str(run_dir)],
                           capture_output=True, text=True, env=_env(cluster), timeout=60,
                           check=False)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode in (0, 3), proc.stderr  # 3: some point has not passed (yet)
     return proc.stdout
 
 
@@ -261,7 +261,7 @@ try:
         timeout=float(timeout))
 except D5PipeError as exc:
     print("D5PipeError:", exc, flush=True)
-    sys.exit(2)
+    sys.exit(exc.exit_code)
 """
 
 
@@ -296,17 +296,18 @@ def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
             cancel_run_jobs(run_dir, env=_env(slurm_cluster))
 
 
-def _ok(fut: Future[Finished]) -> Finished:
+def _ok(fut: Future[Finished], rc: int = 0) -> Finished:
+    """The finished run; ``rc`` 3 where a point is meant to fail (the exit code says so)."""
     res = fut.result(timeout=220)
-    assert res.rc == 0, res.output[-4000:]
+    assert res.rc == rc, res.output[-4000:]
     return res
 
 
 # -------------------------------------------------------------------------------- tests
 def test_mixed_sweep_runs_on_slurm_with_the_points_and_metrics_of_a_local_run(
         slurm_cluster: SlurmCluster, runs: dict[str, Future[Any]]) -> None:
-    on_slurm = _ok(runs["mixed"])
-    local = _ok(runs["local"])
+    on_slurm = _ok(runs["mixed"], 3)
+    local = _ok(runs["local"], 3)
     records = _jobcomp(slurm_cluster, on_slurm.run_dir)
     assert len(records) == MIXED_JOBS, records
     assert {r["JobState"] for r in records} == {"COMPLETED"}
@@ -315,6 +316,7 @@ def test_mixed_sweep_runs_on_slurm_with_the_points_and_metrics_of_a_local_run(
 
     def rows(run_dir: Path) -> set[tuple[str, str, str]]:
         df = pd.read_parquet(run_dir / "results.parquet")
+        df = df[~df["metric"].str.startswith("plausibility:")]  # warnings about this machine's noise
         return set(zip(df["point_id"], df["metric"], df["status"], strict=True))
 
     slurm_rows, local_rows = rows(on_slurm.run_dir), rows(local.run_dir)
@@ -325,21 +327,23 @@ def test_mixed_sweep_runs_on_slurm_with_the_points_and_metrics_of_a_local_run(
 
 def test_a_failing_point_is_recorded_and_the_rest_of_the_sweep_completes(
         runs: dict[str, Future[Any]]) -> None:
-    res = _ok(runs["mixed"])
+    res = _ok(runs["mixed"], 3)
+    assert "1 of 6 points did not pass (1 failed)" in res.output
     records = _records(res.run_dir)
     failed = {pid: r for pid, r in records.items() if r["status"] == "failed"}
-    assert list(failed) == [pid for pid in records if pid.startswith("no_such_operator")]
+    assert list(failed) == [pid for pid in records if pid.startswith("fault_raise")]
     [rec] = failed.values()
-    assert "unknown operator 'no_such_operator'" in rec["error"]
+    assert rec["error"] == "RuntimeError: injected failure"
     assert sorted(r["status"] for r in records.values()) == ["failed"] + ["ok"] * 5
     df = pd.read_parquet(res.run_dir / "results.parquet")
     row = df[(df["point_id"] == rec["point_id"])]
-    assert list(row["status"]) == ["failed"] and "no_such_operator" in row["error"].iloc[0]
+    assert list(row["status"]) == ["failed"] and "injected failure" in row["error"].iloc[0]
+    assert list(row["verdict"]) == ["fail"]
 
 
 def test_a_two_rank_level3_point_is_one_slurm_job_with_two_tasks(
         slurm_cluster: SlurmCluster, runs: dict[str, Future[Any]]) -> None:
-    res = _ok(runs["mixed"])
+    res = _ok(runs["mixed"], 3)
     [rec] = _records(res.run_dir, "level3").values()
     assert rec["status"] == "ok", rec["error"]
     launch = rec["extra"]["launch"]
@@ -369,7 +373,7 @@ def test_mpi4py_and_horovod_ranks_wire_up_through_srun_pmix(runs: dict[str, Futu
 
 def test_every_point_record_names_its_slurm_job_and_node(
         runs: dict[str, Future[Any]]) -> None:
-    res = _ok(runs["mixed"])
+    res = _ok(runs["mixed"], 3)
     jobs = _shard_jobs(res.run_dir, res.env)
     checked = 0
     for spec_path in sorted((res.run_dir / "plan").glob("level*/s*.json")):
@@ -382,15 +386,15 @@ def test_every_point_record_names_its_slurm_job_and_node(
             assert rec["provenance"]["slurm_nodelist"] == "localhost"
             checked += 1
     assert checked == 6
-    local = _ok(runs["local"])
+    local = _ok(runs["local"], 3)
     assert all(r["provenance"]["slurm_job_id"] is None for r in _records(local.run_dir).values())
 
 
 def test_hard_timeout_kills_snakemake_and_cancels_the_runs_slurm_jobs(
         runs: dict[str, Future[Any]]) -> None:
     res: Finished = runs["timeout"].result(timeout=220)
-    assert res.rc == 2, res.output[-3000:]
-    match = re.search(r"did not finish within 30.0 s \(killed\); cancelled SLURM jobs: (\d+)",
+    assert res.rc == 124, res.output[-3000:]
+    match = re.search(r"did not finish within 30 s \(--timeout; killed\); cancelled SLURM jobs: (\d+)",
                       res.output)
     assert match, res.output[-3000:]
     [job] = query_jobs(job_ids=[match.group(1)], env=res.env)
@@ -420,7 +424,7 @@ def _cmdline(path: Path) -> str:
 def test_scancel_mid_run_then_the_next_run_resumes_without_redoing_points(
         slurm_cluster: SlurmCluster, runs: dict[str, Future[Any]]) -> None:
     res: Resumed = runs["resume"].result(timeout=230)
-    assert res.first_rc == 1, res.first_output[-3000:]
+    assert res.first_rc == 3, res.first_output[-3000:]  # points of the cancelled shard never ran
     assert f"slurm job {res.cancelled_job} (level0 s00000): CANCELLED" in res.first_output
     assert 1 <= len(res.records_before) < 4  # cancelled between two points
     assert res.second_rc == 0, res.second_output[-3000:]

@@ -1,0 +1,419 @@
+"""A real multi-node SLURM cluster on one machine, for tests.
+
+Each compute node ``nodeK`` is a ``slurmd`` in its own network namespace ``d5nK`` (address
+``10.77.0.(10+K)`` on the bridge ``d5br0``, own hostname through a UTS namespace, own spool, tmp,
+pid file and log); ``slurmctld`` runs on the host's network as ``d5ctl``, bound to the bridge
+address ``10.77.0.1``. Accounting is real: ``slurmdbd`` on a MariaDB of its own and
+``jobacct_gather/linux``, so ``sacct`` reports State, Elapsed, TotalCPU and MaxRSS. One
+``munged`` serves all nodes (a unix socket is reachable from every network namespace).
+All daemons are children started here and stopped by PID; all state lives under one directory.
+While the cluster runs the node names are in ``/etc/hosts`` (and, unless
+``install_etc_conf=False``, the config is ``/etc/slurm/slurm.conf``); :meth:`stop` restores both.
+Needs root. A dead node is noticed within seconds (``SlurmdTimeout=10``); when its slurmd comes
+back it is idle again (``ReturnToService=2``); jobs of a failed node end as NODE_FAIL
+(``JobRequeue=0``) rather than being requeued.
+
+Command line::
+
+    python tests/cluster/multinode_cluster.py start STATE_DIR   # prints export SLURM_CONF=...
+    python tests/cluster/multinode_cluster.py stop STATE_DIR
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+def _sibling(stem: str) -> ModuleType:
+    """Load ``tests/cluster/<stem>.py`` once, under the name the pytest fixtures use."""
+    name = f"d5pipe_tests_{stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{stem}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+single = _sibling("slurm_cluster")
+netns = _sibling("netns")
+accounting = _sibling("accounting")
+ClusterError = single.ClusterError
+
+CLUSTER_NAME = "d5pipe"
+ACCOUNT = "d5pipe"
+PARTITION = "debug"
+CTLD_NAME = "d5ctl"  # slurmctld's hostname (own UTS namespace), at the bridge address
+PMIX_LIB = Path("/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so")  # what mpi_pmix.so dlopens
+RECORD = Path("/run/d5pipe-multinode.json")  # which state dir owns the bridge and namespaces
+HOST_DAEMONS: tuple[str, ...] = ("munged", "mariadbd", "slurmdbd", "slurmctld")
+STRAY_NAMES = frozenset({*HOST_DAEMONS, "slurmd", "slurmstepd", "slurmscriptd"})
+WAIT_S = 120.0
+CONF_TEMPLATE = Path(__file__).with_name("multinode_slurm.conf.in")
+
+
+def binaries_present() -> bool:
+    """True when SLURM (with slurmdbd), munge, MariaDB, iproute2 and util-linux are there."""
+    return single.binaries_present() and all(shutil.which(b) for b in (
+        "slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb", "ip",
+        "unshare", "nsenter"))
+
+
+def pmix_plugin_available(env: dict[str, str] | None = None) -> bool:
+    """True when ``srun --mpi=pmix`` can work: srun lists pmix and Debian's libpmix loads.
+
+    ``env`` must name a running cluster's ``SLURM_CONF`` (srun needs a config to list plugins).
+    """
+    try:
+        ctypes.CDLL(str(PMIX_LIB))
+        proc = subprocess.run(["srun", "--mpi=list"], env=env, capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "pmix" in proc.stdout + proc.stderr
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return f"  ({path}: no such file)"
+    return "\n".join(f"  {line}" for line in lines) or f"  ({path}: empty)"
+
+
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot): tells a live owner from a reused PID."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _read_record() -> dict[str, Any] | None:
+    try:
+        rec = json.loads(RECORD.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and "state_dir" in rec else None
+
+
+def render_slurm_conf(root: Path, nodes: tuple[Any, ...], ports: dict[str, int], cpus: int,
+                      real_memory_mb: int) -> str:
+    """The slurm.conf of the cluster under ``root`` (template: ``multinode_slurm.conf.in``)."""
+    node_lines = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} "
+                           f"RealMemory={real_memory_mb} State=UNKNOWN" for n in nodes)
+    return string.Template(CONF_TEMPLATE.read_text()).substitute(
+        marker=f"{single.MARKER}{root}", cluster=CLUSTER_NAME, ctld_name=CTLD_NAME,
+        ctld_addr=netns.HOST_ADDR, ctld_port=ports["ctld"], slurmd_port=ports["slurmd"],
+        dbd_port=ports["dbd"], munge_socket=root / "munge" / "munge.socket", root=root,
+        node_lines=node_lines, partition=PARTITION, node_list=",".join(n.name for n in nodes))
+
+
+class MultiNodeCluster:
+    """Start and stop the ``n_nodes``-node test cluster whose state lives under ``state_dir``."""
+
+    def __init__(self, state_dir: Path | str, n_nodes: int = 3, cpus_per_node: int = 2,
+                 real_memory_mb: int = 2048, install_etc_conf: bool = True) -> None:
+        """``install_etc_conf=False`` leaves /etc/slurm alone (clients then need ``SLURM_CONF``,
+        which :meth:`env` sets); it lets the one-node test cluster own that file meanwhile."""
+        self.root = Path(state_dir).resolve()
+        meta = self.root / "cluster.json"
+        if meta.exists():  # stop() from another process must know how many nodes there were
+            n_nodes = int(json.loads(meta.read_text())["n_nodes"])
+        self.network = netns.Network(n_nodes)
+        self.cpus_per_node = cpus_per_node
+        self.real_memory_mb = real_memory_mb
+        self.install_etc_conf = install_etc_conf
+        self.hosts = netns.HostsFile(self.root / "etc" / "hosts.orig")
+        # the one-node harness's /etc/slurm/slurm.conf handling, on the same paths under root
+        self._etc = single.SlurmCluster(self.root, install_etc_conf=install_etc_conf)
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.start_seconds: float | None = None
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.network.nodes]
+
+    @property
+    def node_addrs(self) -> dict[str, str]:
+        return {n.name: n.addr for n in self.network.nodes}
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [n.netns for n in self.network.nodes]
+
+    @property
+    def host_addr(self) -> str:
+        return str(netns.HOST_ADDR)
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "log"
+
+    def env(self) -> dict[str, str]:
+        """os.environ plus ``SLURM_CONF`` pointing at this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def pmix_plugin_available(self) -> bool:
+        return pmix_plugin_available(self.env())
+
+    # ----------------------------------------------------------------- start
+    def start(self, timeout_s: float = WAIT_S) -> None:
+        """Network, munged, MariaDB, slurmdbd, slurmctld, every slurmd; wait until all are idle.
+
+        ``timeout_s`` bounds each wait; a daemon that dies or never gets ready raises
+        :class:`ClusterError` with the tail of its log. A failed start stops what it started.
+        """
+        if self._procs:
+            raise ClusterError(f"cluster under {self.root} is already started")
+        if os.geteuid() != 0:
+            raise ClusterError("the multi-node test cluster needs root (namespaces, /etc/hosts)")
+        if not binaries_present():
+            raise ClusterError(f"packages missing; run {single.INSTALL_SCRIPT}")
+        began = time.monotonic()
+        self._remove_stale()
+        if self.install_etc_conf:
+            self._etc._claim_etc_conf()
+        RECORD.write_text(json.dumps({"state_dir": str(self.root), "owner": os.getpid(),
+                                      "owner_start": _start_time(os.getpid())}))
+        try:
+            conf, acct = self._write_state()
+            self.network.create()
+            self.hosts.install({CTLD_NAME: netns.HOST_ADDR, **self.node_addrs})
+            if self.install_etc_conf:
+                self._etc._install_etc_conf(conf)
+            self._start_daemons(acct, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - began
+
+    def _write_state(self) -> tuple[str, Any]:
+        for sub in ("etc", "munge", "log", "run", "spool/slurmctld",
+                    *(f"{d}/{n}" for n in self.node_names for d in ("spool", "tmp"))):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        (self.root / "munge").chmod(0o700)
+        (self.root / "cluster.json").write_text(json.dumps({"n_nodes": len(self.node_names)}))
+        key = self.root / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+            key.chmod(0o400)
+        ports = {p: single._free_port() for p in ("ctld", "slurmd", "dbd", "db")}
+        acct = accounting.Accounting(self.root, ports["db"], ports["dbd"], netns.HOST_ADDR)
+        acct.write_dbd_conf(self.root / "munge" / "munge.socket")
+        conf = render_slurm_conf(self.root, self.network.nodes, ports, self.cpus_per_node,
+                                 self.real_memory_mb)
+        self.conf.write_text(conf)
+        return conf, acct
+
+    def _start_daemons(self, acct: Any, timeout_s: float) -> None:
+        munge = self.root / "munge"
+        # -f: munged refuses a socket in a directory others cannot enter (our 0700 munge/)
+        self._spawn("munged", ["munged", "-F", "-f", f"--key-file={munge / 'munge.key'}",
+                               f"--socket={munge / 'munge.socket'}",
+                               f"--pid-file={self.root / 'run' / 'munged.pid'}",
+                               f"--seed-file={munge / 'munged.seed'}"])
+        self.wait_for((munge / "munge.socket").exists, "munged socket", timeout_s, ("munged",))
+        acct.install_db()
+        self._spawn("mariadbd", acct.mariadbd_argv())
+        self.wait_for(acct.db_ready, "MariaDB", timeout_s, ("mariadbd",))
+        acct.create_db_user()
+        self._spawn("slurmdbd", ["slurmdbd", "-D"])  # finds slurmdbd.conf beside SLURM_CONF
+        self.wait_for(lambda: acct.dbd_ready(self.env()), "slurmdbd", timeout_s, ("slurmdbd",))
+        acct.register(self.env(), CLUSTER_NAME, ACCOUNT)
+        self._spawn("slurmctld", ["unshare", "--uts", "sh", "-c",
+                                  f'hostname {CTLD_NAME} && exec "$@"', "sh",
+                                  "slurmctld", "-D", "-f", str(self.conf)])
+        self.wait_for(lambda: "UP" in self.run(["scontrol", "ping"]).stdout, "slurmctld ping",
+                      timeout_s, ("slurmctld",))
+        for name in self.node_names:
+            self._spawn_slurmd(name)
+        self.wait_for(lambda: set(self.node_states().values()) == {"idle"},
+                      f"nodes {','.join(self.node_names)} idle", timeout_s,
+                      ("slurmctld", *(f"slurmd@{n}" for n in self.node_names)))
+
+    def _spawn_slurmd(self, name: str) -> None:
+        argv = ["slurmd", "-D", "-N", name, "-f", str(self.conf)]
+        self._spawn(f"slurmd@{name}", self.network.node(name).exec_argv(argv))
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.logs / f"{name}.stdout", "ab")  # noqa: SIM115 - the child owns it
+        self._procs[name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=log, env=self.env(), start_new_session=True)
+        log.close()
+        self._write_pids()
+
+    def _write_pids(self, drop: str | None = None) -> None:
+        """``{daemon: pid}``, the format the one-node harness reads to see a live cluster."""
+        pids = {**self._recorded_pids(), **{n: p.pid for n, p in self._procs.items()}}
+        pids.pop(drop or "", None)
+        tmp = self.root / "pids.json.tmp"
+        tmp.write_text(json.dumps(pids))
+        os.replace(tmp, self.root / "pids.json")
+
+    def _recorded_pids(self) -> dict[str, int]:
+        path = self.root / "pids.json"
+        pids = {k: int(v) for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+        return {**pids, **{name: p.pid for name, p in self._procs.items()}}
+
+    def daemon_log(self, name: str) -> str:
+        """The tail of a daemon's own log and of its captured stdout/stderr."""
+        own = {"mariadbd": "mariadb.log"}.get(name, name.replace("@", "-") + ".log")
+        return "\n".join(f"{p}:\n{_tail(p)}" for p in (self.logs / own,
+                                                        self.logs / f"{name}.stdout"))
+
+    def wait_for(self, probe: Callable[[], Any], what: str, timeout_s: float = WAIT_S,
+                 daemons: tuple[str, ...] = ()) -> Any:
+        """Poll ``probe`` until it returns something truthy and return that. Raise ClusterError
+        on timeout, or at once when a daemon started here exits; with the tail of its log or
+        of ``daemons``' logs."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise ClusterError(f"{name} exited with {proc.returncode} while waiting for "
+                                       f"{what}\n{self.daemon_log(name)}")
+            try:
+                if value := probe():
+                    return value
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(0.25)
+        logs = "\n".join(self.daemon_log(d) for d in daemons)
+        raise ClusterError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{logs}")
+
+    # ---------------------------------------------------------------- state
+    def run(self, argv: list[str], timeout_s: float = 20.0) -> subprocess.CompletedProcess[str]:
+        """A SLURM client command against this cluster (not checked)."""
+        return subprocess.run(argv, capture_output=True, text=True, env=self.env(),
+                              timeout=timeout_s, check=False)
+
+    def node_states(self) -> dict[str, str]:
+        """``{node: state}`` as sinfo prints it (``idle``, ``down*``, ``mixed*``, ...)."""
+        out = self.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.split()
+        return dict(zip(out[::2], out[1::2]))
+
+    def sacct(self, job_id: str) -> list[dict[str, str]]:
+        """sacct rows of a job and its steps (JobID, State, Elapsed, TotalCPU, MaxRSS, ...)."""
+        fields = ["JobID", "State", "Elapsed", "TotalCPU", "MaxRSS", "NodeList", "ExitCode"]
+        out = self.run(["sacct", "-n", "-P", "-j", job_id, f"--format={','.join(fields)}"]).stdout
+        return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]
+
+    # ---------------------------------------------------------- node faults
+    def kill_node(self, name: str) -> list[int]:
+        """A node dies mid-job: SIGKILL its slurmd and every process of its namespace."""
+        node = self.network.node(name)
+        recorded = self._recorded_pids().get(f"slurmd@{name}")
+        if recorded is not None and netns.comm(recorded) == "slurmd":
+            netns.signal_pid(recorded, signal.SIGKILL)
+        killed: list[int] = netns.kill_netns_processes(node.netns)
+        proc = self._procs.pop(f"slurmd@{name}", None)
+        if proc is not None:
+            proc.wait(timeout=10)
+        self._write_pids(drop=f"slurmd@{name}")
+        return killed
+
+    def restart_node(self, name: str, timeout_s: float = WAIT_S) -> None:
+        """Start a killed node's slurmd again (if it is not running) and wait until it is idle."""
+        proc = self._procs.get(f"slurmd@{name}")
+        if proc is None or proc.poll() is not None:
+            self._spawn_slurmd(name)
+        self.wait_for(lambda: self.node_states().get(name) == "idle", f"{name} idle", timeout_s,
+                      (f"slurmd@{name}",))
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop everything started here, by PID; remove the network; restore the /etc files.
+
+        Idempotent: safe after a failed start, from another process (reads pids.json), twice.
+        """
+        pids = self._recorded_pids()
+        if "slurmctld" in pids and single._pid_alive(pids["slurmctld"]):
+            try:  # a courtesy: whatever is left is killed below
+                ids = self.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+                if ids:
+                    self.run(["scancel", *ids])
+            except subprocess.TimeoutExpired:
+                pass
+        for name in [n for n in pids if n.startswith("slurmd@")]:
+            netns.terminate(pids[name], name.split("@")[0], 5.0, self._procs.get(name))
+        rec = _read_record()
+        ours = rec is None or Path(rec["state_dir"]) == self.root
+        if ours:  # the namespaces are not another live cluster's
+            for ns in self.namespaces:
+                netns.kill_netns_processes(ns)
+        for name in reversed(HOST_DAEMONS):
+            if name in pids:
+                netns.terminate(pids[name], name, timeout_s, self._procs.get(name))
+        for pid in self.leftover_processes():
+            netns.signal_pid(pid, signal.SIGKILL)
+        self._procs.clear()
+        if ours:
+            self.network.destroy()
+            self.hosts.restore()
+        if self.install_etc_conf:
+            self._etc._restore_etc_conf()
+        (self.root / "pids.json").unlink(missing_ok=True)
+        if rec is not None and ours:
+            RECORD.unlink(missing_ok=True)
+
+    def leftover_processes(self) -> list[int]:
+        """Live SLURM/munge/MariaDB processes whose open files or command line name our state dir
+        (forked slurmd children, slurmstepd re-parented to init, ...)."""
+        found: list[int] = netns.processes_referencing(str(self.root), STRAY_NAMES)
+        return found
+
+    def _remove_stale(self) -> None:
+        """Stop the cluster a crashed or finished session left; refuse while its owner lives."""
+        rec = _read_record()
+        if rec is not None:
+            owner = int(rec.get("owner", 0))
+            owner_alive = (owner > 0 and netns.comm(owner) is not None
+                           and _start_time(owner) == rec.get("owner_start"))
+            if Path(rec["state_dir"]) != self.root and owner_alive:
+                raise ClusterError(f"a multi-node test cluster under {rec['state_dir']} is in "
+                                   f"use by PID {owner}; stop it first: python {__file__} stop "
+                                   f"{rec['state_dir']}")
+            print(f"multinode cluster: stopping stale cluster under {rec['state_dir']}",
+                  file=sys.stderr)
+            MultiNodeCluster(rec["state_dir"], install_etc_conf=True).stop()
+            RECORD.unlink(missing_ok=True)
+        netns.remove_stale()
+
+
+def main(argv: list[str]) -> int:
+    """``start|stop STATE_DIR``; start leaves the daemons running and returns."""
+    if len(argv) != 2 or argv[0] not in ("start", "stop"):
+        print("usage: multinode_cluster.py start|stop STATE_DIR", file=sys.stderr)
+        return 2
+    cluster = MultiNodeCluster(Path(argv[1]))
+    if argv[0] == "start":
+        cluster.start()
+        nodes = " ".join(f"{n}={a}" for n, a in cluster.node_addrs.items())
+        print(f"# {nodes}; started in {cluster.start_seconds:.1f} s", file=sys.stderr)
+        print(f"export SLURM_CONF={cluster.conf}")
+    else:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
