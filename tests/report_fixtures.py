@@ -19,7 +19,7 @@ import yaml
 
 from d5pipe.plan.seeds import point_seed
 from d5pipe.rundir.atomic import write_json, write_text
-from d5pipe.rundir.record import write_record
+from d5pipe.rundir.record import read_record, write_record
 
 HOSTILE = '<script>alert("x")</script> & <img src=x onerror=alert(1)>'
 """User text that must come out escaped in every report."""
@@ -41,6 +41,10 @@ class RunSpec:
     reproduce: bool = True
     root_seed: int = 1234
     extra_config: dict[str, Any] = field(default_factory=dict)
+    grids: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    """Per-stage grid overrides (replace :data:`GRIDS` of that stage)."""
+    acceptance: float | None = 0.9
+    """``recipe.acceptance`` threshold on level-2 ``final_test_accuracy`` (None: no recipe)."""
 
 
 def _pid(stage: str, i: int) -> str:
@@ -105,40 +109,44 @@ def level0_outcome(rng: random.Random, params: dict[str, Any]) -> tuple[list[dic
 
 def level1_outcome(rng: random.Random, params: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, Any]]:
     bs = int(params.get("level1.batch_size", 32))
-    lat_m, samples = _timing_metric(rng, "latency", 1e-4 * bs**0.8, "latency")
+    impl_factor = {"eager": 1.0, "compile": 0.8}.get(str(params.get("level1.impl")), 1.0)
+    lat_m, samples = _timing_metric(rng, "inference_latency", 1e-4 * bs**0.8 * impl_factor, "inference_latency")
     thr = bs / lat_m["value"]
     metrics = [
         lat_m,
+        _m("inference_latency_iqr", lat_m["value"] * (0.25 if bs == 8 else 0.02), "s", "info"),
         _m("throughput", thr, "samples/s", lo=bs / lat_m["ci_high"], hi=bs / lat_m["ci_low"]),
         _m("train_throughput", thr / 3.0, "samples/s"),
         _m("peak_memory", 1e6 * bs, "B", "info"),
     ]
-    return metrics, {"latency": samples}, {}
+    return metrics, {"inference_latency": samples}, {}
 
 
 def level2_outcome(rng: random.Random, params: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, Any]]:
     epochs = list(range(1, 7))
     lr = float(params.get("train.lr", 0.003))
+    opt_factor = {"sgd": 1.0, "adam": 1.25}.get(str(params.get("train.optimizer")), 1.0)
     loss = [2.3 * (0.6 + lr * 20) ** e for e in epochs]
     acc = [min(0.99, 0.5 + 0.08 * e + rng.uniform(0, 0.01)) for e in epochs]
+    step_m, samples = _timing_metric(rng, "step_time", 2e-3 * opt_factor, "step_time_s", n=40)
     metrics = [
+        step_m,
         _m("time_to_target_s", 1.5 + rng.uniform(0, 0.5), "s", "timing"),
         _m("samples_per_s", 5000 + rng.uniform(0, 100), "samples/s", "timing"),
         _m("final_test_accuracy", acc[-1], "", "numerical"),
         _m("weights_sha256", "9f86d081884c7d65", "", "deterministic"),
-        _m("acceptance:final_test_accuracy>=0.9", "pass" if acc[-1] >= 0.9 else "fail", "", "verdict"),
     ]
     extra = {
         "curves": {"epoch": epochs, "train_loss": loss, "test_accuracy": acc},
         "warnings": ["loss curve is noisy"] if lr > 0.005 else [],
     }
-    return metrics, {}, extra
+    return metrics, {"step_time_s": samples}, extra
 
 
 def level3_outcome(rng: random.Random, params: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[str, Any]]:
     ranks = int(params.get("distributed.ranks", 1))
     msg = int(params.get("distributed.message_bytes", 1024))
-    base = 0.02
+    base = 0.02 * {"ddp": 1.0, "mpi": 1.1}.get(str(params.get("distributed.backend")), 1.0)
     t_m, samples = _timing_metric(rng, "time_per_step_s", base / ranks * (1 + 0.15 * (ranks - 1)), "step_times")
     metrics = [  # speedup/efficiency are cross-point: the report derives them (distributed.scaling)
         t_m,
@@ -154,7 +162,7 @@ OUTCOMES = {"level0": level0_outcome, "level1": level1_outcome, "level2": level2
 
 GRIDS: dict[str, dict[str, list[Any]]] = {
     "level0": {"operators.size": [32, 64, 128, 256], "operators.impl": ["eager", "compiled", "naive"]},
-    "level1": {"level1.batch_size": [8, 16, 64], "model.name": ["mlp", "cnn"]},
+    "level1": {"level1.batch_size": [8, 16, 64], "model.name": ["mlp", "cnn"], "level1.impl": ["eager", "compile"]},
     "level2": {"train.lr": [0.001, 0.003, 0.01]},
     "level3": {
         "distributed.ranks": [1, 2, 4],
@@ -217,7 +225,7 @@ def make_run_dir(run_dir: Path, spec: RunSpec | None = None) -> dict[str, list[s
     planned: dict[str, list[str]] = {}
     seeds: dict[str, dict[str, int]] = {}
     for stage in spec.levels:
-        grid = dict(GRIDS[stage])
+        grid = dict(spec.grids.get(stage, GRIDS[stage]))
         if spec.hostile and stage == spec.levels[0]:
             text_axes = [k for k, vs in grid.items() if all(isinstance(v, str) for v in vs)]
             if text_axes:
@@ -242,6 +250,9 @@ def make_run_dir(run_dir: Path, spec: RunSpec | None = None) -> dict[str, list[s
         "stages": list(spec.levels),
         **spec.extra_config,
     }
+    if spec.acceptance is not None and "level2" in spec.levels:
+        config.setdefault("recipe", {"acceptance": [
+            {"metric": "final_test_accuracy", "op": ">=", "value": spec.acceptance, "stage": "level2"}]})
     write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     write_json(
         run_dir / "manifest.json",
@@ -264,6 +275,42 @@ def make_run_dir(run_dir: Path, spec: RunSpec | None = None) -> dict[str, list[s
                 {"stage": "level0", "metric": "time", "verdict": "differs"}]},
         )
     return planned
+
+
+def scale_point_time(run_dir: Path, stage: str, params: dict[str, Any], metric: str, factor: float) -> str:
+    """Multiply ``metric`` (median, CI and raw samples) of the point with ``params`` by ``factor``.
+
+    Returns the point ID. Used to construct implausible results (e.g. a superlinear speedup).
+    """
+    for path in sorted((run_dir / "points" / stage).glob("*.json")):
+        rec = read_record(path)
+        if all(rec["params"].get(k) == v for k, v in params.items()):
+            for m in rec["metrics"]:
+                if m["name"] == metric:
+                    for key in ("value", "ci_low", "ci_high"):
+                        m[key] = m[key] * factor
+                    if m.get("samples"):
+                        rec["samples"][m["samples"]] = [x * factor for x in rec["samples"][m["samples"]]]
+            write_record(path, rec)
+            return str(rec["point_id"])
+    raise KeyError(f"no {stage} point with {params}")
+
+
+def superlinear_run(run_dir: Path, speedup: float = 12.8) -> str:
+    """A level-3 run (ddp, 1 and 2 ranks) whose 2-rank point is ``speedup`` x faster than 1 rank.
+
+    Impossible on 2 ranks: the plausibility check must fail it. Returns the 2-rank point ID.
+    """
+    make_run_dir(run_dir, RunSpec(levels=("level3",), failed=0, hostile=False, reproduce=False, grids={
+        "level3": {"distributed.ranks": [1, 2], "distributed.backend": ["ddp"],
+                   "distributed.message_bytes": [1024]}}))
+    times = {}
+    for path in (run_dir / "points" / "level3").glob("*.json"):
+        rec = read_record(path)
+        times[rec["params"]["distributed.ranks"]] = next(
+            m["value"] for m in rec["metrics"] if m["name"] == "time_per_step_s")
+    return scale_point_time(run_dir, "level3", {"distributed.ranks": 2}, "time_per_step_s",
+                            times[1] / speedup / times[2])
 
 
 def write_bulk_records(

@@ -1,9 +1,11 @@
-"""build_report(): sections per level present, failures first, escaping, no external URLs."""
+"""build_report(): failures first with reasons, verdict-based wording, readable units, natural order,
+side-by-side comparisons, warnings once per cause, escaping, no external URLs."""
 
 from __future__ import annotations
 
 import re
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -13,18 +15,28 @@ sys.path.insert(0, str(Path(__file__).parent))
 from d5pipe import D5PipeError  # noqa: E402
 from d5pipe.results.aggregate import aggregate  # noqa: E402
 from d5pipe.results.report import build_report  # noqa: E402
-from report_fixtures import RunSpec, make_run_dir  # noqa: E402
+from d5pipe.rundir.record import read_record  # noqa: E402
+from report_fixtures import HOSTILE, RunSpec, make_run_dir  # noqa: E402
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)|https?://""", re.IGNORECASE)
+FULL = RunSpec(failed=2, skipped=1, grids={"level2": {"train.lr": [0.001, 0.003, 0.01],
+                                                      "train.optimizer": ["sgd", "adam"]}})
+ALL_PASS = re.compile(r"\bAll\b[^.<|]*\bpass", re.IGNORECASE)
+TIME_CELL = re.compile(r"(?:^|\s)(?:s|ms|µs|ns)$")
 
 
 @pytest.fixture(scope="module")
-def full_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("report_full")
-    make_run_dir(run_dir, RunSpec(failed=2, skipped=1))
+    make_run_dir(run_dir, FULL)
     aggregate(run_dir)
-    html_path, md_path = build_report(run_dir)
-    assert (html_path, md_path) == (run_dir / "report.html", run_dir / "report.md")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def full_report(full_run: Path) -> tuple[str, str]:
+    html_path, md_path = build_report(full_run)
+    assert (html_path, md_path) == (full_run / "report.html", full_run / "report.md")
     return html_path.read_text(encoding="utf-8"), md_path.read_text(encoding="utf-8")
 
 
@@ -32,37 +44,189 @@ def section_ids(html: str) -> list[str]:
     return re.findall(r'<section id="([^"]+)"', html)
 
 
-def test_sections_for_every_level_and_failures_first(full_report: tuple[str, str]) -> None:
-    html, _ = full_report
+def section(html: str, sid: str) -> str:
+    """The HTML of section ``sid`` up to the next top-level section."""
+    start = html.index(f'<section id="{sid}"')
+    nxt = [m.start() for m in re.finditer(r'<section id="[^"]+" class="[^"]+"><h2>', html) if m.start() > start]
+    return html[start: nxt[0] if nxt else len(html)]
+
+
+def tables(html: str) -> list[tuple[list[str], list[list[str]]]]:
+    """(header, rows) of every table, cells unescaped."""
+    out = []
+    for t in re.findall(r"<table>(.*?)</table>", html, re.S):
+        head = [unescape(c) for c in re.findall(r"<th>(.*?)</th>", t, re.S)]
+        rows = [[unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+                for r in re.findall(r"<tr[^>]*>(.*?)</tr>", t.split("<tbody>", 1)[-1], re.S)]
+        out.append((head, rows))
+    return out
+
+
+def expected_failures(run_dir: Path) -> dict[str, str]:
+    """point_id -> why it fails, straight from the records (independent of the report code)."""
+    out = {}
+    for path in (run_dir / "points").glob("*/*.json"):
+        rec = read_record(path)
+        if rec["status"] == "failed":
+            out[rec["point_id"]] = "failed: " + rec["error"].splitlines()[0]
+        elif any(m["name"] == "correct" and m["value"] == "fail" for m in rec["metrics"]):
+            out[rec["point_id"]] = "check correct failed"
+    return out
+
+
+def test_failures_section_first_lists_exactly_the_failing_points(full_run: Path, full_report: tuple[str, str]) -> None:
+    html, md = full_report
     ids = section_ids(html)
-    assert ids[0] == "failures"
-    for sid in ("overview", "level0", "level1", "level2", "level3", "warnings", "provenance",
-                "table-level0", "table-level3"):
-        assert sid in ids
-    assert ids.index("level0") < ids.index("level3") < ids.index("provenance")
+    assert ids[0] == "failures" and ids[1] == "skipped" and ids[2] == "overview"
+    assert ids.index("failures") < ids.index("level0") < ids.index("level3") < ids.index("provenance")
+    fail_html = section(html, "failures")
+    head, rows = tables(fail_html.split('id="skipped"')[0])[0]
+    assert head == ["stage", "point_id", "parameters", "status", "reason"]
+    got = {r[1]: r[4] for r in rows}
+    assert got == expected_failures(full_run)
+    assert len(got) == 5  # 2 crashed + 3 naive-impl points that fail their correctness check
+    assert {r[3] for r in rows} == {"failed", "ran; check failed"}
+    crashed = [r for r in rows if r[3] == "failed"]
+    assert len(crashed) == 2 and all(r[4].startswith("failed: RuntimeError: boom") for r in crashed)
+    assert all("operators.size=" in r[2] and "operators.impl=" in r[2] for r in rows)
+    # skipped points: a separate, labelled table, not counted as failures
+    skipped_head, skipped = tables(fail_html.split('id="skipped"')[1])[0]
+    assert skipped_head == ["stage", "point_id", "parameters", "reason"]
+    assert [r[3] for r in skipped] == ["skipped: fp16 unsupported on this CPU"]
+    assert "Skipped points (not failures)" in fail_html
+    md_fail = md[md.index("## Failures"):md.index("## Overview")]
+    assert all(pid in md_fail for pid in got) and "### Skipped points (not failures)" in md_fail
+
+
+def test_overview_counts_verdicts_and_says_pass_only_when_true(full_report: tuple[str, str]) -> None:
+    html, md = full_report
+    head, rows = tables(section(html, "overview"))[0]
+    assert head == ["stage", "points", "pass", "fail", "unchecked", "skipped"]
+    counts = {r[0]: r[1:] for r in rows}
+    assert counts["level0"] == ["16", "10", "5", "0", "1"]
+    assert counts["level2"] == ["6", "6", "0", "0", "0"]  # the recipe's acceptance threshold passes
+    assert counts["level3"] == ["12", "0", "0", "12", "0"]  # no check: unchecked, never "pass"
+    assert not ALL_PASS.search(html) and not ALL_PASS.search(md)  # something failed
+    assert 'class="good"' not in html
+    assert "5 of 46 point(s) fail" in section(html, "overview")
+
+
+def test_pass_wording_when_nothing_failed(tmp_path: Path) -> None:
+    make_run_dir(tmp_path / "a", RunSpec(levels=("level2",), failed=0, hostile=False, reproduce=False))
+    aggregate(tmp_path / "a")
+    html = build_report(tmp_path / "a")[0].read_text(encoding="utf-8")
+    assert "All 3 point(s) pass." in section(html, "overview") and "failures" not in section_ids(html)
+    make_run_dir(tmp_path / "b", RunSpec(levels=("level3",), failed=0, hostile=False, reproduce=False))
+    aggregate(tmp_path / "b")
+    html = build_report(tmp_path / "b")[0].read_text(encoding="utf-8")
+    overview = section(html, "overview")
+    assert not ALL_PASS.search(overview) and "No point failed: 0 pass, 12 unchecked" in overview
+
+
+def test_a_failed_acceptance_threshold_is_a_failure_with_its_reason(tmp_path: Path) -> None:
+    make_run_dir(tmp_path, RunSpec(levels=("level2",), failed=0, hostile=False, reproduce=False, acceptance=0.995))
+    aggregate(tmp_path)
+    html, md = (p.read_text(encoding="utf-8") for p in build_report(tmp_path))
+    _, rows = tables(section(html, "failures"))[0]
+    assert len(rows) == 3
+    for r in rows:
+        assert re.fullmatch(r"check acceptance:final_test_accuracy failed \(final_test_accuracy=0\.9\d+, "
+                            r"required >= 0\.995\)", r[4]), r[4]
+    assert not ALL_PASS.search(html) and not ALL_PASS.search(md)
+
+
+def test_units_are_prefixed_and_times_never_in_scientific_notation(full_report: tuple[str, str]) -> None:
+    html, md = full_report
+    cells = [c for _, rows in tables(html) for r in rows for c in r]
+    time_cells = [c for c in cells if TIME_CELL.search(c)]
+    assert time_cells and not [c for c in time_cells if re.search(r"\de[-+]?\d", c)]
+    assert not re.search(r"\d\.\d+e-0\d s\b", html + md)
+    for unit in (" µs", " ms", " KiB", " MiB", "GFLOP/s", "MB/s", "k samples/s", "MFLOP"):
+        assert any(unit in c for c in cells), unit
+    assert "white-space:nowrap" in html and "break-word" not in html
+    # the Markdown file shows the same cells
+    assert "| 84.86 [84.7, 85.33] µs |" in md and "84.86 [84.7, 85.33] µs" in html
+
+
+def test_natural_numeric_order_and_integer_axes(full_report: tuple[str, str]) -> None:
+    html, _ = full_report
+    l0 = re.search(r'<section id="table-level0".*?</table>', html, re.S)
+    assert l0 is not None
+    head, rows = tables(l0.group(0))[0]
+    sizes = [r[head.index("operators.size")] for r in rows if r[head.index("operators.impl")] == "eager"]
+    assert sizes == ["64", "128", "256"]  # natural order, integers without ".0" (size 32 crashed)
+    l1 = re.search(r'<section id="table-level1".*?</table>', html, re.S)
+    assert l1 is not None
+    head, rows = tables(l1.group(0))[0]
+    batches = list(dict.fromkeys(r[head.index("level1.batch_size")] for r in rows))
+    assert batches == ["8", "16", "64"]
+    lrs = list(dict.fromkeys(r[1] for r in tables(section(html, "level2"))[0][1]))
+    assert lrs == ["0.001", "0.003", "0.01"]
+
+
+def test_side_by_side_comparisons_per_level(full_report: tuple[str, str]) -> None:
+    html, md = full_report
+    ids = section_ids(html)
+    for stage in ("level0", "level1", "level2", "level3"):
+        assert f"compare-{stage}" in ids, stage
+    cmp0 = html[html.index('id="compare-level0"'):html.index('id="table-level0"')]
+    head, rows = tables(cmp0)[0]
+    assert head[:3] == ["metric", "other axes", "variant"] and "speedup [95% CI]" in head
+    by_variant = {(r[1], r[2].split(" vs ")[0]): r for r in rows}
+    compiled = by_variant[("operators.size=128", "compiled")]
+    assert compiled[-1] == "faster" and compiled[5].startswith("1.4")  # synthetic: 1 / 0.7 = 1.43x
+    naive = by_variant[("operators.size=128", "naive")]
+    assert naive[-1] == "slower" and naive[5].startswith("0.19")     # synthetic: 1 / 5
+    assert [r[1] for r in rows if r[2].startswith("compiled")] == [
+        "operators.size=64", "operators.size=128", "operators.size=256"]  # size 32 eager crashed: no pair
+    assert "speedup vs eager" in cmp0 and "dashed: 1" in cmp0
+    cmp2 = html[html.index('id="compare-level2"'):html.index('id="table-level2"')]
+    assert "baseline train.optimizer=sgd" in cmp2 and "adam vs sgd" in cmp2
+    cmp3 = html[html.index('id="compare-level3"'):html.index('id="table-level3"')]
+    assert "mpi vs ddp" in cmp3 and "distributed.ranks=2" in cmp3
+    assert "### level1: implementations side by side" in md
+
+
+def test_warnings_once_per_cause_and_next_to_their_figures(full_report: tuple[str, str]) -> None:
+    html, md = full_report
+    warn = section(html, "warnings")
+    causes = re.findall(r'<section id="warnings-([^"]+)"', warn)
+    assert causes == ["oversubscribed", "target_missed", "high_variation", "recorded_warning"]
+    over = tables(warn[warn.index('id="warnings-oversubscribed"'):])[0][1]
+    # 4 points, each once, though each has both an oversubscribed metric and a recorded warning
+    assert len(over) == len({r[1] for r in over}) == 4
+    assert "ranks exceed cores" not in warn  # the same cause as oversubscribed = 1: listed once
+    assert "loss curve is noisy" in warn
+    level3 = section(html, "level3")
+    assert level3.index('alt="speedup vs distributed.ranks"') < level3.index("Oversubscribed ranks on 4 point(s)")
+    level1 = section(html, "level1")
+    assert level1.index('alt="inference_latency vs') < level1.index("High variation on 4 point(s)")
+    assert "Oversubscribed ranks (4)" in md
 
 
 def test_level_content(full_report: tuple[str, str]) -> None:
     html, md = full_report
-    assert html.count("data:image/png;base64,") >= 10
+    assert html.count("data:image/png;base64,") >= 14
     for text in ("Roofline", "Correctness vs the float64 reference", "throughput vs level1.batch_size",
-                 "Loss and accuracy per epoch", "Time to target accuracy", "Acceptance thresholds",
+                 "Loss and accuracy per epoch", "Acceptance thresholds",
                  "speedup vs distributed.ranks", "efficiency vs distributed.ranks", "Dashed: ideal",
                  "busbw_GBps vs distributed.message_bytes", "Speedup base case"):
         assert text in html, text
-    # failing correctness rows come first in their table, highlighted
+    # no CI is recorded for time to target: the caption does not claim one
+    assert "Time to target accuracy (one training run per point: a single value, no CI)" in html
+    assert "Time to target accuracy (median [95% CI])" not in html
+    # failing correctness rows come first in their table, highlighted, with the point's verdict
     table = html[html.index("Correctness vs the float64 reference"):]
     table = table[: table.index("</table>")]
     first_row = table[table.index("<tbody>"):].split("</tr>")[0]
     assert 'class="bad"' in first_row and ">fail<" in first_row
-    for text in ("## Failures", "## L0 operators", "## Provenance", "| stage | point_id | status |"):
+    for text in ("## Failures", "## L0 operators", "## Provenance", "| stage | point_id | parameters | status |"):
         assert text in md
 
 
 def test_warnings_and_provenance(full_report: tuple[str, str]) -> None:
     html, md = full_report
-    for text in ("ranks exceed cores", "loss curve is noisy", "missed CI target", "oversubscription",
-                 "Reproduction verdict: not reproduced", "Per-point seeds", "e3b0c44298fc1c14",
+    for text in ("Reproduction verdict: not reproduced", "Per-point seeds", "e3b0c44298fc1c14",
                  "Composed config (config.yaml)", "Environment record", "2.13.0"):
         assert text in html, text
     assert "Reproduction verdict: not reproduced" in md
@@ -74,6 +238,7 @@ def test_hostile_text_is_escaped(full_report: tuple[str, str]) -> None:
     assert "<img src=x" not in html
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
     assert html.count("&lt;script&gt;") >= 4  # error text, param value, description, environment
+    assert HOSTILE in unescape(html)
 
 
 def test_no_external_urls(full_report: tuple[str, str]) -> None:
@@ -101,6 +266,7 @@ def test_tolerates_missing_metrics_manifest_and_side_tables(tmp_path: Path) -> N
     html = build_report(tmp_path)[0].read_text(encoding="utf-8")
     assert "Loss and accuracy per epoch" in html
     assert "d5pipe version" in html and "unknown" in html
+    assert "train.optimizer is not swept in this run" in html
 
 
 def test_missing_results_is_a_user_error(tmp_path: Path) -> None:

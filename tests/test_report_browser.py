@@ -5,6 +5,7 @@ Needs ``chromium`` on PATH (``apt-get install -y chromium``); the test fails, no
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -43,6 +44,35 @@ def render(page: Path, shot: Path, profile: Path) -> str:
     return proc.stderr
 
 
+TOPS_SCRIPT = (
+    "<script>document.body.setAttribute('data-tops', JSON.stringify(Object.fromEntries("
+    "Array.from(document.querySelectorAll('main > section')).map("
+    "s => [s.id, [s.getBoundingClientRect().top, s.getBoundingClientRect().bottom]]))))</script>"
+)
+
+
+def section_boxes(page: Path, tmp: Path) -> dict[str, tuple[float, float]]:
+    """Top and bottom (CSS px) of each top-level section as Chromium lays the page out.
+
+    The report has no script (by design), so a copy with one probe script is rendered and its DOM
+    dumped; the layout is the report's own (same HTML and CSS, same window width as the screenshot).
+    """
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is not installed: apt-get install -y chromium"
+    probe = tmp / "probe.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", TOPS_SCRIPT + "</body>"), encoding="utf-8")
+    profile = tmp / "probe-profile"
+    profile.mkdir()
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           f"--user-data-dir={profile}", "--window-size=1280,2000", "--dump-dom", probe.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = re.search(r'data-tops="([^"]*)"', proc.stdout)
+    assert m, proc.stdout[-2000:]
+    boxes = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return {k: (float(v[0]), float(v[1])) for k, v in boxes.items()}
+
+
 def console_lines(log: str) -> list[str]:
     return [line for line in log.splitlines() if CONSOLE.search(line)]
 
@@ -70,3 +100,16 @@ def test_report_renders_and_is_not_blank(tmp_path: Path) -> None:
     assert pixels.std() > 20.0
     # the dark header band is at the top: the CSS was applied
     assert pixels[:40].mean() < 120.0
+    # the Failures section is laid out above the Overview and every level section, on the first screen
+    boxes = section_boxes(html_path, tmp_path)
+    order = sorted(boxes, key=lambda k: boxes[k][0])
+    assert order[:3] == ["failures", "overview", "level0"], order
+    top, bottom = boxes["failures"]
+    assert 0 < top < bottom <= boxes["overview"][0] < boxes["level0"][0] < boxes["level3"][0]
+    assert bottom < pixels.shape[0], "the Failures section is not on the first screen"
+    # ... and the screenshot shows it there: its failing rows are tinted red (tr.bad, #fde8e8)
+    rgb = np.asarray(Image.open(shot).convert("RGB"), dtype=np.int32)
+    red = (rgb[..., 0] > 240) & (rgb[..., 0] - rgb[..., 1] > 12) & (rgb[..., 0] - rgb[..., 2] > 12)
+    band = red[int(top):int(bottom)]
+    assert band.mean() > 0.01, f"no red failure rows in the Failures band ({band.mean():.2%})"
+    assert band.mean() > 3 * red[int(bottom):].mean()

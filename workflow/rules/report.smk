@@ -1,26 +1,15 @@
-# Aggregation and the report.
-
-
-rule aggregate:
-    input:
-        all_shard_markers,
-        "plan/checks.json",  # verdicts follow the current recipe without re-measuring
-    output:
-        report("results.parquet", caption="../report/results.rst", category="Results"),
-    conda:
-        "../envs/d5pipe.yaml"
-    log:
-        "logs/aggregate/aggregate.log",
-    script:
-        "../scripts/aggregate.py"
+# Results and the report, in one job: records -> results.parquet (checks, verdicts) -> report.
 
 
 rule report:
     input:
-        "results.parquet",
+        all_shard_markers,
+        "plan/checks.json",  # verdicts follow the current recipe without re-measuring
     output:
+        results=report("results.parquet", caption="../report/results.rst", category="Results"),
         html=report("report.html", caption="../report/report_html.rst", category="Report"),
         md=report("report.md", caption="../report/report_md.rst", category="Report"),
+        verdict="verdict.json",
     conda:
         "../envs/d5pipe.yaml"
     log:

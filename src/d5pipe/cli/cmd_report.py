@@ -1,4 +1,8 @@
-"""``d5pipe report DIR``: rebuild the report of an existing run without re-running anything."""
+"""``d5pipe report DIR``: rebuild results, verdicts and the report of a run, re-running nothing.
+
+Checks and verdicts are re-evaluated with the run's current ``config.yaml`` (e.g. a changed
+``recipe.acceptance``), from the records as they are.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from d5pipe.results.finalize import finalize_results
+    from d5pipe.results.finalize import finalize_results, read_verdict, write_verdict
     from d5pipe.results.report import build_report
 
     rd = RunDir(args.run_dir).require_run()
-    run_dir = rd.root
-    if not rd.results_path.exists():
-        finalize_results(run_dir, rd.results_path)
-    html, md = build_report(run_dir)
+    finalize_results(rd.root, rd.results_path)
+    html, md = build_report(rd.root)
+    write_verdict(rd.root)
+    from d5pipe.provenance.bundle import write_checksums
+
+    write_checksums(rd.root)  # rebuilt on purpose: re-sealed
     print(f"report: {html.resolve()}\nmarkdown: {md.resolve()}")
+    verdict = read_verdict(rd.root)
+    if verdict is not None:
+        print(f"d5pipe: {verdict.line(str(html))}")
     return 0

@@ -7,6 +7,7 @@ function, with stdout and stderr sent to the rule's log file.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ def _logged(smk: Any) -> Iterator[None]:
     from d5pipe.measure.process import exit_with_parent
 
     exit_with_parent()  # a job never outlives the Snakemake (and so the d5pipe run) that started it
+    if "D5PIPE_SLURM_CONF" in os.environ:  # srun/squeue in the job talk to the run's cluster
+        os.environ.setdefault("SLURM_CONF", os.environ["D5PIPE_SLURM_CONF"])
     log = Path(str(smk.log[0])) if len(smk.log) else None
     if log is None:
         yield
@@ -32,12 +35,21 @@ def _logged(smk: Any) -> Iterator[None]:
             sys.stdout, sys.stderr = old_out, old_err
 
 
+def _fast_exit() -> None:
+    """End the job now: its outputs are written and synced, and tearing down an interpreter that
+    imported torch costs most of a second per job."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def shard_job(smk: Any) -> None:
     """Run one shard (``level0``..``level3`` rules)."""
     from d5pipe.execute.shard import run_shard
 
     with _logged(smk):
         run_shard(Path("."), str(smk.params.stage), str(smk.wildcards.shard), Path(str(smk.output[0])))
+    _fast_exit()
 
 
 def prepare_data_job(smk: Any) -> None:
@@ -53,17 +65,13 @@ def prepare_data_job(smk: Any) -> None:
         print(f"prepared dataset {key}: {meta.get('checksum')}")
 
 
-def aggregate_job(smk: Any) -> None:
-    """Records -> results.parquet; dataset checksums -> manifest (``aggregate`` rule)."""
-    from d5pipe.results.finalize import finalize_results
-
-    with _logged(smk):
-        finalize_results(Path("."), Path(str(smk.output[0])))
-
-
 def report_job(smk: Any) -> None:
-    """results.parquet + provenance -> report.html, report.md (``report`` rule)."""
+    """Records -> results.parquet (checks, verdicts), report.html/.md and verdict.json (``report`` rule)."""
+    from d5pipe.results.finalize import finalize_results, write_verdict
     from d5pipe.results.report import build_report
 
     with _logged(smk):
+        finalize_results(Path("."), Path(str(smk.output.results)))
         build_report(Path("."))
+        write_verdict(Path("."))
+    _fast_exit()

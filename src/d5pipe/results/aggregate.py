@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from d5pipe import D5PipeError
-from d5pipe.results.columns import FIXED_COLUMNS, axis_column_name
+from d5pipe.results.columns import axis_column_name, axis_columns
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
 from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
@@ -239,7 +239,7 @@ def stage_summary(results: pa.Table, stage: str) -> pa.Table:
     axis column is stored as ``metric:<name>``.
     """
     df = results.filter(pc.equal(results["stage"], stage)).to_pandas()
-    axis_cols = [c for c in df.columns if c not in FIXED_COLUMNS and df[c].notna().any()]
+    axis_cols = [c for c in axis_columns(df.columns) if df[c].notna().any()]
     base = df.drop_duplicates("point_id")[["point_id", "status", "error", "seed", *axis_cols]]
     base = base.set_index("point_id")
     metrics = df[df["metric"] != "status"]

@@ -13,8 +13,9 @@ One row per (point, metric)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from d5pipe.rundir.layout import RESULTS_FILE
 
@@ -29,6 +30,21 @@ FIXED_COLUMNS: tuple[str, ...] = (
     "ci_low", "ci_high", "status", "error", "seed", "env_hash",
 )
 """Columns every results table has, in this order; sweep axes follow."""
+
+POINT_INFO_COLUMNS: tuple[str, ...] = (
+    "verdict", "slurm_job_id", "slurm_state", "slurm_elapsed_s", "slurm_cpu_s", "slurm_maxrss_mb",
+    "slurm_req_mem_mb", "slurm_alloc_cpus", "slurm_nodes", "slurm_cpu_efficiency", "slurm_mem_efficiency",
+)
+"""Columns derived after aggregation: the point's verdict (d5pipe.results.verdicts) and its SLURM
+job's accounting (d5pipe.results.accounting). Neither is a sweep axis."""
+
+NON_AXIS_COLUMNS: frozenset[str] = frozenset({*FIXED_COLUMNS, *POINT_INFO_COLUMNS, "schema_version"})
+
+
+def axis_columns(columns: Iterable[Any]) -> list[str]:
+    """The sweep-axis columns among ``columns`` (a DataFrame's or any iterable of names)."""
+    return [str(c) for c in columns if str(c) not in NON_AXIS_COLUMNS]
+
 
 METRIC_COLUMNS: frozenset[str] = frozenset(
     {"metric", "value", "text", "unit", "kind", "ci_low", "ci_high", "status", "error"})

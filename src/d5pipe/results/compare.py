@@ -20,6 +20,7 @@ import pandas as pd
 
 from d5pipe import D5PipeError
 from d5pipe.provenance.bundle import opened_bundle
+from d5pipe.results.columns import axis_columns
 from d5pipe.results.metric_compare import (
     ComparePolicy,
     Comparison,
@@ -30,10 +31,6 @@ from d5pipe.results.metric_compare import (
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
 
-FIXED_COLUMNS = frozenset({
-    "experiment", "stage", "point_id", "metric", "value", "text", "unit", "kind", "ci_low",
-    "ci_high", "status", "error", "seed", "env_hash", "schema_version",
-})
 STATUS_METRIC = "status"
 
 
@@ -117,7 +114,10 @@ def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
     missing = {"stage", "point_id", "metric", "value", "status"} - set(df.columns)
     if missing:
         raise D5PipeError(f"{path}: missing columns {sorted(missing)}")
-    axis_cols = [c for c in df.columns if c not in FIXED_COLUMNS]
+    axis_cols = axis_columns(df.columns)
+    # plausibility rows are derived from this run's timings (which are compared themselves) and
+    # from this machine's noise: never a metric of their own to reproduce
+    df = df[~df["metric"].astype(str).str.startswith("plausibility:")]
     records: dict[tuple[str, str], dict[str, Any]] = {}
     points: dict[tuple[str, str], PointData] = {}
     for row in df.to_dict(orient="records"):
@@ -225,30 +225,61 @@ def regressions(result: RunComparison, pct: float) -> list[tuple[PointComparison
     return found
 
 
-def _cell(v: Any) -> str:
+WIDTH = 120
+"""``format_table`` lines are at most this many characters."""
+_COLUMNS: tuple[tuple[str, int], ...] = (("metric", 26), ("A", 17), ("B", 17), ("change", 9), ("p", 8))
+_ID_WIDTH = 40
+
+
+def _cell(v: Any, unit: str = "") -> str:
+    """A value with a readable unit (``49.83 µs``, ``1.5 MiB``); ``-`` when missing."""
+    from d5pipe.results.report.units import quantity
+
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v} {unit}".strip()  # counts and seeds: every digit
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return quantity(v, unit)
     return str(v)
 
 
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _short_id(point_id: str) -> str:
+    """Long point IDs keep their start and their hash suffix: ``size128-dtype…269d17adb774``."""
+    return point_id if len(point_id) <= _ID_WIDTH else point_id[: _ID_WIDTH - 13] + "…" + point_id[-12:]
+
+
+def _p(p: float | None) -> str:
+    if p is None or math.isnan(p):
+        return "-"
+    return "<0.001" if p < 0.001 else f"{p:.2g}"
+
+
 def format_table(result: RunComparison) -> str:
-    """A plain-text side-by-side table (info metrics and unchanged status lines left out)."""
-    header = ("stage", "point", "params", "metric", "A", "B", "change", "p", "verdict")
-    rows: list[tuple[str, ...]] = []
-    for p in result.points:
-        params = ",".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(p.params.items()))
-        for c in p.comparisons:
-            if c.kind == "info" or (c.metric == "status" and c.verdict == "reproduced"):
-                continue
+    """Plain text, at most :data:`WIDTH` columns: one heading line per shared point (stage, point ID,
+    parameters), then one line per metric with A, B (with units), change, p and verdict. Info
+    metrics and unchanged status lines are left out."""
+    from d5pipe.results.report.units import natural_key
+
+    head = " ".join(name.ljust(w) for name, w in _COLUMNS) + " verdict"
+    lines = [_fit("  " + head, WIDTH)]
+    for p in sorted(result.points, key=lambda p: (natural_key(p.stage), natural_key(p.point_id))):
+        shown = [c for c in p.comparisons
+                 if c.kind != "info" and not (c.metric == "status" and c.verdict == "reproduced")]
+        if not shown:
+            continue
+        params = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(p.params.items()))
+        lines.append(_fit(f"{p.stage} {_short_id(p.point_id)}" + (f"  ({params})" if params else ""), WIDTH))
+        for c in shown:
             change = "-" if c.rel_change is None else f"{c.rel_change:+.1%}"
             verdict = c.verdict if c.direction is None else f"{c.verdict} ({c.direction})"
-            rows.append((p.stage, p.point_id, params[:40], c.metric, _cell(c.reference),
-                         _cell(c.candidate), change, _cell(c.p_value), verdict))
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+            cells = (c.metric, _cell(c.reference, c.unit), _cell(c.candidate, c.unit), change, _p(c.p_value))
+            row = " ".join(_fit(v, w).ljust(w) for v, (_, w) in zip(cells, _COLUMNS))
+            lines.append(_fit(f"  {row} {verdict}", WIDTH))
     lines.append(f"{len(result.points)} shared points; {len(result.only_ref)} only in A; {len(result.only_new)} only in B")
     return "\n".join(lines)
 

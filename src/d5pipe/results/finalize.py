@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
@@ -21,6 +21,9 @@ from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.manifest import finalize_environment, merge_dataset_meta
 
+if TYPE_CHECKING:
+    from d5pipe.results.verdicts import RunVerdict
+
 
 def _nullable(table: pa.Table) -> pd.DataFrame:
     """Integers stay integers (nullable ``Int64``) where some rows have no value."""
@@ -28,8 +31,10 @@ def _nullable(table: pa.Table) -> pd.DataFrame:
 
 
 def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
-    """Acceptance verdict rows for ``config``'s recipe, then every row's point ``verdict``."""
+    """Acceptance verdict rows for ``config``'s recipe, plausibility rows
+    (d5pipe.results.plausibility), then every row's point ``verdict``."""
     from d5pipe.results.acceptance import VERDICT_PREFIX, evaluate_acceptance
+    from d5pipe.results.plausibility import with_plausibility
     from d5pipe.results.verdicts import with_verdict_column
 
     df = df[~df["metric"].astype(str).str.startswith(VERDICT_PREFIX)]  # re-evaluated, never kept
@@ -39,6 +44,7 @@ def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
         if not rows.empty:
             df = pd.concat([df, rows.astype({c: t for c, t in df.dtypes.items() if c in rows}, errors="ignore")],
                            ignore_index=True)
+    df = with_plausibility(df.drop(columns=["verdict"], errors="ignore"), config)
     return with_verdict_column(df)
 
 
@@ -70,3 +76,34 @@ def finalize_results(run_dir: Path, out: Path) -> Path:
     ranked = [str(h) for h in hashes.value_counts().index if str(h)]
     finalize_environment(rd.root, ranked)
     return path
+
+
+def write_verdict(run_dir: Path) -> Path:
+    """``RUN/verdict.json``: the run's verdict from the results just written (the driver reads it)."""
+    from dataclasses import asdict
+
+    from d5pipe.results.verdicts import run_verdict
+    from d5pipe.rundir.atomic import write_json
+
+    rd = RunDir(run_dir)
+    verdict = run_verdict(pd.read_parquet(rd.results_path))
+    write_json(rd.verdict_path, {"schema_version": 1, **asdict(verdict)})
+    return rd.verdict_path
+
+
+def read_verdict(run_dir: Path) -> RunVerdict | None:
+    """The verdict ``write_verdict`` left, or None when it is missing or older than the results."""
+    import json
+
+    from d5pipe.results.verdicts import RunVerdict
+
+    rd = RunDir(run_dir)
+    try:
+        if rd.verdict_path.stat().st_mtime_ns < rd.results_path.stat().st_mtime_ns:
+            return None
+        data = json.loads(rd.verdict_path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    data.pop("schema_version", None)
+    data["failures"] = [tuple(f) for f in data.get("failures", [])]
+    return RunVerdict(**data)

@@ -34,46 +34,45 @@ def checks(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per (stage, point_id): ``status, verdict, reason`` (reason empty for a pass)."""
+    """One row per (stage, point_id): ``status, verdict, reason`` (reason empty for a pass).
+
+    Vectorised over the points; only failing points get a per-row reason string.
+    """
+    import numpy as np
     import pandas as pd
 
-    pts = results.drop_duplicates(["stage", "point_id"])[["stage", "point_id", "status", "error"]]
-    pts = pts.set_index(["stage", "point_id"])
+    keys = ["stage", "point_id"]
+    pts = results.drop_duplicates(keys)[[*keys, "status", "error"]].reset_index(drop=True)
     chk = checks(results)
     failed = chk[chk["text"] == "fail"]
-    first_fail = failed.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
-    n_failed = failed.groupby(["stage", "point_id"]).size()
-    has_pass = set(chk[chk["text"] == "pass"].set_index(["stage", "point_id"]).index)
-    verdict: list[str] = []
-    reason: list[str] = []
-    for key, row in pts.iterrows():
-        status, error = str(row["status"]), row["error"]
-        text = "" if error is None or pd.isna(error) else str(error)
-        if status == "failed":
-            verdict.append("fail")
-            reason.append(f"failed: {text.splitlines()[0] if text else 'no error text'}")
-        elif status == "skipped" and text.startswith(NOT_RUN_PREFIX):
-            verdict.append("fail")
-            reason.append(text)
-        elif key in first_fail.index:
-            f = first_fail.loc[key]
-            detail = f["error"] if f["error"] is not None and not pd.isna(f["error"]) else (
-                "" if pd.isna(f["value"]) else f"value {f['value']:g}")
-            more = int(n_failed.loc[key]) - 1
-            verdict.append("fail")
-            reason.append(f"check {f['metric']} failed" + (f" ({detail})" if detail else "")
-                          + (f"; {more} more" if more else ""))
-        elif status == "skipped":
-            verdict.append("unchecked")
-            reason.append(f"skipped: {text}")
-        elif key in has_pass:
-            verdict.append("pass")
-            reason.append("")
-        else:
-            verdict.append("unchecked")
-            reason.append("")
-    out = pts.assign(verdict=verdict, reason=reason).reset_index()
-    return out[["stage", "point_id", "status", "verdict", "reason"]]
+    first = failed.drop_duplicates(keys)[[*keys, "metric", "error", "value"]].rename(
+        columns={"metric": "f_metric", "error": "f_error", "value": "f_value"})
+    counts = failed.groupby(keys).size().rename("n_failed").reset_index()
+    passed = chk.loc[chk["text"] == "pass", keys].drop_duplicates().assign(has_pass=True)
+    m = pts.merge(first, on=keys, how="left").merge(counts, on=keys, how="left").merge(passed, on=keys, how="left")
+    status = m["status"].astype(str)
+    text = m["error"].astype(object).where(m["error"].notna(), "").astype(str)
+    not_run = (status == "skipped") & text.str.startswith(NOT_RUN_PREFIX)
+    check_failed = m["f_metric"].notna() & (status == "ok")
+    has_pass = m["has_pass"].astype(object).where(m["has_pass"].notna(), False).astype(bool)
+    verdict = np.select(
+        [status == "failed", not_run, check_failed, status == "skipped", has_pass],
+        ["fail", "fail", "fail", "unchecked", "pass"], "unchecked")
+    reason = pd.Series([""] * len(m), index=m.index, dtype=object)
+    skipped = (status == "skipped") & ~not_run
+    reason[skipped] = "skipped: " + text[skipped]
+    reason[not_run] = text[not_run]
+    for i in m.index[status == "failed"]:
+        lines = text[i].splitlines()
+        reason[i] = f"failed: {lines[0] if lines else 'no error text'}"
+    for i in m.index[check_failed]:
+        err, val = m.at[i, "f_error"], m.at[i, "f_value"]
+        detail = str(err) if err is not None and not pd.isna(err) else ("" if pd.isna(val) else f"value {val:g}")
+        more = int(m.at[i, "n_failed"]) - 1
+        reason[i] = (f"check {m.at[i, 'f_metric']} failed" + (f" ({detail})" if detail else "")
+                     + (f"; {more} more" if more else ""))
+    out = m[[*keys, "status"]].assign(verdict=verdict, reason=reason.astype(str))
+    return out
 
 
 def with_verdict_column(results: pd.DataFrame) -> pd.DataFrame:

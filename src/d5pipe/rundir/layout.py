@@ -15,7 +15,8 @@ Layout (``RUN`` = the run directory)::
     RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
     RUN/env/<env_hash>.json            the environment record of each distinct job environment
     RUN/logs/<rule>/...                Snakemake job logs
-    RUN/results.parquet (+ summary_<stage>, warnings, curves), RUN/report.html, RUN/report.md
+    RUN/results.parquet (+ summary_<stage>, warnings, curves), RUN/report.html, RUN/report.md,
+    RUN/verdict.json                   the run's verdict (what d5pipe run/status exit with)
     RUN/CHECKSUMS.sha256               the seal that makes the directory a bundle
 
 Nothing else in d5pipe spells these names. ``config``, ``index``, ``manifest`` and shard plans are
@@ -107,6 +108,11 @@ class RunDir:
     @property
     def report_md(self) -> Path:
         return self.root / "report.md"
+
+    @property
+    def verdict_path(self) -> Path:
+        """``verdict.json``: the run's verdict counts, written with the report."""
+        return self.root / "verdict.json"
 
     @property
     def reproduce_path(self) -> Path:

@@ -25,6 +25,8 @@ class Table:
     caption: str = ""
     bad_rows: set[int] = field(default_factory=set)
     """Row indices to highlight as failures."""
+    wrap: set[int] = field(default_factory=set)
+    """Column indices of prose (reasons, parameters) that may wrap at spaces; other cells never wrap."""
 
 
 @dataclass

@@ -8,14 +8,17 @@ from typing import Any
 
 import pandas as pd
 
-from d5pipe.results.columns import FIXED_COLUMNS
+from d5pipe.results.columns import NON_AXIS_COLUMNS
+from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY_PREFIX
+from d5pipe.results.report.units import natural_key, number, quantity, quantity_ci
 
 MAX_TABLE_ROWS = 200
+"""Columns of the results that are not sweep axes (``verdict`` is added by d5pipe.results.verdicts)."""
 
 
 def stage_axes(rows: pd.DataFrame) -> list[str]:
     """Axis columns that have a value for at least one row of ``rows``."""
-    return [c for c in rows.columns if c not in FIXED_COLUMNS and rows[c].notna().any()]
+    return [c for c in rows.columns if c not in NON_AXIS_COLUMNS and rows[c].notna().any()]
 
 
 def points_of(rows: pd.DataFrame) -> pd.DataFrame:
@@ -34,7 +37,9 @@ def is_numeric_axis(values: pd.Series) -> bool:
 
 
 def metric_names(rows: pd.DataFrame) -> list[str]:
+    """Metrics of the ok rows, in first-seen order (``status`` and plausibility rows left out)."""
     ok = rows[(rows["status"] == "ok") & (rows["metric"] != "status")]
+    ok = ok[~ok["metric"].astype(str).str.startswith(PLAUSIBILITY_PREFIX)]
     return list(dict.fromkeys(ok["metric"]))
 
 
@@ -58,24 +63,55 @@ def label_of(row: pd.Series, axes: Sequence[str]) -> str:
     return ", ".join(f"{a.rsplit('.', 1)[-1]}={fmt_plain(row[a])}" for a in axes) or str(fallback)
 
 
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
 def fmt_plain(v: Any) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    """An axis value: integers without ``.0`` (also from a float column), floats with 4 digits."""
+    if _missing(v):
         return ""
-    if isinstance(v, float):
-        return f"{int(v)}" if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float | int) or pd.api.types.is_number(v):
+        f = float(v)
+        return number(f) if not math.isnan(f) else ""
     return str(v)
 
 
 def fmt_value(value: Any, ci_low: Any = None, ci_high: Any = None, unit: str = "", text: Any = None) -> str:
-    """``1.23e-05 [1.2e-05, 1.3e-05] s`` or the text value."""
-    if isinstance(text, str) and text and (value is None or pd.isna(value)):
+    """``49.83 [49.1, 50.2] µs`` (SI/binary prefixes, see units.py) or the text value."""
+    if isinstance(text, str) and text and _missing(value):
         return text
-    if value is None or pd.isna(value):
+    if _missing(value):
         return ""
-    out = f"{float(value):.4g}"
-    if ci_low is not None and ci_high is not None and not pd.isna(ci_low) and not pd.isna(ci_high):
-        out += f" [{float(ci_low):.4g}, {float(ci_high):.4g}]"
-    return f"{out} {unit}".strip()
+    unit = "" if _missing(unit) else str(unit)
+    if _missing(ci_low) or _missing(ci_high):
+        return quantity(float(value), unit)
+    return quantity_ci(float(value), float(ci_low), float(ci_high), unit)
+
+
+def fmt_cell(row: dict[str, Any]) -> str:
+    """A table cell of one metric row: a check shows its verdict first (``fail (0.622)``)."""
+    text = row.get("text")
+    unit = "" if _missing(row.get("unit")) else str(row.get("unit"))
+    if row.get("kind") == "verdict" and isinstance(text, str) and text:
+        value = row.get("value")
+        return text if _missing(value) else f"{text} ({fmt_value(value, unit=unit)})"
+    return fmt_value(row.get("value"), row.get("ci_low"), row.get("ci_high"), unit, text)
+
+
+def natural_order(rows: pd.DataFrame, axes: Sequence[str]) -> list[str]:
+    """Point IDs of ``rows`` sorted by their axis values in natural order (64 < 128 < 256)."""
+    pts = points_of(rows)
+    keyed = [(tuple(natural_key(r[a]) for a in axes), natural_key(r["point_id"]), str(r["point_id"]))
+             for _, r in pts.iterrows()]
+    return [p for *_, p in sorted(keyed)]
 
 
 def metric_frame(
@@ -91,7 +127,7 @@ def metric_frame(
         if not cols:
             return pd.Series([""] * len(m), index=m.index)
         return m[list(cols)].apply(lambda r: ", ".join(f"{c.rsplit('.', 1)[-1]}={fmt_plain(r[c])}"
-                                                        for c in cols), axis=1)
+                                                        for c in cols if not _missing(r[c])), axis=1)
 
     return pd.DataFrame({
         "x": m[x] if x in m.columns else m["point_id"],
@@ -126,7 +162,7 @@ def choose_layout(
 def wide_table(rows: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]) -> tuple[list[str], list[list[str]], int]:
     """One row per ok point: axes then ``value [ci] unit`` per metric. Returns (cols, rows, total)."""
     ok = rows[(rows["status"] == "ok") & rows["metric"].isin(list(metrics))]
-    pts = list(dict.fromkeys(ok["point_id"]))
+    pts = natural_order(ok, axes)
     total = len(pts)
     keep = set(pts[:MAX_TABLE_ROWS])
     ok = ok[ok["point_id"].isin(keep)]
@@ -134,8 +170,7 @@ def wide_table(rows: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]) 
     first: dict[str, pd.Series] = {}
     for r in ok.itertuples(index=False):
         d = r._asdict()
-        cells.setdefault(d["point_id"], {})[d["metric"]] = fmt_value(d["value"], d["ci_low"], d["ci_high"],
-                                                                     d["unit"], d["text"])
+        cells.setdefault(d["point_id"], {})[d["metric"]] = fmt_cell(d)
     for _, r in points_of(ok).iterrows():
         first[r["point_id"]] = r
     out = [[fmt_plain(first[p][a]) for a in axes] + [cells[p].get(m, "") for m in metrics]

@@ -19,8 +19,9 @@ header h1{margin:0 0 4px;font-size:1.6em} header p{margin:0;opacity:.85}
 nav{background:#eef2f7;padding:8px 28px;font-size:.92em} nav a{margin-right:14px;color:#1f3a5f}
 h2{border-bottom:2px solid #d6dde8;padding-bottom:4px;margin-top:36px} h3{margin-top:24px}
 table{border-collapse:collapse;margin:10px 0 18px;font-size:.86em;display:block;overflow-x:auto;max-width:100%}
-th,td{border:1px solid #d6dde8;padding:3px 8px;text-align:left;vertical-align:top;white-space:pre-wrap;
-word-break:break-word;max-width:520px}
+th,td{border:1px solid #d6dde8;padding:3px 8px;text-align:left;vertical-align:top;white-space:nowrap;
+word-break:normal;overflow-wrap:normal}
+td.wrap{white-space:pre-line;min-width:14em;max-width:560px}
 th{background:#eef2f7} tr:nth-child(even) td{background:#fafbfd}
 tr.bad td{background:#fde8e8;color:#8a1020}
 caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0;color:#3b4a60}
@@ -43,7 +44,9 @@ def _block(block: Block) -> str:
         body = []
         for i, row in enumerate(block.rows):
             cls = ' class="bad"' if i in block.bad_rows else ""
-            body.append(f"<tr{cls}>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>")
+            cells = "".join(f'<td class="wrap">{escape(str(c))}</td>' if j in block.wrap else
+                            f"<td>{escape(str(c))}</td>" for j, c in enumerate(row))
+            body.append(f"<tr{cls}>{cells}</tr>")
         cap = f"<caption>{escape(block.caption)}</caption>" if block.caption else ""
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
     if isinstance(block, Figure):

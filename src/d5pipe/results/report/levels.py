@@ -6,7 +6,6 @@ never the section.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,65 +14,54 @@ import pandas as pd
 from d5pipe.config.stages import STAGES
 from d5pipe.results.report import plots
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
+from d5pipe.results.report.checks import level_notes
+from d5pipe.results.report.comparison_section import comparison_blocks
+from d5pipe.results.report.figures import figure, verdict_table
 from d5pipe.results.report.frames import (
     choose_layout,
     find_metric,
     fmt_plain,
     fmt_value,
     label_of,
-    metric_frame,
     metric_names,
+    natural_order,
     varying_axes,
     wide_table,
 )
 from d5pipe.results.report.loader import RunData
 
-
-def _unit(rows: pd.DataFrame, metric: str) -> str:
-    units = rows.loc[rows["metric"] == metric, "unit"].dropna()
-    return str(units.iloc[0]) if len(units) and units.iloc[0] else ""
+TIMING_CAUSES = ("high_variation", "target_missed", "oversubscribed", "several_environments")
+"""Warnings shown under a level's time figure (all causes are also in the Warnings section)."""
 
 
-def _figure(
-    rows: pd.DataFrame, metric: str, layout: tuple[str, bool, list[str], list[str]], *,
-    band: bool = False, ideal: plots.Ideal = None, logy: bool = False, title: str = "",
-) -> list[Block]:
-    x, numeric, series, facets = layout
-    frame = metric_frame(rows, metric, x, series, facets)
-    if frame.empty:
-        return []
-    xs = frame["x"].astype(float) if numeric else None
-    logx = bool(numeric and xs is not None and (xs > 0).all() and xs.max() / xs.min() >= 8)
-    unit = _unit(rows, metric)
-    png, left_out = plots.metric_vs_axis(
-        frame, xlabel=x, ylabel=f"{metric} ({unit})" if unit else metric, numeric_x=numeric,
-        logx=logx, logy=logy, band=band, ideal=ideal,
-    )
-    how = ("lines join the per-x median along the numeric sweep axis" if numeric
-           else "markers only: the x axis is categorical")
-    caption = f"{title or metric} vs {x}; error bars: 95% CI of the median; {how}."
-    if ideal:
-        caption += " Dashed: ideal."
-    blocks: list[Block] = [Figure(png, f"{metric} vs {x}", caption)]
-    if left_out:
-        blocks.append(Text(f"{left_out} more panel(s) of {metric} not drawn; see results.parquet.", "note"))
-    return blocks
+def _names_metric(details: list[str], metric: str) -> bool:
+    """True when a warning detail names ``metric`` (``fwd_bwd_time: ...`` or the prefix ``fwd_bwd: ...``)."""
+    for d in details:
+        for part in d.split("; "):
+            head = part.split(":", 1)[0].strip()
+            if head and ":" in part and (head == metric or metric.startswith(head + "_")):
+                return True
+    return False
 
 
-def _verdict_table(rows: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str], caption: str) -> list[Block]:
-    """Points x verdict metrics, failing points first."""
-    cols, body, total = wide_table(rows, metrics, axes)
-    if not body:
-        return []
-    failing = [any(cell.strip().lower() in ("fail", "false") for cell in r) for r in body]
-    order = sorted(range(len(body)), key=lambda i: not failing[i])
-    body = [body[i] for i in order]
-    bad = {j for j, i in enumerate(order) if failing[i]}
-    blocks: list[Block] = [Table(cols, body, caption, bad)]
-    n_fail = sum(failing)
-    blocks.insert(0, Text(f"{n_fail} of {total} point(s) fail a check." if n_fail else
-                          f"All {total} point(s) pass.", "bad" if n_fail else "good"))
-    return blocks
+def _finish(data: RunData, stage: str, blocks: list[Block], notes_at: int | None = None,
+            causes: tuple[str, ...] | None = None) -> Section:
+    """The level section: each warning line right after the figure of the metric it names, else after
+    block ``notes_at`` (default: the first figure); then the side-by-side comparison of the level."""
+    if notes_at is None:
+        notes_at = next((i + 1 for i, b in enumerate(blocks) if isinstance(b, Figure)), len(blocks))
+    placed: list[tuple[int, int, Block]] = []
+    for n, (note, details) in enumerate(level_notes(data, stage, causes)):
+        at = next((i + 1 for i, b in enumerate(blocks) if isinstance(b, Figure)
+                   and _names_metric(details, b.alt.split(" vs ", 1)[0])), notes_at)
+        placed.append((at, n, note))
+    for at, _, block in sorted(placed, key=lambda p: (-p[0], -p[1])):  # from the end: indices stay valid
+        blocks.insert(at, block)
+    extra, sub = comparison_blocks(data, stage)
+    section = Section(stage, STAGES[stage].title, blocks + extra)
+    if sub is not None:
+        section.subsections.append(sub)
+    return section
 
 
 def _peak(rows: pd.DataFrame, direct: str, achieved: str, pct: str) -> float | None:
@@ -97,7 +85,7 @@ def level0(data: RunData) -> Section:
     time_m = find_metric(rows, ["time", "time_median", "median_time"], prefix="time")
     for metric, logy in ((time_m, True), ("gflops", False), ("pct_peak_flops", False)):
         if metric and metric in metric_names(rows):
-            blocks += _figure(rows, metric, layout, logy=logy)
+            blocks += figure(rows, metric, layout, logy=logy)
     names = metric_names(rows)
     if {"flops", "bytes", "gflops"} <= set(names):
         ok = rows[rows["status"] == "ok"]
@@ -119,8 +107,9 @@ def level0(data: RunData) -> Section:
     checks = [n for n in names if n in ("correct", "correctness", "gradcheck", "backward_correct")
               or rows.loc[rows["metric"] == n, "kind"].eq("verdict").any() or "err" in n]
     if checks:
-        blocks += _verdict_table(rows, checks, varying_axes(rows), "Correctness vs the float64 reference")
-    return Section("level0", STAGES["level0"].title, blocks)
+        blocks += verdict_table(data, "level0", rows, checks, varying_axes(rows),
+                                "Correctness vs the float64 reference")
+    return _finish(data, "level0", blocks)
 
 
 def level1(data: RunData) -> Section:
@@ -130,10 +119,14 @@ def level1(data: RunData) -> Section:
     info = set(rows.loc[rows["kind"] == "info", "metric"]) if "kind" in rows.columns else set()
     names = [n for n in metric_names(rows) if n not in info]  # no plots of cv, n_samples, ...
     blocks: list[Block] = []
-    picked = [n for n in names if "throughput" in n] + [n for n in names if "latency" in n or n.endswith("_time")]
+    timed = [n for n in names if "latency" in n or n.endswith("_time")]
+    picked = [n for n in names if "throughput" in n] + timed
+    notes_at = None
     for metric in picked:
-        blocks += _figure(rows, metric, layout)
-    return Section("level1", STAGES["level1"].title, blocks)
+        blocks += figure(rows, metric, layout)
+        if notes_at is None and metric in timed:
+            notes_at = len(blocks)  # variation / CI-target notes under the first time figure
+    return _finish(data, "level1", blocks, notes_at)
 
 
 def level2(data: RunData) -> Section:
@@ -143,7 +136,9 @@ def level2(data: RunData) -> Section:
     if not curves.empty:
         axes = varying_axes(rows)
         pts = rows.drop_duplicates("point_id").set_index("point_id")
-        labels = {p: label_of(pts.loc[p], axes) if p in pts.index else p for p in curves["point_id"].unique()}
+        labels = {p: label_of(pts.loc[p], axes) if p in pts.index else p
+                  for p in natural_order(rows, axes) if p in set(curves["point_id"])}
+        labels.update({p: p for p in curves["point_id"].unique() if p not in labels})
         frame = curves.assign(label=curves["point_id"].map(labels))
         names = [s for s in ("train_loss", "test_accuracy") if s in set(frame["series"])]
         names += [s for s in dict.fromkeys(frame["series"]) if s not in names]
@@ -151,12 +146,16 @@ def level2(data: RunData) -> Section:
                              "Loss and accuracy per epoch, one line per point."))
     tta = [n for n in metric_names(rows) if n.startswith("time_to")]
     if tta:
-        cols, body, total = wide_table(rows, tta, varying_axes(rows))
-        blocks.append(Table(cols, body, "Time to target accuracy (median [95% CI])"))
+        cols, body, _ = wide_table(rows, tta, varying_axes(rows))
+        tta_rows = rows[rows["metric"].isin(tta) & (rows["status"] == "ok")]
+        has_ci = bool(tta_rows["ci_low"].notna().any() and tta_rows["ci_high"].notna().any())
+        caption = ("Time to target accuracy (median [95% CI])" if has_ci else
+                   "Time to target accuracy (one training run per point: a single value, no CI)")
+        blocks.append(Table(cols, body, caption))
     acc = [n for n in metric_names(rows) if n.startswith("acceptance:")]
     if acc:
-        blocks += _verdict_table(rows, acc, varying_axes(rows), "Acceptance thresholds of the recipe")
-    return Section("level2", STAGES["level2"].title, blocks)
+        blocks += verdict_table(data, "level2", rows, acc, varying_axes(rows), "Acceptance thresholds of the recipe")
+    return _finish(data, "level2", blocks)
 
 
 def _base_case(rows: pd.DataFrame, metric: str, x: str, groups: list[str]) -> Text | None:
@@ -213,14 +212,16 @@ def level3(data: RunData) -> Section:
         base = _base_case(rows, time_m, layout[0], layout[2] + layout[3])
         if base is not None:
             blocks.append(base)
-        blocks += _figure(rows, time_m, layout, band=True)
+        blocks += figure(rows, time_m, layout, band=True)
+    notes_at = None
     if "speedup" in names:
-        blocks += _figure(rows, "speedup", layout, band=True, ideal="linear")
+        blocks += figure(rows, "speedup", layout, band=True, ideal="linear")
+        notes_at = len(blocks)  # superlinear speedup, oversubscription: right under the speedup figure
     if "efficiency" in names:
-        blocks += _figure(rows, "efficiency", layout, band=True, ideal="one")
+        blocks += figure(rows, "efficiency", layout, band=True, ideal="one")
     busbw = find_metric(rows, ["busbw_GBps", "busbw"], prefix="busbw")
     if busbw:
         bw_layout = choose_layout(rows, ["distributed.message_bytes"], ["distributed.backend"])
-        blocks += _figure(rows, busbw, bw_layout, title="bus bandwidth")
-    return Section("level3", STAGES["level3"].title, blocks)
+        blocks += figure(rows, busbw, bw_layout, title="bus bandwidth")
+    return _finish(data, "level3", blocks, notes_at)
 

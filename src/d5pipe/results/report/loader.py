@@ -1,9 +1,15 @@
-"""Read what a report needs from a run directory; nothing is re-run or re-measured."""
+"""Read what a report needs from a run directory; nothing is re-run or re-measured.
+
+The results are re-checked on load (d5pipe.results.finalize.with_checks: acceptance with the
+current config, plausibility, verdicts), so the report says what ``d5pipe status`` says even for a
+results.parquet written by an older d5pipe or straight by d5pipe.results.aggregate.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +17,10 @@ import pandas as pd
 import yaml
 
 from d5pipe import D5PipeError
-from d5pipe.results.columns import FIXED_COLUMNS
+from d5pipe.results.comparisons import SampleSource, record_samples
+from d5pipe.results.finalize import with_checks
+from d5pipe.results.report.frames import NON_AXIS_COLUMNS
+from d5pipe.results.verdicts import point_verdicts
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
 
@@ -29,6 +38,10 @@ class RunData:
     """stage, point_id, warning."""
     curves: pd.DataFrame
     """stage, point_id, series, step, value."""
+    verdicts: pd.DataFrame
+    """One row per point: stage, point_id, status, verdict, reason (d5pipe.results.verdicts)."""
+    samples: SampleSource
+    """(stage, point_id, metric) -> raw samples from the point record, or None."""
 
     def stage_rows(self, stage: str) -> pd.DataFrame:
         return self.results[self.results["stage"] == stage]
@@ -39,7 +52,19 @@ class RunData:
 
     @property
     def axis_columns(self) -> list[str]:
-        return [c for c in self.results.columns if c not in FIXED_COLUMNS]
+        return [c for c in self.results.columns if c not in NON_AXIS_COLUMNS]
+
+    @cached_property
+    def _point_rows(self) -> pd.DataFrame:
+        return self.results.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
+
+    def params_of(self, stage: str, point_id: str) -> dict[str, object]:
+        """The point's sweep-axis values (only the axes it has)."""
+        key = (stage, point_id)
+        if key not in self._point_rows.index:
+            return {}
+        first = self._point_rows.loc[key]
+        return {a: first[a] for a in self.axis_columns if not pd.isna(first[a])}
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -75,6 +100,18 @@ def _side_tables_from_records(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame
             pd.DataFrame(curves, columns=["stage", "point_id", "series", "step", "value"]))
 
 
+def _read_results(path: Path) -> pd.DataFrame:
+    """results.parquet with integer axes as nullable ``Int64`` (never floats with ``.0``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
+        raise D5PipeError(f"{path}: unreadable Parquet ({type(exc).__name__}: {exc})") from exc
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
 def load_run(run_dir: Path) -> RunData:
     """Load results.parquet, manifest.json, config.yaml, reproduce.json and the side tables."""
     rd = RunDir(run_dir)
@@ -82,13 +119,14 @@ def load_run(run_dir: Path) -> RunData:
     results_path = rd.results_path
     if not results_path.exists():
         raise D5PipeError(f"{results_path} does not exist: run the aggregate step first")
-    results = pd.read_parquet(results_path)
+    results = _read_results(results_path)
     config_path = rd.config_path
     config_text = config_path.read_text(encoding="utf-8") if config_path.exists() else ""
     try:
         config = yaml.safe_load(config_text) or {}
     except yaml.YAMLError as exc:
         raise D5PipeError(f"{config_path} is not valid YAML: {exc}") from exc
+    results = with_checks(results, config if isinstance(config, dict) else {})
     if rd.side_table("warnings").exists() and rd.side_table("curves").exists():
         warnings = pd.read_parquet(rd.side_table("warnings"))
         curves = pd.read_parquet(rd.side_table("curves"))
@@ -103,4 +141,6 @@ def load_run(run_dir: Path) -> RunData:
         reproduce=_read_json(rd.reproduce_path),
         warnings=warnings,
         curves=curves,
+        verdicts=point_verdicts(results),
+        samples=record_samples(run_dir),
     )

@@ -19,6 +19,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator  # noqa: E402
+
+from d5pipe.results.report.units import axis_label, axis_scale, bytes_tick, natural_key, number  # noqa: E402
 
 MAX_PANELS = 6
 MAX_SERIES = 10
@@ -41,6 +44,13 @@ def _grid(n_panels: int, width: float = 4.3, height: float = 3.2) -> tuple[Figur
     for ax in flat[n_panels:]:
         ax.set_visible(False)
     return fig, flat[:n_panels]
+
+
+def _plain_y(ax: Axes) -> None:
+    """Tick labels as plain numbers (``0.5``, ``200``), never ``10^2`` or ``1e-05``."""
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: number(float(v), 3)))
+    if ax.get_yscale() == "log":  # label minor ticks (2, 3, 4, 6 x 10^k) when less than ~2 decades show
+        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
 
 
 def _legend(fig: Figure, axes: list[Axes]) -> None:
@@ -93,20 +103,30 @@ def metric_vs_axis(
     logy: bool = False,
     band: bool = False,
     ideal: Ideal = None,
+    unit: str = "",
 ) -> tuple[bytes, int]:
     """Plot ``frame`` (x, value, ci_low, ci_high, series, facet): one panel per facet.
 
+    ``unit`` is the values' unit: the y axis shows them with one readable prefix (µs, MiB, GB/s...)
+    named in its label. Facets, series and categorical x values are in natural order (64 < 128).
     Returns the PNG and the number of facets that were left out (at most MAX_PANELS drawn).
     """
-    facets = list(dict.fromkeys(frame["facet"]))
+    factor, shown_unit = axis_scale(frame["value"].astype(float).tolist(), unit)
+    if factor != 1.0:
+        frame = frame.assign(value=frame["value"] * factor, ci_low=frame["ci_low"] * factor,
+                             ci_high=frame["ci_high"] * factor)
+    ylabel = axis_label(ylabel, shown_unit)
+    facets = sorted(dict.fromkeys(frame["facet"]), key=natural_key)
     shown = facets[:MAX_PANELS]
     fig, axes = _grid(len(shown))
     positions = None
     if not numeric_x:
-        positions = {c: i for i, c in enumerate(dict.fromkeys(frame["x"].astype(str)))}
+        cats = sorted(dict.fromkeys(frame["x"].tolist()), key=natural_key)
+        positions = {str(c): i for i, c in enumerate(cats)}
+    bytes_x = numeric_x and "bytes" in xlabel.lower()
     for ax, facet in zip(axes, shown):
         sub = frame[frame["facet"] == facet]
-        for series in list(dict.fromkeys(sub["series"]))[:MAX_SERIES]:
+        for series in sorted(dict.fromkeys(sub["series"]), key=natural_key)[:MAX_SERIES]:
             _draw_series(ax, sub[sub["series"] == series], str(series), numeric_x, band, positions)
         if ideal is not None and numeric_x and len(sub):
             xs = np.sort(sub["x"].astype(float).unique())
@@ -122,9 +142,11 @@ def metric_vs_axis(
         if numeric_x:
             ticks = np.sort(sub["x"].astype(float).unique())
             if 0 < len(ticks) <= 12:
-                ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
+                ax.set_xticks(ticks, [bytes_tick(t) if bytes_x else number(t) for t in ticks], fontsize=8)
+                ax.xaxis.set_minor_locator(NullLocator())
         if logy:
             ax.set_yscale("log")
+        _plain_y(ax)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         if facet:
@@ -132,6 +154,37 @@ def metric_vs_axis(
         ax.grid(True, alpha=0.3)
     _legend(fig, axes)
     return to_png(fig), len(facets) - len(shown)
+
+
+def speedups(frame: pd.DataFrame, ylabel: str = "speedup over the baseline") -> bytes:
+    """Speedups (frame: label, speedup, ci_low, ci_high, series) with CI error bars and a line at 1.
+
+    One marker per pair on a categorical x axis (no lines: the pairs are not a sequence).
+    """
+    fig, (ax,) = _grid(1, width=max(5.0, min(14.0, 0.45 * len(frame) + 3.0)), height=3.6)
+    labels = list(dict.fromkeys(frame["label"]))
+    pos = {lab: i for i, lab in enumerate(labels)}
+    for series in list(dict.fromkeys(frame["series"]))[:MAX_SERIES]:
+        sub = frame[frame["series"] == series]
+        xs = sub["label"].map(pos).to_numpy(dtype=float)
+        err = _yerr(sub.rename(columns={"speedup": "value"}))
+        (line,) = ax.plot(xs, sub["speedup"].to_numpy(dtype=float), "o", label=str(series), markersize=6)
+        if err is not None:
+            ax.errorbar(xs, sub["speedup"].to_numpy(dtype=float), yerr=err, fmt="none",
+                        ecolor=line.get_color(), capsize=3)
+    ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="1 = as fast as the baseline")
+    vals = pd.concat([frame["ci_low"], frame["ci_high"], frame["speedup"]]).astype(float)
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    if len(vals) and float(vals.max()) / float(vals.min()) > 20:
+        ax.set_yscale("log")
+    _plain_y(ax)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels([lab if len(lab) <= 40 else lab[:39] + "…" for lab in labels], rotation=30,
+                       ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    _legend(fig, [ax])
+    return to_png(fig)
 
 
 def roofline(frame: pd.DataFrame, peak_gflops: float | None, peak_gbps: float | None) -> bytes:
@@ -149,6 +202,9 @@ def roofline(frame: pd.DataFrame, peak_gflops: float | None, peak_gbps: float | 
         ax.plot(ai, roof, "k:", linewidth=1.2, label=f"bandwidth {peak_gbps:.3g} GB/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_y(ax)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: number(float(v), 3)))
+    ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("GFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
@@ -161,7 +217,7 @@ def curves(frame: pd.DataFrame, series_names: list[str]) -> bytes:
     fig, axes = _grid(len(series_names))
     for ax, name in zip(axes, series_names):
         sub = frame[frame["series"] == name]
-        for label in list(dict.fromkeys(sub["label"]))[:MAX_SERIES]:
+        for label in sorted(dict.fromkeys(sub["label"]), key=natural_key)[:MAX_SERIES]:
             s = sub[sub["label"] == label].sort_values("step")
             ax.plot(s["step"], s["value"], "-o", markersize=3, label=str(label)[:40])
         ax.set_xlabel("epoch")

@@ -1,4 +1,4 @@
-"""Level-independent report sections: overview, failures, warnings, stage tables, provenance."""
+"""Level-independent report sections: stage tables and provenance (verdicts: checks.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pandas as pd
 
 from d5pipe.results.report.blocks import Pre, Section, Table, Text
 from d5pipe.results.report.frames import (
-    MAX_TABLE_ROWS,
     fmt_plain,
     metric_names,
     stage_axes,
@@ -18,83 +17,8 @@ from d5pipe.results.report.frames import (
 )
 from d5pipe.results.report.loader import RunData
 
-HIGH_VARIATION = 0.10
-"""A timing whose CI of the median is wider than this fraction of the median is flagged."""
 MAX_METRIC_COLUMNS = 8
 MAX_SEEDS = 100
-
-
-def overview(data: RunData) -> Section:
-    res = data.results
-    pts = res.drop_duplicates(["stage", "point_id"])
-    counts = pts.groupby(["stage", "status"]).size().unstack(fill_value=0)
-    cols = [c for c in ("ok", "failed", "skipped") if c in counts.columns]
-    rows = [[stage, *[str(int(counts.loc[stage, c])) for c in cols], str(int(counts.loc[stage].sum()))]
-            for stage in counts.index]
-    bad = {i for i, stage in enumerate(counts.index) if "failed" in cols and counts.loc[stage, "failed"] > 0}
-    blocks: list[Any] = [Table(["stage", *cols, "points"], rows, "Points per stage and status", bad)]
-    desc = data.config.get("description")
-    if desc:
-        blocks.insert(0, Text(str(desc)))
-    return Section("overview", "Overview", blocks)
-
-
-def failures(data: RunData) -> Section | None:
-    """Failed, then skipped points, with their error text and parameters; None when there are none."""
-    res = data.results
-    bad = res[res["status"] != "ok"].drop_duplicates(["stage", "point_id"])
-    if bad.empty:
-        return None
-    bad = bad.assign(_order=(bad["status"] != "failed").astype(int)).sort_values(["_order", "stage", "point_id"])
-    axes = data.axis_columns
-    rows = []
-    for _, r in bad.head(MAX_TABLE_ROWS).iterrows():
-        params = ", ".join(f"{a}={fmt_plain(r[a])}" for a in axes if pd.notna(r[a]))
-        rows.append([r["stage"], r["point_id"], r["status"], params, str(r["error"] or "")])
-    n_failed = int((bad["status"] == "failed").sum())
-    n_skipped = len(bad) - n_failed
-    blocks: list[Any] = [
-        Text(f"{n_failed} point(s) failed and {n_skipped} were skipped; the sweep went on.",
-             "bad" if n_failed else "warn"),
-        Table(["stage", "point_id", "status", "parameters", "error"], rows,
-              bad_rows={i for i, r in enumerate(rows) if r[2] == "failed"}),
-    ]
-    if len(bad) > MAX_TABLE_ROWS:
-        blocks.append(Text(f"Showing {MAX_TABLE_ROWS} of {len(bad)}; all are in results.parquet.", "note"))
-    return Section("failures", "Failures", blocks)
-
-
-def _flag_rows(data: RunData) -> list[list[str]]:
-    res = data.results[data.results["status"] == "ok"]
-    out: list[list[str]] = []
-    for r in data.warnings.itertuples(index=False):
-        kind = "oversubscription" if "oversubscri" in r.warning.lower() else "warning"
-        out.append([kind, r.stage, r.point_id, r.warning])
-    timing = res[(res["kind"] == "timing") & res["value"].notna() & res["ci_low"].notna()
-                 & res["ci_high"].notna() & (res["value"] != 0)]
-    rel = (timing["ci_high"] - timing["ci_low"]) / timing["value"].abs()
-    for r in timing.assign(relw=rel)[rel > HIGH_VARIATION].itertuples(index=False):
-        out.append(["high variation", r.stage, r.point_id,
-                    f"{r.metric}: 95% CI width is {100 * r.relw:.0f}% of the median"])
-    missed = res[(res["metric"] == "target_met") & (res["value"] == 0)]
-    for r in missed.itertuples(index=False):
-        out.append(["missed CI target", r.stage, r.point_id, "the timer stopped before reaching its CI target"])
-    over = res[(res["metric"] == "oversubscribed") & (res["value"] == 1)]
-    for r in over.itertuples(index=False):
-        out.append(["oversubscription", r.stage, r.point_id, "more ranks/threads than cores"])
-    return out
-
-
-def warnings(data: RunData) -> Section | None:
-    rows = _flag_rows(data)
-    if not rows:
-        return None
-    counts = pd.Series([r[0] for r in rows]).value_counts()
-    blocks: list[Any] = [Text("; ".join(f"{k}: {v}" for k, v in counts.items()), "warn"),
-                         Table(["kind", "stage", "point_id", "detail"], rows[:MAX_TABLE_ROWS])]
-    if len(rows) > MAX_TABLE_ROWS:
-        blocks.append(Text(f"Showing {MAX_TABLE_ROWS} of {len(rows)} warnings.", "note"))
-    return Section("warnings", "Warnings", blocks)
 
 
 def main_metrics(rows: pd.DataFrame) -> list[str]:
@@ -111,7 +35,7 @@ def stage_table(data: RunData, stage: str) -> Section:
     rows = data.stage_rows(stage)
     axes = varying_axes(rows) or stage_axes(rows)
     cols, table_rows, total = wide_table(rows, main_metrics(rows), axes)
-    blocks: list[Any] = [Table(cols, table_rows, f"{stage}: median [95% CI of the median] per point")]
+    blocks: list[Any] = [Table(cols, table_rows, f"{stage}: value per point; timings as median [95% CI of the median]")]
     if total > len(table_rows):
         blocks.append(Text(f"Showing {len(table_rows)} of {total} points; all are in results.parquet "
                            f"and summary_{stage}.parquet.", "note"))
@@ -141,10 +65,10 @@ def provenance(data: RunData) -> Section:
         ["root seed", str(m.get("seed", data.config.get("seed", "")))],
         ["environment hash", str(m.get("env_hash", ""))],
     ]
-    hashes = sorted(str(h) for h in data.results["env_hash"].dropna().unique())
+    hashes = sorted(str(h) for h in data.results["env_hash"].dropna().unique() if str(h))
+    if len(hashes) > 1:  # the warning itself is under Warnings (several environments), once
+        facts.append(["environment hashes of the results", ", ".join(hashes)])
     blocks: list[Any] = [Table(["item", "value"], facts)]
-    if len(hashes) > 1:
-        blocks.append(Text(f"Results come from {len(hashes)} different environments: {', '.join(hashes)}", "warn"))
     rep = data.reproduce
     if rep is not None:
         verdict = rep.get("verdict", rep.get("reproduced", "unknown"))

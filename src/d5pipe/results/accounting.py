@@ -1,0 +1,105 @@
+"""SLURM accounting of a run's jobs: what ``sacct`` says each shard job used.
+
+For every SLURM job named in the points' provenance (``provenance.slurm_job_id``), ``sacct``
+gives its state, elapsed time, CPU time, peak resident memory and nodes. :func:`job_accounting`
+returns one row per job with CPU efficiency (CPU time / (elapsed x allocated CPUs)) and memory
+efficiency (MaxRSS / requested memory); finalize joins it onto the points' rows of
+``results.parquet`` (``slurm_*`` columns) and writes it as ``accounting.parquet``; the report
+shows it as the efficiency table. Without accounting (no slurmdbd) it is empty and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "TotalCPU", "MaxRSS", "ReqMem", "AllocCPUS",
+          "NodeList")
+COLUMNS = ("slurm_job_id", "slurm_state", "slurm_elapsed_s", "slurm_cpu_s", "slurm_maxrss_mb",
+           "slurm_req_mem_mb", "slurm_alloc_cpus", "slurm_nodes", "slurm_cpu_efficiency",
+           "slurm_mem_efficiency")
+
+
+def _seconds(text: str) -> float:
+    """sacct's ``[D-]HH:MM:SS[.fff]`` or ``MM:SS.fff`` as seconds."""
+    text = text.strip()
+    if not text:
+        return 0.0
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [float(p) for p in text.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0.0)
+    h, m, s = parts
+    return days * 86400 + h * 3600 + m * 60 + s
+
+
+def _megabytes(text: str) -> float:
+    """sacct's ``123456K`` / ``2G`` / ``2048M`` (``n``/``c`` suffixes of ReqMem dropped) as MB."""
+    text = text.strip().rstrip("nc")
+    if not text:
+        return 0.0
+    scale = {"K": 1 / 1024, "M": 1.0, "G": 1024.0, "T": 1024.0**2}
+    unit = text[-1].upper()
+    if unit in scale:
+        return float(text[:-1]) * scale[unit]
+    return float(text) / 2**20  # bytes
+
+
+def parse_sacct(text: str) -> pd.DataFrame:
+    """One row per job from ``sacct -P -o <FIELDS>`` (allocation and step lines)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(FIELDS):
+            continue
+        rec = dict(zip(FIELDS, parts, strict=True))
+        raw = rec["JobIDRaw"]
+        job = raw.split(".", 1)[0]
+        row = rows.setdefault(job, {"slurm_job_id": job, "slurm_maxrss_mb": 0.0})
+        if "." not in raw:  # the allocation line
+            row.update(slurm_state=rec["State"].split()[0], slurm_elapsed_s=float(rec["ElapsedRaw"] or 0),
+                       slurm_cpu_s=_seconds(rec["TotalCPU"]), slurm_req_mem_mb=_megabytes(rec["ReqMem"]),
+                       slurm_alloc_cpus=int(rec["AllocCPUS"] or 0), slurm_nodes=rec["NodeList"])
+        if rec["MaxRSS"]:
+            row["slurm_maxrss_mb"] = max(row["slurm_maxrss_mb"], _megabytes(rec["MaxRSS"]))
+    df = pd.DataFrame(list(rows.values()))
+    if df.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    for col in COLUMNS:
+        if col not in df:
+            df[col] = None
+    cpu_time = df["slurm_elapsed_s"].astype(float) * df["slurm_alloc_cpus"].astype(float)
+    df["slurm_cpu_efficiency"] = (df["slurm_cpu_s"].astype(float) / cpu_time).where(cpu_time > 0)
+    mem = df["slurm_req_mem_mb"].astype(float)
+    df["slurm_mem_efficiency"] = (df["slurm_maxrss_mb"].astype(float) / mem).where(mem > 0)
+    return df[list(COLUMNS)]
+
+
+def job_accounting(job_ids: Iterable[str], timeout_s: float = 60.0) -> tuple[pd.DataFrame, str]:
+    """``sacct`` rows of ``job_ids`` and, when there are none, why."""
+    ids = sorted({str(j) for j in job_ids if j})
+    if not ids:
+        return pd.DataFrame(columns=list(COLUMNS)), "no SLURM jobs (a local run)"
+    exe = shutil.which("sacct")
+    if exe is None:
+        return pd.DataFrame(columns=list(COLUMNS)), "sacct is not installed here"
+    env = dict(os.environ)
+    if "D5PIPE_SLURM_CONF" in env:
+        env.setdefault("SLURM_CONF", env["D5PIPE_SLURM_CONF"])
+    try:
+        proc = subprocess.run([exe, "-n", "-P", "-o", ",".join(FIELDS), "-j", ",".join(ids)],
+                              capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return pd.DataFrame(columns=list(COLUMNS)), f"sacct did not answer within {timeout_s:g} s"
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+        return pd.DataFrame(columns=list(COLUMNS)), f"sacct failed: {first} (no accounting on this cluster?)"
+    return parse_sacct(proc.stdout), ""

@@ -1,0 +1,287 @@
+"""Fair side-by-side comparisons within one run: each variant against a declared baseline.
+
+Deep500's fairness rule: two points are compared only when they differ in exactly the compared
+factor -- every other sweep axis of the stage has the same value (missing equals missing). Per
+level, the factor, its baseline and the time metrics compared (:data:`FACTORS`):
+
+* L0 ``operators.impl`` against ``eager``, on ``time``;
+* L1 ``level1.impl`` against ``eager``, on ``inference_latency`` and ``fwd_bwd_time``;
+* L2 ``train.optimizer`` against the first value of its sweep (``sgd`` when that is unknown),
+  on ``step_time``;
+* L3 ``distributed.backend`` against ``ddp``, on ``time_per_step_s`` and ``collective_time_s``.
+
+A custom L0 operator against the built-in it re-implements is not compared: nothing in the config
+or in an operator spec says which built-in a custom operator stands for.
+
+For each pair and metric (raw samples from the point records):
+
+* **speedup** = median(baseline) / median(variant): above 1 the variant is faster;
+* its **95% CI** by the distribution-free method of Price & Bonett (2002, "Distribution-free
+  confidence intervals for difference and ratio of medians", J. Stat. Comput. Simul. 72): the
+  standard error of each log-median comes from the order statistics ``c = round((n+1)/2 - sqrt(n))``
+  and ``n-c+1`` of the log samples, ``se = (ln x_(n-c+1) - ln x_(c)) / (2 z_c)`` with
+  ``z_c = Phi^-1(1 - P(B <= c-1))``, ``B ~ Binomial(n, 1/2)``; the CI of the log-ratio is
+  ``d +- z_0.975 sqrt(se_b^2 + se_v^2)``, exponentiated. It needs no resampling, hence no seed,
+  and is exactly reproducible; tests/test_comparisons.py checks its coverage on known distributions;
+* a two-sided **Mann-Whitney U** p-value (scipy, via d5pipe.results.metric_compare.compare_samples);
+* a **verdict**: ``faster`` / ``slower`` when ``p < alpha`` (``report.alpha`` of config.yaml,
+  default 0.05), else ``no significant difference``; ``too few samples`` when the exact test
+  cannot reach ``alpha`` at these sample counts.
+
+Without raw samples on either side the CI is interval arithmetic on the two recorded median CIs
+(``[b_low / v_high, b_high / v_low]``, conservative), there is no test, and the verdict follows
+from whether that CI excludes 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from d5pipe.results.columns import axis_columns
+from d5pipe.results.metric_compare import compare_samples, min_attainable_p
+
+SampleSource = Callable[[str, str, str], Sequence[float] | None]
+"""(stage, point_id, metric) -> that metric's raw samples, or None."""
+CONFIDENCE = 0.95
+DEFAULT_ALPHA = 0.05
+VERDICTS = ("faster", "slower", "no significant difference", "too few samples")
+
+
+@dataclass(frozen=True)
+class Factor:
+    """A compared factor of one level: its axis column, its baseline and the metrics compared."""
+
+    stage: str
+    column: str
+    baseline: str | None
+    """The declared baseline value; None: the first value of the sweep, else :attr:`fallback`."""
+    metrics: tuple[str, ...]
+    title: str
+    fallback: str = ""
+
+
+FACTORS: tuple[Factor, ...] = (
+    Factor("level0", "operators.impl", "eager", ("time",), "implementations"),
+    Factor("level1", "level1.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
+    Factor("level2", "train.optimizer", None, ("step_time",), "optimizers", fallback="sgd"),
+    Factor("level3", "distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends"),
+)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One variant against the baseline, on one metric, with everything else equal."""
+
+    stage: str
+    factor: str
+    metric: str
+    unit: str
+    baseline: str
+    variant: str
+    context: str
+    """The other axes' values, ``name=value, ...`` (empty when nothing else varies)."""
+    baseline_point: str
+    variant_point: str
+    baseline_median: float
+    variant_median: float
+    n_baseline: int
+    n_variant: int
+    speedup: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    verdict: str
+    method: str
+
+
+def alpha_of(config: dict[str, Any]) -> float:
+    """``report.alpha`` of config.yaml (default 0.05)."""
+    report = config.get("report")
+    value = report.get("alpha") if isinstance(report, dict) else None
+    return float(value) if isinstance(value, (int, float)) and 0 < float(value) < 1 else DEFAULT_ALPHA
+
+
+def _swept_values(config: dict[str, Any], column: str) -> list[str]:
+    sweep = config.get("sweep")
+    if not isinstance(sweep, dict):
+        return []
+    grid = sweep.get("grid")
+    if isinstance(grid, dict) and isinstance(grid.get(column), list):
+        return [str(v) for v in grid[column]]
+    for group in sweep.get("zip") or []:
+        if isinstance(group, dict) and isinstance(group.get(column), list):
+            return [str(v) for v in group[column]]
+    return []
+
+
+def baseline_of(factor: Factor, present: Sequence[str], config: dict[str, Any]) -> str | None:
+    """The baseline value of ``factor`` if any point has it, else None."""
+    if factor.baseline is not None:
+        return factor.baseline if factor.baseline in present else None
+    first = next(iter(_swept_values(config, factor.column)), None)
+    if first is not None and first in present:
+        return first
+    return factor.fallback if factor.fallback in present else None
+
+
+def log_median_se(samples: np.ndarray) -> float:
+    """Price-Bonett standard error of ln(median) from two order statistics (module docstring)."""
+    x = np.sort(np.log(samples))
+    n = int(x.size)
+    c = max(1, int(round((n + 1) / 2 - math.sqrt(n))))
+    z_c = float(stats.norm.ppf(1.0 - stats.binom.cdf(c - 1, n, 0.5)))
+    return float((x[n - c] - x[c - 1]) / (2.0 * z_c)) if z_c > 0 else math.nan
+
+
+def ratio_ci(baseline: Sequence[float], variant: Sequence[float],
+             confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(median(baseline) / median(variant), CI low, CI high); positive samples, >= 2 per side."""
+    b = np.asarray(baseline, dtype=float)
+    v = np.asarray(variant, dtype=float)
+    b, v = b[np.isfinite(b) & (b > 0)], v[np.isfinite(v) & (v > 0)]
+    if b.size < 2 or v.size < 2:
+        return math.nan, math.nan, math.nan
+    d = math.log(float(np.median(b))) - math.log(float(np.median(v)))
+    se = math.hypot(log_median_se(b), log_median_se(v))
+    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    return math.exp(d), math.exp(d - z * se), math.exp(d + z * se)
+
+
+def compare_pair(baseline: Sequence[float], variant: Sequence[float],
+                 alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float, float, str]:
+    """(speedup, CI low, CI high, Mann-Whitney p, verdict) of two sets of raw times."""
+    speedup, low, high = ratio_ci(baseline, variant)
+    test = compare_samples(baseline, variant, alpha=alpha)
+    if min_attainable_p(test.n_ref, test.n_new) >= alpha:
+        verdict = "too few samples"
+    elif test.p_value < alpha:
+        verdict = "faster" if test.median_new < test.median_ref else "slower"
+    else:
+        verdict = "no significant difference"
+    return speedup, low, high, test.p_value, verdict
+
+
+def _from_cis(b: pd.Series, v: pd.Series) -> tuple[float, float, float, str]:
+    """Speedup and conservative CI from the recorded medians and CIs (no raw samples)."""
+    s = float(b["value"]) / float(v["value"]) if float(v["value"]) > 0 else math.nan
+    lo = float(b["ci_low"]) / float(v["ci_high"]) if float(v["ci_high"]) > 0 else math.nan
+    hi = float(b["ci_high"]) / float(v["ci_low"]) if float(v["ci_low"]) > 0 else math.nan
+    if math.isnan(lo) or math.isnan(hi):
+        return s, lo, hi, "no significant difference"
+    return s, lo, hi, "faster" if lo > 1 else "slower" if hi < 1 else "no significant difference"
+
+
+def _key(v: Any) -> str:
+    """An axis value as text: missing -> "", an integral float without ``.0`` (``64``, not ``64.0``)."""
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return ""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def stage_axes(rows: pd.DataFrame) -> list[str]:
+    """Axis columns with a value for some row of ``rows`` (the fixed columns and ``verdict`` excluded)."""
+    return [c for c in axis_columns(rows.columns) if rows[c].notna().any()]
+
+
+def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
+                 config: dict[str, Any]) -> list[Pair]:
+    """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric."""
+    rows = df[(df["stage"] == factor.stage) & (df["status"] == "ok")]
+    if rows.empty or factor.column not in rows.columns:
+        return []
+    rows = rows[rows[factor.column].notna()]
+    present = sorted({str(v) for v in rows[factor.column]})
+    base_value = baseline_of(factor, present, config)
+    if base_value is None or len(present) < 2:
+        return []
+    others = [a for a in stage_axes(rows) if a != factor.column]
+    points = rows.drop_duplicates("point_id")
+    varying = [a for a in others if points[a].map(_key).nunique() > 1]
+    alpha = alpha_of(config)
+    out: list[Pair] = []
+    timed = rows[rows["metric"].isin(list(factor.metrics)) & rows["value"].notna()]
+    for _, group in points.groupby([points[a].map(_key) for a in others] if others else
+                                   [pd.Series("", index=points.index)], sort=False):
+        by_value = {str(r[factor.column]): r for _, r in group.iterrows()}
+        base = by_value.get(base_value)
+        if base is None:
+            continue
+        context = ", ".join(f"{a}={_key(base[a])}" for a in varying)
+        for variant, vrow in sorted(by_value.items()):
+            if variant == base_value:
+                continue
+            for metric in factor.metrics:
+                b = timed[(timed["point_id"] == base["point_id"]) & (timed["metric"] == metric)]
+                v = timed[(timed["point_id"] == vrow["point_id"]) & (timed["metric"] == metric)]
+                if b.empty or v.empty:
+                    continue
+                out.append(_pair(factor, metric, base_value, variant, context, b.iloc[0], v.iloc[0],
+                                 samples, alpha))
+    return out
+
+
+def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: str, b: pd.Series,
+          v: pd.Series, samples: SampleSource | None, alpha: float) -> Pair:
+    sb = samples(factor.stage, str(b["point_id"]), metric) if samples else None
+    sv = samples(factor.stage, str(v["point_id"]), metric) if samples else None
+    if sb and sv and len(sb) >= 2 and len(sv) >= 2:
+        s, lo, hi, p, verdict = compare_pair(sb, sv, alpha)
+        nb, nv = len(sb), len(sv)
+        method = "Price-Bonett CI of the ratio of medians; Mann-Whitney U"
+    else:
+        s, lo, hi, verdict = _from_cis(b, v)
+        p, nb, nv = math.nan, 0, 0
+        method = "no raw samples: CI from the two medians' CIs (interval arithmetic), no test"
+    return Pair(
+        stage=factor.stage, factor=factor.column, metric=metric, unit=_key(b["unit"]),
+        baseline=base_value, variant=variant, context=context, baseline_point=str(b["point_id"]),
+        variant_point=str(v["point_id"]), baseline_median=float(b["value"]), variant_median=float(v["value"]),
+        n_baseline=nb, n_variant=nv, speedup=s, ci_low=lo, ci_high=hi, p_value=p, verdict=verdict,
+        method=method,
+    )
+
+
+def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,
+                config: dict[str, Any] | None = None, stage: str | None = None) -> pd.DataFrame:
+    """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields)."""
+    config = config or {}
+    pairs = [p for f in FACTORS if stage is None or f.stage == stage for p in factor_pairs(df, f, samples, config)]
+    columns = list(Pair.__dataclass_fields__)
+    return pd.DataFrame([asdict(p) for p in pairs], columns=columns)
+
+
+def record_samples(run_dir: Path) -> SampleSource:
+    """A :data:`SampleSource` reading ``points/<stage>/<id>.json`` (each record read once)."""
+    from d5pipe.rundir.layout import RunDir
+    from d5pipe.rundir.record import CorruptRecord, read_record
+
+    rd = RunDir(run_dir)
+    cache: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def get(stage: str, point_id: str, metric: str) -> list[float] | None:
+        key = (stage, point_id)
+        if key not in cache:
+            path = rd.record(stage, point_id)
+            try:
+                cache[key] = read_record(path) if path.is_file() else {}
+            except CorruptRecord:
+                cache[key] = {}
+        rec = cache[key]
+        for m in rec.get("metrics") or []:
+            if m.get("name") == metric and m.get("samples"):
+                raw = (rec.get("samples") or {}).get(m["samples"])
+                if raw:
+                    return [float(x) for x in raw if isinstance(x, (int, float))]
+        return None
+
+    return get

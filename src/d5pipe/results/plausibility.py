@@ -1,0 +1,220 @@
+"""Plausibility checks: results that are impossible (a hard failure) or suspicious (a warning).
+
+Each finding is one row of the tidy results, attached to the point it concerns: metric
+``plausibility:<name>``, ``status`` ok, the evidence in ``error`` (a sentence) and, where there is
+one, the number in ``value`` (with its CI). At most one row per point and cause.
+
+Hard -- kind ``verdict``, text ``fail``, so the point's verdict is ``fail`` (d5pipe.results.verdicts):
+
+* ``superlinear_speedup``: a level-3 point whose speedup over its 1-rank base exceeds its rank
+  count beyond the speedup's 95% CI (``speedup_ci_low > ranks``; for weak scaling the scaled
+  speedup, i.e. parallel efficiency ``> 1`` beyond its CI). Speedup, efficiency and their CIs come
+  from :func:`d5pipe.levels.level3.scaling.scaling_table`. On one node this points at a broken
+  base case, a timer that misses work, or ranks that did less work than claimed.
+
+Soft -- kind ``info``, text ``warn``; they never change a verdict:
+
+* ``oversubscribed``: metric ``oversubscribed`` is 1 (more ranks x threads than cores);
+* ``target_missed``: metric ``target_met`` is 0 (the timer stopped before its CI target);
+* ``high_variation``: a time's IQR / median exceeds
+  :data:`d5pipe.measure.stats.HIGH_VARIATION_IQR_RATIO` (10%), from the ``*iqr`` row its
+  summary wrote next to it;
+* ``several_environments``: the points of one stage (one table of the report) come from more
+  than one environment (``env_hash``).
+
+Only failures are written for the hard check: a point without a ``superlinear_speedup`` row was
+either not checkable or plausible; passing a plausibility check is not evidence of correctness,
+so it never turns an ``unchecked`` point into a ``pass``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from d5pipe.measure.stats import HIGH_VARIATION_IQR_RATIO
+from d5pipe.results.columns import METRIC_COLUMNS
+
+PREFIX = "plausibility:"
+HARD: frozenset[str] = frozenset({"superlinear_speedup"})
+SOFT: frozenset[str] = frozenset({"oversubscribed", "target_missed", "high_variation", "several_environments"})
+DESCRIPTIONS: dict[str, str] = {
+    "superlinear_speedup": "speedup above the rank count beyond its 95% CI (parallel efficiency > 1): "
+                           "a hard failure, the point fails",
+    "oversubscribed": "more ranks x threads than cores: timings include time-slicing",
+    "target_missed": "the timer stopped (budget or sample cap) before its CI target",
+    "high_variation": f"IQR above {HIGH_VARIATION_IQR_RATIO:.0%} of the median",
+    "several_environments": "the points of one table come from more than one environment",
+}
+"""What each check means, for the report."""
+
+TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
+IQR_OF: dict[str, str] = {"time": "iqr", "time_per_step_s": "step_iqr", "collective_time_s": "coll_iqr"}
+"""IQR rows named by a summary prefix (d5pipe.measure.stats.Summary.to_metrics); else ``<metric>_iqr``."""
+SCALING_METRIC = "time_per_step_s"
+
+
+@dataclass(frozen=True)
+class Finding:
+    stage: str
+    point_id: str
+    name: str
+    detail: str
+    value: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] == "ok") & ~df["metric"].astype(str).str.startswith(PREFIX)]
+
+
+def _flag(df: pd.DataFrame, metric: str, value: float) -> list[tuple[str, str]]:
+    rows = _ok(df)
+    hit = rows[(rows["metric"] == metric) & (rows["value"] == value)]
+    return list(dict.fromkeys(zip(hit["stage"].astype(str), hit["point_id"].astype(str))))
+
+
+def oversubscribed(df: pd.DataFrame) -> list[Finding]:
+    return [Finding(s, p, "oversubscribed", "oversubscribed = 1: more ranks x threads than cores", 1.0)
+            for s, p in _flag(df, "oversubscribed", 1.0)]
+
+
+def target_missed(df: pd.DataFrame) -> list[Finding]:
+    return [Finding(s, p, "target_missed", "target_met = 0: the timer stopped before reaching its CI target", 0.0)
+            for s, p in _flag(df, "target_met", 0.0)]
+
+
+def high_variation(df: pd.DataFrame, threshold: float = HIGH_VARIATION_IQR_RATIO) -> list[Finding]:
+    """Times whose IQR (the ``*iqr`` row of the same point) exceeds ``threshold`` x the median.
+
+    Vectorised (merges, no loop over points): the aggregate job runs it on every results table.
+    """
+    rows = _ok(df)
+    timing = rows[(rows["kind"] == "timing") & rows["unit"].isin(list(TIME_UNITS)) & rows["value"].notna()
+                  & (rows["value"] != 0)][["stage", "point_id", "metric", "value"]].astype({"metric": str})
+    if timing.empty:
+        return []
+    iqr = rows[["stage", "point_id", "metric", "value"]].astype({"metric": str}).rename(
+        columns={"metric": "iqr_metric", "value": "iqr"})
+    best = None
+    for candidate in (timing["metric"].map(IQR_OF), timing["metric"] + "_iqr"):  # the summary prefix first
+        hit = timing.assign(iqr_metric=candidate).merge(iqr, on=["stage", "point_id", "iqr_metric"], how="inner")
+        best = hit if best is None else pd.concat([best, hit], ignore_index=True)
+    assert best is not None
+    best = best.drop_duplicates(["stage", "point_id", "metric"])
+    best = best.assign(ratio=best["iqr"].astype(float) / best["value"].astype(float).abs())
+    high = best[best["ratio"] > threshold].sort_values(["stage", "point_id", "metric"])
+    if high.empty:
+        return []
+    per_point: dict[tuple[str, str], tuple[list[str], float]] = {}
+    for stage, pid, metric, ratio in zip(high["stage"].tolist(), high["point_id"].tolist(),
+                                         high["metric"].tolist(), high["ratio"].tolist()):
+        parts, worst = per_point.setdefault((str(stage), str(pid)), ([], 0.0))
+        parts.append(f"{metric}: IQR is {ratio:.1%} of the median")
+        per_point[(str(stage), str(pid))] = (parts, max(worst, float(ratio)))
+    return [Finding(stage, pid, "high_variation", "; ".join(parts), worst)
+            for (stage, pid), (parts, worst) in per_point.items()]
+
+
+def several_environments(df: pd.DataFrame) -> list[Finding]:
+    """Every ok point of a stage whose points come from more than one ``env_hash``."""
+    rows = _ok(df)
+    out: list[Finding] = []
+    for stage, group in rows.groupby("stage", sort=True):
+        hashes = group["env_hash"].dropna().astype(str)
+        distinct = sorted(h for h in hashes.unique() if h)
+        if len(distinct) < 2:
+            continue
+        for pid, env in group.drop_duplicates("point_id")[["point_id", "env_hash"]].itertuples(index=False):
+            out.append(Finding(str(stage), str(pid), "several_environments",
+                               f"{stage} has results from {len(distinct)} environments "
+                               f"({', '.join(distinct)}); this point: {env}", float(len(distinct))))
+    return out
+
+
+def _scaling_rows(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
+    """The level-3 time rows that scaling_table uses, with backend/scaling filled from ``config``."""
+    rows = _ok(df)
+    rows = rows[(rows["stage"] == "level3") & (rows["metric"] == SCALING_METRIC) & rows["value"].notna()]
+    section = config.get("distributed")
+    dist: dict[str, Any] = section if isinstance(section, dict) else {}
+    for column, default in (("distributed.backend", dist.get("backend", "unspecified")),
+                            ("distributed.scaling", dist.get("scaling", "strong"))):
+        if column not in rows.columns or rows[column].isna().all():  # not a sweep axis
+            rows = rows.assign(**{column: str(default)})
+    return rows
+
+
+def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Finding]:
+    """Level-3 points whose speedup CI lies entirely above their rank count."""
+    from d5pipe.levels.level3.scaling import RANKS_COLUMN, scaling_table
+    from d5pipe.results.report.units import quantity
+
+    if RANKS_COLUMN not in df.columns:
+        return []
+    rows = _scaling_rows(df, config)
+    if rows.empty:
+        return []
+    table = scaling_table(rows, SCALING_METRIC)
+    if table.empty or "speedup_ci_low" not in table.columns:
+        return []
+    # scaling_table keeps no point ID: match each of its rows back by key, ranks and the exact time
+    keys = [c for c in table.columns if c in rows.columns and c != RANKS_COLUMN]
+    table = table.rename(columns={"ranks": RANKS_COLUMN}).assign(value=table["time_s"].astype(float))
+    table[RANKS_COLUMN] = table[RANKS_COLUMN].astype("int64")
+    left = rows[[*keys, RANKS_COLUMN, "value", "stage", "point_id"]].astype({RANKS_COLUMN: "int64", "value": float})
+    merged = left.merge(table, on=[*keys, RANKS_COLUMN, "value"], how="inner")
+    merged = merged.drop_duplicates(["stage", "point_id"])
+    out: list[Finding] = []
+    for rec in merged.to_dict(orient="records"):
+        n = int(rec[RANKS_COLUMN])
+        lo = float(rec["speedup_ci_low"])
+        if n <= 1 or math.isnan(lo) or lo <= n:
+            continue
+        s, hi = float(rec["speedup"]), float(rec["speedup_ci_high"])
+        detail = (f"speedup {s:.3g} (95% CI [{lo:.3g}, {hi:.3g}]) on {n} ranks exceeds the ideal {n} "
+                  f"beyond its CI; efficiency {float(rec['efficiency']):.3g} "
+                  f"(CI low {float(rec['efficiency_ci_low']):.3g} > 1); base case 1 rank, "
+                  f"{SCALING_METRIC} {quantity(rec['base_time_s'], 's')} vs {quantity(rec['time_s'], 's')} on {n} ranks")
+        out.append(Finding(str(rec["stage"]), str(rec["point_id"]), "superlinear_speedup", detail, s, lo, hi))
+    return out
+
+
+def findings(df: pd.DataFrame, config: dict[str, Any] | None = None) -> list[Finding]:
+    """Every plausibility finding of ``df`` (hard first)."""
+    config = config or {}
+    return [*superlinear_speedup(df, config), *oversubscribed(df), *target_missed(df),
+            *high_variation(df), *several_environments(df)]
+
+
+def plausibility_rows(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The ``plausibility:<name>`` rows for ``df`` (columns of ``df``; empty when nothing is found)."""
+    base = df[~df["metric"].astype(str).str.startswith(PREFIX)]
+    found = findings(base, config) if not base.empty else []
+    columns = list(df.columns)
+    if not found:
+        return pd.DataFrame(columns=columns)
+    point_cols = [c for c in df.columns if c not in METRIC_COLUMNS and c != "verdict"]
+    points = base.drop_duplicates(["stage", "point_id"])[point_cols]
+    frame = pd.DataFrame([{"stage": f.stage, "point_id": f.point_id, "name": f.name, "value": f.value,
+                           "ci_low": f.ci_low, "ci_high": f.ci_high, "error": f.detail} for f in found])
+    frame = frame.drop_duplicates(["stage", "point_id", "name"])  # one row per point and cause
+    hard = frame["name"].isin(list(HARD))
+    frame = frame.assign(metric=PREFIX + frame["name"], text=hard.map({True: "fail", False: "warn"}),
+                         kind=hard.map({True: "verdict", False: "info"}), unit="", status="ok")
+    out = frame.drop(columns="name").merge(points, on=["stage", "point_id"], how="left")
+    return out.reindex(columns=columns)
+
+
+def with_plausibility(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:
+    """``df`` without earlier plausibility rows, plus the current ones (re-evaluated, never kept)."""
+    df = df[~df["metric"].astype(str).str.startswith(PREFIX)]
+    rows = plausibility_rows(df, config)
+    if rows.empty:
+        return df.reset_index(drop=True)
+    rows = rows.astype({c: t for c, t in df.dtypes.items() if c in rows}, errors="ignore")
+    return pd.concat([df, rows], ignore_index=True)

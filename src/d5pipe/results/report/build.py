@@ -1,0 +1,52 @@
+"""Build the report's sections from a run directory and write ``report.html`` and ``report.md``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from d5pipe.config.stages import STAGES, load_target
+from d5pipe.results.report.blocks import Report, Section
+from d5pipe.results.report.checks import failures, overview, warnings
+from d5pipe.results.report.html import render_html
+from d5pipe.results.report.loader import RunData, load_run
+from d5pipe.results.report.markdown import render_markdown
+from d5pipe.results.report.sections import provenance, stage_table
+from d5pipe.rundir.atomic import write_text
+from d5pipe.rundir.layout import RunDir
+
+
+def build_sections(data: RunData) -> Report:
+    """All sections in page order: failures first (when any), the overview, the levels, warnings,
+    provenance."""
+    sections: list[Section] = []
+    fail = failures(data)
+    if fail is not None:
+        sections.append(fail)
+    sections.append(overview(data))
+    for stage in data.stages:
+        entry = STAGES.get(stage)
+        level = load_target(entry.report)(data) if entry is not None else Section(stage, stage)
+        level.subsections.append(stage_table(data, stage))
+        sections.append(level)
+    warn = warnings(data)
+    if warn is not None:
+        sections.append(warn)
+    sections.append(provenance(data))
+    m = data.manifest
+    name = str(m.get("experiment") or data.config.get("name") or data.run_dir.name)
+    report_cfg = data.config.get("report")
+    title = str(report_cfg.get("title") or "") if isinstance(report_cfg, dict) else ""
+    subtitle = (f"experiment {name} · {len(data.results['point_id'].unique())} points · "
+                f"stages {', '.join((STAGES[s].title if s in STAGES else s) for s in data.stages)} · created {m.get('created', '?')}")
+    return Report(title or f"d5pipe report: {name}", subtitle, sections)
+
+
+def build_report(run_dir: Path) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths."""
+    run_dir = Path(run_dir)
+    report = build_sections(load_run(run_dir))
+    rd = RunDir(run_dir)
+    html_path, md_path = rd.report_html, rd.report_md
+    write_text(html_path, render_html(report))
+    write_text(md_path, render_markdown(report))
+    return html_path, md_path

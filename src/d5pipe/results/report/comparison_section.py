@@ -1,0 +1,116 @@
+"""A level's "side by side" subsection: each variant against the declared baseline (comparisons.py).
+
+A table (one row per fair pair and metric) and a figure (speedup with its 95% CI, a dashed line
+at 1). When the level's factor is not swept, or its baseline is not in the run, one note says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from d5pipe.results.comparisons import FACTORS, Factor, alpha_of, comparisons
+from d5pipe.results.report import plots
+from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
+from d5pipe.results.report.frames import MAX_TABLE_ROWS
+from d5pipe.results.report.loader import RunData
+from d5pipe.results.report.units import natural_key, number, quantity
+
+MAX_FIGURE_PAIRS = 40
+SECTION_PREFIX = re.compile(r"[\w-]+\.(?=[\w-]+=)")
+NOT_EXPRESSIBLE = {
+    "level0": "The custom operators (operators.custom) are not compared with the built-ins they "
+              "re-implement: nothing in the config or the operator spec names that built-in yet.",
+}
+"""Shown when the run has custom operators."""
+
+
+def _short(context: str) -> str:
+    """``operators.size=64, operators.dtype=float32`` -> ``size=64, dtype=float32``."""
+    return SECTION_PREFIX.sub("", context)
+
+
+def _p(p: float) -> str:
+    if math.isnan(p):
+        return "-"
+    return "< 0.001" if p < 0.001 else number(p, 2)
+
+
+def _speedup(r: pd.Series) -> str:
+    if math.isnan(r["speedup"]):
+        return ""
+    ci = "" if math.isnan(r["ci_low"]) or math.isnan(r["ci_high"]) else \
+        f" [{number(r['ci_low'], 3)}, {number(r['ci_high'], 3)}]"
+    return f"{number(r['speedup'], 3)}x{ci}"
+
+
+def _why_none(data: RunData, factor: Factor) -> str:
+    rows = data.stage_rows(factor.stage)
+    rows = rows[rows["status"] == "ok"]
+    values = sorted({str(v) for v in rows[factor.column].dropna()}, key=natural_key) \
+        if factor.column in rows.columns else []
+    if len(values) < 2:
+        return f"{factor.column} is not swept in this run: nothing to compare side by side."
+    base = factor.baseline or f"the first value of the sweep ({factor.fallback} if unknown)"
+    present = ", ".join(values)
+    return (f"No fair pair: the baseline {factor.column}={base} has no point that differs from a variant "
+            f"in {factor.column} alone, or none of them has {', '.join(factor.metrics)} (present: {present}).")
+
+
+def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section | None]:
+    """(notes for the level section, the side-by-side subsection or None) of ``stage``."""
+    factor = next((f for f in FACTORS if f.stage == stage), None)
+    if factor is None:
+        return [], None
+    pairs = comparisons(data.results, data.samples, data.config, stage=stage)
+    operators = data.config.get("operators")
+    has_custom = isinstance(operators, dict) and bool(operators.get("custom"))
+    extra = NOT_EXPRESSIBLE.get(stage) if has_custom else None
+    if pairs.empty:
+        notes: list[Block] = [Text(f"Side by side ({factor.title}): {_why_none(data, factor)}", "note")]
+        if extra:
+            notes.append(Text(extra, "note"))
+        return notes, None
+    pairs = pairs.assign(_k=[(natural_key(m), natural_key(c), natural_key(v))
+                             for m, c, v in zip(pairs["metric"], pairs["context"], pairs["variant"])])
+    pairs = pairs.sort_values("_k", kind="stable").drop(columns="_k").reset_index(drop=True)
+    base = str(pairs["baseline"].iloc[0])
+    alpha = alpha_of(data.config)
+    cols = ["metric", "other axes", "variant", "baseline median", "variant median",
+            "speedup [95% CI]", "p", "n", "verdict"]
+    rows = [[str(r["metric"]), str(r["context"]) or "-", f"{r['variant']} vs {base}",
+             quantity(r["baseline_median"], r["unit"]), quantity(r["variant_median"], r["unit"]),
+             _speedup(r), _p(r["p_value"]), f"{r['n_baseline']}/{r['n_variant']}" if r["n_baseline"] else "-",
+             str(r["verdict"])]
+            for _, r in pairs.head(MAX_TABLE_ROWS).iterrows()]
+    methods = sorted(set(pairs["method"]))
+    blocks: list[Block] = [
+        Text(f"Each variant of {factor.column} against the baseline {factor.column}={base}, only between points "
+             f"that differ in {factor.column} alone (every other sweep axis equal; Deep500's fairness rule). "
+             "Speedup = median(baseline) / median(variant): above 1 the variant is faster. 95% CI of the ratio "
+             "of medians by the Price-Bonett order-statistic method; p: two-sided Mann-Whitney U on the raw "
+             f"samples; verdict at alpha = {number(alpha)} (report.alpha).", "note"),
+        Table(cols, rows, f"{factor.title.capitalize()} side by side (baseline {factor.column}={base})",
+              wrap={1}),
+    ]
+    if len(pairs) > MAX_TABLE_ROWS:
+        blocks.append(Text(f"Showing {MAX_TABLE_ROWS} of {len(pairs)} pairs.", "note"))
+    if any(m.startswith("no raw samples") for m in methods):
+        blocks.append(Text("Pairs with n '-' had no raw samples: their CI comes from the two medians' CIs "
+                           "(interval arithmetic, conservative) and there is no test.", "note"))
+    shown = pairs.head(MAX_FIGURE_PAIRS)
+    frame = pd.DataFrame({
+        "label": [f"{v} {_short(c)}".strip() for v, c in zip(shown["variant"], shown["context"])],
+        "speedup": shown["speedup"], "ci_low": shown["ci_low"], "ci_high": shown["ci_high"],
+        "series": shown["metric"],
+    })
+    caption = (f"Speedup of each {factor.column} over {base} with its 95% CI; dashed: 1 (as fast as the "
+               "baseline). Markers only: the pairs are not a sequence.")
+    if len(pairs) > MAX_FIGURE_PAIRS:
+        caption += f" First {MAX_FIGURE_PAIRS} of {len(pairs)} pairs drawn."
+    blocks.append(Figure(plots.speedups(frame), f"speedup vs {base}", caption))
+    if extra:
+        blocks.append(Text(extra, "note"))
+    return [], Section(f"compare-{stage}", f"{stage}: {factor.title} side by side", blocks)
