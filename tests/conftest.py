@@ -28,3 +28,9 @@ def d5pipe(*args: str, cwd: Path | None = None, timeout: float = 600) -> subproc
 @pytest.fixture()
 def cli():
     return d5pipe
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests on the multi-node cluster run last: it takes /etc/slurm/slurm.conf over from the
+    one-node cluster, which is stopped then (see tests/multinode_fixture.py)."""
+    items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))

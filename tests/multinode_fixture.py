@@ -68,7 +68,12 @@ def _ensure_installed() -> None:
 def multinode_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeCluster]:
     """A running cluster of node1..node3 (2 CPUs each) on the bridge d5br0, with accounting."""
     _ensure_installed()
-    cluster = MultiNodeCluster(tmp_path_factory.mktemp("multinode"), install_etc_conf=False)
+    from tests.slurm_fixture import stop_single_node_cluster
+
+    # The SLURM plugin's job steps drop SLURM_CONF and read /etc/slurm/slurm.conf: the one-node
+    # cluster hands it over (its tests ran first: tests/conftest.py puts the multi-node ones last).
+    stop_single_node_cluster()
+    cluster = MultiNodeCluster(tmp_path_factory.mktemp("multinode"), install_etc_conf=True)
     cluster.start()
     line = (f"multinode SLURM cluster: {len(cluster.node_names)} nodes up in "
             f"{cluster.start_seconds:.1f} s ({cluster.root})")

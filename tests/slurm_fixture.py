@@ -57,22 +57,36 @@ def _ensure_installed() -> None:
         pytest.fail(f"tests/cluster/install.sh failed:\n{proc.stdout}\n{proc.stderr}")
 
 
+_running: list[SlurmCluster] = []
+_previous_conf: list[str | None] = []
+
+
+def stop_single_node_cluster() -> None:
+    """Stop the one-node cluster now (it owns /etc/slurm/slurm.conf, which the SLURM plugin's job
+    steps read: the multi-node cluster needs it next; tests/conftest.py orders its tests last)."""
+    while _running:
+        cluster = _running.pop()
+        previous = _previous_conf.pop() if _previous_conf else None
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """A running one-node cluster (4 CPUs on loopback); ``SLURM_CONF`` set for the session."""
     _ensure_installed()
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     cluster.start()
-    previous = os.environ.get("SLURM_CONF")
+    _previous_conf.append(os.environ.get("SLURM_CONF"))
     os.environ["SLURM_CONF"] = str(cluster.conf)
+    _running.append(cluster)
     try:
         yield cluster
     finally:
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
-        cluster.stop()
+        stop_single_node_cluster()
 
 
 def snakemake_slurm_args(extra: Sequence[str] = ()) -> list[str]:

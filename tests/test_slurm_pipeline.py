@@ -36,7 +36,7 @@ import pytest
 from d5pipe.execute.slurm import cancel_run_jobs, query_jobs, run_jobs
 from slurm_fixture import TEST_PROFILE, SlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(480)]
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
@@ -47,6 +47,7 @@ SLURM_OVERRIDES: tuple[str, ...] = (
     "executor.jobs=8",
     "executor.resources.default.runtime_min=5",
     "executor.resources.default.mem_mb=256",
+    "executor.arrays=false",  # one job per shard here; arrays: tests/test_slurm_multinode.py
 )
 MIXED_JOBS = 6  # prepare_data, level0 x2, level2, level3, report (results and report: one job)
 
@@ -170,7 +171,7 @@ class Finished:
 
 def mixed(cluster: SlurmCluster, run_dir: Path, executor: str) -> Finished:
     run = _d5pipe_run(cluster, "slurm_mixed", run_dir, executor)
-    rc, out = run.finish(180)
+    rc, out = run.finish(360)
     return Finished(run_dir, rc, out, run.env)
 
 
@@ -178,7 +179,7 @@ def mpi_backends(cluster: SlurmCluster, run_dir: Path) -> Finished:
     """mpi4py and Horovod allreduce points on 2 ranks: ranks wire up through srun --mpi=pmix."""
     run = _d5pipe_run(cluster, "slurm_mixed", run_dir, "slurm", "stages=[level3]",
                       "sweep.grid.distributed.backend=[mpi,horovod]")
-    rc, out = run.finish(180)
+    rc, out = run.finish(360)
     return Finished(run_dir, rc, out, run.env)
 
 
@@ -214,10 +215,10 @@ def scancel_and_resume(cluster: SlurmCluster, run_dir: Path) -> Resumed:
 
     job_id = _wait_for("a record while the job runs", running_job_with_a_record, deadline, first)
     subprocess.run(["scancel", job_id], env=first.env, timeout=20, check=True)
-    rc1, out1 = first.finish(90)
+    rc1, out1 = first.finish(240)
     before = _mtimes(run_dir)
     second = _d5pipe_run(cluster, "slurm_resume", run_dir, "slurm")
-    rc2, out2 = second.finish(150)
+    rc2, out2 = second.finish(300)
     return Resumed(run_dir, job_id, rc1, out1, before, rc2, out2, _mtimes(run_dir), first.env)
 
 
@@ -298,7 +299,7 @@ def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
 
 def _ok(fut: Future[Finished], rc: int = 0) -> Finished:
     """The finished run; ``rc`` 3 where a point is meant to fail (the exit code says so)."""
-    res = fut.result(timeout=220)
+    res = fut.result(timeout=420)
     assert res.rc == rc, res.output[-4000:]
     return res
 
@@ -392,7 +393,7 @@ def test_every_point_record_names_its_slurm_job_and_node(
 
 def test_hard_timeout_kills_snakemake_and_cancels_the_runs_slurm_jobs(
         runs: dict[str, Future[Any]]) -> None:
-    res: Finished = runs["timeout"].result(timeout=220)
+    res: Finished = runs["timeout"].result(timeout=420)
     assert res.rc == 124, res.output[-3000:]
     match = re.search(r"did not finish within 30 s \(--timeout; killed\); cancelled SLURM jobs: (\d+)",
                       res.output)
@@ -423,7 +424,7 @@ def _cmdline(path: Path) -> str:
 
 def test_scancel_mid_run_then_the_next_run_resumes_without_redoing_points(
         slurm_cluster: SlurmCluster, runs: dict[str, Future[Any]]) -> None:
-    res: Resumed = runs["resume"].result(timeout=230)
+    res: Resumed = runs["resume"].result(timeout=430)
     assert res.first_rc == 3, res.first_output[-3000:]  # points of the cancelled shard never ran
     assert f"slurm job {res.cancelled_job} (level0 s00000): CANCELLED" in res.first_output
     assert 1 <= len(res.records_before) < 4  # cancelled between two points
@@ -441,7 +442,7 @@ def test_scancel_mid_run_then_the_next_run_resumes_without_redoing_points(
 
 
 def test_a_job_past_its_walltime_is_reported_as_timeout(runs: dict[str, Future[Any]]) -> None:
-    res: Walltime = runs["walltime"].result(timeout=230)
+    res: Walltime = runs["walltime"].result(timeout=430)
     assert res.jobcomp["JobState"] == "TIMEOUT" and res.jobcomp["TimeLimit"] == "1"
     assert re.search(r"slurm job \d+ \(level0 s00000\): RUNNING", res.status_running)
     line = next(ln for ln in res.status_after.splitlines()

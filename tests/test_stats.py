@@ -116,3 +116,29 @@ def test_median_ci_coverage_on_lognormal() -> None:
     # binomial standard error of the observed rate is ~0.003; allow 4 of them
     assert abs(observed - coverage) < 4 * math.sqrt(coverage * (1 - coverage) / draws)
     assert 0.94 <= observed <= 0.985
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 9, 11, 12, 30, 200, 2000])
+def test_shapiro_wilk_and_binomial_cdf_agree_with_scipy(n: int) -> None:
+    """The numpy implementations (no scipy import in the jobs) match scipy's."""
+    import numpy as np
+    from scipy import stats as sps
+
+    from d5pipe.measure.normality import binom_half_cdf, shapiro_wilk
+
+    rng = np.random.default_rng(n)
+    for x in (rng.normal(size=n), rng.lognormal(size=n), rng.uniform(size=n)):
+        w, p = shapiro_wilk(x)
+        ref = sps.shapiro(x)
+        assert w == pytest.approx(ref.statistic, abs=1e-6) and p == pytest.approx(ref.pvalue, abs=1e-5)
+    assert np.allclose(binom_half_cdf(n), sps.binom.cdf(np.arange(n + 1), n, 0.5), rtol=0, atol=1e-9)
+
+
+def test_summaries_do_not_import_scipy() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from d5pipe.measure.stats import summarize; summarize([1.0, 2.0, 1.5, 1.2]); "
+            "print('scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"

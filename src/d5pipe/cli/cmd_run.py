@@ -24,11 +24,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="take over an --out that belongs to another experiment or is not a run directory")
     p.add_argument("-v", "--verbose", action="store_true", help="show Snakemake's full output")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write points and checks as JUnit XML")
+    p.add_argument("--detach", action="store_true",
+                   help="SLURM: run the driver itself as a SLURM job and return (survives logout; "
+                        "d5pipe status / d5pipe cancel RUN)")
     p.add_argument("--dry-run", action="store_true",
                    help="write the plan into the run directory and list Snakemake's jobs; run nothing")
 
 
+def _detach(args: argparse.Namespace, argv: list[str]) -> int:
+    from d5pipe import D5PipeError
+    from d5pipe.execute.detach import submit_driver
+    from d5pipe.execute.run import default_out, load_plan
+    from d5pipe.rundir.ownership import RunLock, check_out_dir, claim
+
+    if args.executor != "slurm":
+        raise D5PipeError("--detach needs --executor slurm (a local run has no scheduler to hand over to)")
+    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)  # errors now, exit 2
+    out = args.out or default_out(plan)
+    check_out_dir(out)
+    rd = RunDir(out)
+    with RunLock(rd):  # not in use by a live run; the driver job takes the lock itself
+        claim(rd, plan.experiment, args.force)
+    rest = [a for a in argv if a != "--detach"]
+    if args.out is None:
+        rest += ["--out", str(out)]
+    job = submit_driver(rd, plan.config["executor"], ["run", *rest], plan.experiment)
+    print(f"d5pipe: the driver runs as SLURM job {job}; `d5pipe status {out}` shows it, "
+          f"`d5pipe cancel {out}` stops the run")
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.detach:
+        return _detach(args, list(args.argv))
     outcome = run(
         args.experiment,
         args.overrides,

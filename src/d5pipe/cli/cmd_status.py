@@ -25,6 +25,11 @@ def main(args: argparse.Namespace) -> int:
     verdict = run_verdict(frame)
     print(format_status(stats, verdict))
     if run_executor(args.run_dir) == "slurm":
+        from d5pipe.execute.detach import driver_status_line
+
+        driver = driver_status_line(RunDir(args.run_dir))
+        if driver is not None:
+            print(driver)
         print("\n".join(slurm_status_lines(args.run_dir)))
     if args.junit is not None:
         from d5pipe.results.junit import write_junit

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("d5pipe.cli.cmd_bundle", "seal a run dir (CHECKSUMS.sha256); --archive, --verify, --extract"),
     "reproduce": ("d5pipe.cli.cmd_reproduce", "re-run a bundle and check it reproduced"),
     "compare": ("d5pipe.cli.cmd_compare", "compare two runs metric by metric"),
+    "cancel": ("d5pipe.cli.cmd_cancel", "stop a SLURM run: its detached driver and its jobs"),
 }
 
 
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(command)
         args = parser.parse_intermixed_args(args_list[1:])
+        args.argv = args_list[1:]  # as given (d5pipe run --detach re-submits the same command)
         rc: int = args._main(args)
         return rc
     except D5PipeError as err:

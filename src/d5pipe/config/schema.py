@@ -93,6 +93,14 @@ class ExecutorConf:
     profile: str = ""
     """Snakemake profile directory (``profiles/slurm`` for SLURM)."""
     retries: int = at_least(0, 0)
+    arrays: bool = True
+    """SLURM: submit the shards of a stage as one job array (not level 3, whose shards differ in tasks)."""
+    array_limit: int = at_least(1000, 1)
+    """SLURM: most array tasks per sbatch call (bigger arrays are split)."""
+    array_throttle: int = at_least(0, 0)
+    """SLURM: most tasks of an array running at once (0: no limit)."""
+    driver_runtime_min: int = at_least(1440, 1)
+    """SLURM, ``d5pipe run --detach``: the driver job's time limit (minutes)."""
     resources: dict[str, ResourcesConf] = field(default_factory=dict)
     """Per stage (``level0``..``level3``, ``default``) SLURM resources."""
     extra_args: list[str] = field(default_factory=list)

@@ -119,15 +119,31 @@ def _start_reaper(rd: RunDir, since: datetime, snakemake_pid: int) -> subprocess
         start_new_session=True)
 
 
+def _throttle(array_id: str, limit: int, env: dict[str, str]) -> None:
+    """At most ``limit`` tasks of a job array run at once (SLURM's ArrayTaskThrottle)."""
+    import shutil
+
+    exe = shutil.which("scontrol", path=env.get("PATH"))
+    if exe is not None:
+        subprocess.run([exe, "update", f"JobId={array_id}", f"ArrayTaskThrottle={limit}"],
+                       capture_output=True, timeout=20, env=env, check=False)
+
+
 def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None = None,
-                 verbose: bool = False) -> tuple[int, Console]:
+                 verbose: bool = False, array_throttle: int = 0) -> tuple[int, Console]:
     """Run Snakemake to completion (see module docstring); returns its exit code and the console."""
+    from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
+
     log_path = rd.root / "logs" / "snakemake.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    if "SLURM_CONF" in env:  # the SLURM plugin deletes SLURM_* inside its job steps
+        env["D5PIPE_SLURM_CONF"] = env["SLURM_CONF"]
     since = datetime.now()
     console = Console(rd, verbose, sys.stdout)
+    watch = SlurmWatch(env) if slurm else None
+    throttled: set[str] = set()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1, start_new_session=True, preexec_fn=die_with_parent)
     reaper = _start_reaper(rd, since, proc.pid) if slurm else None
@@ -140,10 +156,12 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
 
     def pump() -> None:
         assert proc.stdout is not None
-        with open(log_path, "a", encoding="utf-8") as log:
+        with open(log_path, "a", encoding="utf-8", buffering=1) as log:  # a killed run keeps its log
             for line in proc.stdout:
                 log.write(line)
                 console.feed(line)
+                if watch is not None:
+                    watch.feed(line)
 
     reader = threading.Thread(target=pump, name="d5pipe-snakemake-output", daemon=True)
     reader.start()
@@ -158,6 +176,15 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
             if deadline is not None and time.monotonic() > deadline:
                 reason = Interrupted(f"snakemake did not finish within {timeout:g} s (--timeout; killed)", 124)
                 break
+            if watch is not None:
+                for array_id in (a for a in watch.arrays if a not in throttled and array_throttle > 0):
+                    _throttle(array_id, array_throttle, env)
+                    throttled.add(array_id)
+                try:
+                    watch.check()
+                except StatusLost as exc:
+                    reason = Interrupted(str(exc), 1)
+                    break
             time.sleep(0.2)
         if reason is not None:
             _kill_session(proc)

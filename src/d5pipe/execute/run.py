@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from d5pipe import WorkflowFailed
 from d5pipe.config.compose import compose_plain
@@ -119,11 +120,15 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         todo = sum(s.points - s.points_done for s in summary.stages)
         print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
         executor = plan.config["executor"]
-        cmd = build_command(run_dir, executor, jobs, snakemake_args, dry_run=dry_run)
+        slurm = executor.get("name") == "slurm"
+        extra = list(snakemake_args or [])
+        if slurm:
+            extra = slurm_args(executor, dry_run) + extra
+        cmd = build_command(run_dir, executor, jobs, extra, dry_run=dry_run)
         t0 = time.perf_counter()
         try:
-            rc, _console = run_workflow(cmd, RunDir(run_dir), executor.get("name") == "slurm", timeout,
-                                        verbose or dry_run)
+            rc, _console = run_workflow(cmd, RunDir(run_dir), slurm, timeout, verbose or dry_run,
+                                        int(executor.get("array_throttle", 0) or 0))
         except Interrupted:
             if not dry_run:
                 finish(run_dir, 1)  # what finished is in the results and the report
@@ -139,19 +144,39 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         return RunOutcome(run_dir, verdict)
 
 
+def slurm_args(executor: dict[str, Any], dry_run: bool = False) -> list[str]:
+    """Snakemake arguments for SLURM: a status source that works here, and job arrays for every
+    stage whose shards all ask for the same resources (not level 3: tasks follow the ranks)."""
+    from d5pipe.config.stages import STAGES
+    from d5pipe.execute.slurm_watch import status_args
+    from d5pipe.execute.snakemake import profile_dirs
+
+    out = [] if dry_run else status_args(profile_dirs(executor))
+    if executor.get("arrays", True):
+        rules = ["prepare_data", *(s for s, st in STAGES.items() if not st.tasks_from_ranks)]
+        out += ["--slurm-array-jobs", ",".join(rules),
+                "--slurm-array-limit", str(int(executor.get("array_limit", 1000) or 1000))]
+    return out
+
+
 def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
     """Results and report exist after every run, also when jobs failed; seal; the run's verdict."""
     from d5pipe.provenance.bundle import write_checksums
-    from d5pipe.results.finalize import finalize_results, results_frame
-    from d5pipe.results.report import build_report
-    from d5pipe.results.verdicts import run_verdict
+    from d5pipe.results.finalize import read_verdict
 
     rd = RunDir(run_dir)
-    if snakemake_rc != 0 or not rd.results_path.exists() or not rd.report_html.exists():
+    verdict = read_verdict(rd.root) if snakemake_rc == 0 else None
+    if verdict is None or not rd.report_html.exists():
+        from d5pipe.results.finalize import finalize_results, write_verdict
+        from d5pipe.results.report import build_report
+
         finalize_results(rd.root, rd.results_path)  # what the failed jobs left, and what never ran
         build_report(rd.root)
+        write_verdict(rd.root)
+        verdict = read_verdict(rd.root)
+        assert verdict is not None
     write_checksums(rd.root)  # the run directory is a bundle: seal it
-    return run_verdict(results_frame(rd.root))
+    return verdict
 
 
 def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None,

@@ -28,7 +28,7 @@ from typing import Any
 
 from d5pipe.config.stages import STAGES, load_target
 from d5pipe.execute.supervisor import Result, Supervisor
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.plan.build import point_config, stage_base
 from d5pipe.rundir.atomic import sync_files, write_json
 from d5pipe.rundir.layout import RunDir
@@ -179,7 +179,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
             rec.write(rd.record(stage, pid), durable=False)
             return rec.status
 
-        supervisor = Supervisor(run_one, timeout_s)
+        supervisor = Supervisor(run_one, timeout_s, on_exit=lambda: run_closers(cache))
         attempts_log.parent.mkdir(parents=True, exist_ok=True)
         with open(attempts_log, "a", encoding="utf-8") as log:
             try:

@@ -24,6 +24,22 @@ def snakefile() -> Path:
     return repo_root() / "Snakefile"
 
 
+def profile_dirs(executor: dict[str, Any]) -> list[Path]:
+    """The SLURM profile (``executor.profile``) and any ``--workflow-profile`` in ``extra_args``."""
+    profile = str(executor.get("profile") or "profiles/slurm")
+    p = Path(profile)
+    if not p.is_absolute():
+        p = repo_root() / p
+    if not p.is_dir():
+        raise D5PipeError(f"executor.profile: {profile} is not a directory")
+    out = [p]
+    extra = [str(a) for a in executor.get("extra_args", []) or []]
+    for i, arg in enumerate(extra[:-1]):
+        if arg == "--workflow-profile":
+            out.append(Path(extra[i + 1]))
+    return out
+
+
 def build_command(
     run_dir: Path,
     executor: dict[str, Any],
@@ -52,13 +68,7 @@ def build_command(
         # each job slot gets the threads of the widest stage (executor.resources.*.cpus_per_task)
         cmd += ["--cores", str(n_jobs * max_threads(executor))]
     elif name == "slurm":
-        profile = str(executor.get("profile") or "profiles/slurm")
-        p = Path(profile)
-        if not p.is_absolute():
-            p = repo_root() / p
-        if not p.is_dir():
-            raise D5PipeError(f"executor.profile: {profile} is not a directory")
-        cmd += ["--executor", "slurm", "--profile", str(p), "--jobs", str(n_jobs)]
+        cmd += ["--executor", "slurm", "--profile", str(profile_dirs(executor)[0]), "--jobs", str(n_jobs)]
     else:
         raise D5PipeError(f"executor.name: unknown executor {name!r} (use local or slurm)")
     retries = int(executor.get("retries", 0) or 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ class StageSummary:
     jobs_done: int
     points_per_shard: int
     axes: list[str]
+    submissions: int = 0
+    """sbatch calls under SLURM (one per job array of up to ``executor.array_limit`` tasks);
+    0 for the local executor."""
 
 
 @dataclass
@@ -29,6 +33,7 @@ class PlanSummary:
     stages: list[StageSummary]
     other_jobs: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    slurm: bool = False
 
     def total_jobs(self) -> int:
         return sum(s.jobs for s in self.stages) + sum(self.other_jobs.values())
@@ -43,6 +48,18 @@ class PlanSummary:
             "other_jobs": self.other_jobs,
             "seconds": round(self.seconds, 3),
         }
+
+
+def _submissions(plan: Plan, stage: str, jobs: int) -> int:
+    """sbatch calls for ``jobs`` shard jobs of ``stage`` (see d5pipe.execute.run.slurm_args)."""
+    from d5pipe.config.stages import STAGES
+
+    ex = plan.config.get("executor") or {}
+    if ex.get("name") != "slurm":
+        return 0
+    if jobs <= 1 or not ex.get("arrays", True) or STAGES[stage].tasks_from_ranks:
+        return jobs
+    return math.ceil(jobs / int(ex.get("array_limit", 1000) or 1000))
 
 
 def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
@@ -64,20 +81,26 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
                 jobs_done=jobs_done,
                 points_per_shard=sp.points_per_shard,
                 axes=list(sp.axes),
+                submissions=_submissions(plan, stage, sp.n_shards),
             )
         )
-    other = {"prepare_data": len(plan.datasets), "aggregate": 1, "report": 1}
-    return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds)
+    other = {"prepare_data": len(plan.datasets), "report": 1}
+    slurm = (plan.config.get("executor") or {}).get("name") == "slurm"
+    return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm)
 
 
 def format_summary(s: PlanSummary) -> str:
     lines = [f"experiment {s.experiment}: {s.points} points, {s.total_jobs()} jobs -> {s.run_dir}"]
-    lines.append(f"  {'stage':<14}{'points':>10}{'done':>10}{'jobs':>8}{'done':>8}  axes")
+    sb = f"{'sbatch':>8}" if s.slurm else ""
+    lines.append(f"  {'stage':<14}{'points':>10}{'done':>10}{'jobs':>8}{'done':>8}{sb}  axes")
     for st in s.stages:
+        sub = f"{st.submissions:>8}" if s.slurm else ""
         lines.append(
-            f"  {st.stage:<14}{st.points:>10}{st.points_done:>10}{st.jobs:>8}{st.jobs_done:>8}  "
+            f"  {st.stage:<14}{st.points:>10}{st.points_done:>10}{st.jobs:>8}{st.jobs_done:>8}{sub}  "
             f"{', '.join(st.axes) or '-'}"
         )
+    if s.slurm:
+        lines.append("  (sbatch: submissions; a stage's shards go as job arrays, level 3 one job per shard)")
     for name, n in s.other_jobs.items():
         lines.append(f"  {name:<14}{'':>10}{'':>10}{n:>8}")
     lines.append(f"  (planned in {s.seconds:.2f} s)")

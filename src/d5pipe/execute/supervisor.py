@@ -56,7 +56,7 @@ class Result:
     seconds: float = 0.0
 
 
-def _worker_loop(conn: Connection, run: PointFn) -> None:
+def _worker_loop(conn: Connection, run: PointFn, on_exit: Callable[[], None] | None) -> None:
     die_with_parent()
     try:
         os.setpgid(0, 0)  # its own group: a timeout kills the worker and what it started
@@ -71,6 +71,8 @@ def _worker_loop(conn: Connection, run: PointFn) -> None:
             break
         status = run(int(index))
         conn.send(status)
+    if on_exit is not None:
+        on_exit()
     conn.close()
     os._exit(0)  # skip interpreter teardown: the records are written
 
@@ -78,8 +80,9 @@ def _worker_loop(conn: Connection, run: PointFn) -> None:
 class Supervisor:
     """Owns at most one live worker; :meth:`run` runs one point under the time limit."""
 
-    def __init__(self, run: PointFn, timeout_s: float | None) -> None:
+    def __init__(self, run: PointFn, timeout_s: float | None, on_exit: Callable[[], None] | None = None) -> None:
         self._run = run
+        self._on_exit = on_exit
         self._timeout = timeout_s if timeout_s and timeout_s > 0 else None
         self._ctx = mp.get_context("fork")
         self._proc: Any = None
@@ -87,7 +90,7 @@ class Supervisor:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_loop, args=(child, self._run), daemon=True)
+        proc = self._ctx.Process(target=_worker_loop, args=(child, self._run, self._on_exit), daemon=True)
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent

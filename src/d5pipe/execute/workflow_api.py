@@ -62,7 +62,7 @@ def enabled_stages(run_dir: str | Path = ".") -> list[str]:
 
 def final_outputs(run_dir: str | Path = ".") -> list[str]:
     rd = _run(run_dir)
-    return [RESULTS_FILE, rd.report_html.name, rd.report_md.name]
+    return [RESULTS_FILE, rd.report_html.name, rd.report_md.name, rd.verdict_path.name]
 
 
 def shard_markers(run_dir: str | Path = ".", stage: str | None = None) -> list[str]:
@@ -131,7 +131,24 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     if stage in STAGES and STAGES[stage].tasks_from_ranks:
         out["tasks"] = lambda wildcards: shard_tasks(run_dir, stage, str(wildcards.shard))
         out["mpi"] = lambda wildcards: shard_mpi(run_dir, stage, str(wildcards.shard))
+        out["nodes"] = lambda wildcards: shard_nodes(run_dir, stage, str(wildcards.shard))
     return out
+
+
+def _shard_distributed(run_dir: str | Path, stage: str, shard: str, key: str) -> list[int]:
+    from d5pipe.plan.build import point_config, stage_base
+
+    rd = _run(run_dir)
+    base = stage_base(rd.config, stage)
+    return [int(point_config(base, p["params"]).get("distributed", {}).get(key, 1) or 1)
+            for p in rd.shard_spec(stage, shard)["points"]]
+
+
+def shard_nodes(run_dir: str | Path, stage: str, shard: str) -> int:
+    """SLURM nodes of a shard's job: the most ``distributed.nodes`` among its points, at least
+    the configured ``executor.resources.<stage>.nodes``."""
+    configured = int(merged_resources(_run(run_dir).executor, stage)["nodes"])
+    return max([configured, *_shard_distributed(run_dir, stage, shard, "nodes")])
 
 
 def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
@@ -140,14 +157,8 @@ def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
     At least the configured ``executor.resources.<stage>.tasks``. The points of a shard run one
     after another inside the job, each starting its ranks with ``srun -n <ranks>`` in it.
     """
-    from d5pipe.plan.build import point_config, stage_base
-
-    rd = _run(run_dir)
-    base = stage_base(rd.config, stage)
-    configured = int(merged_resources(rd.executor, stage)["tasks"])
-    ranks = [int(point_config(base, p["params"]).get("distributed", {}).get("ranks", 1) or 1)
-             for p in rd.shard_spec(stage, shard)["points"]]
-    return max([configured, *ranks])
+    configured = int(merged_resources(_run(run_dir).executor, stage)["tasks"])
+    return max([configured, *_shard_distributed(run_dir, stage, shard, "ranks")])
 
 
 def shard_mpi(run_dir: str | Path, stage: str, shard: str) -> str:

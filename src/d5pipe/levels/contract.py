@@ -12,13 +12,14 @@ The shard (d5pipe.execute.shard) turns the outcome into one atomically written r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from d5pipe.rundir.record import Metric, PointOutcome
 
-__all__ = ["Metric", "PointContext", "PointOutcome", "PointSkipped"]
+__all__ = ["Metric", "PointContext", "PointOutcome", "PointSkipped", "register_closer", "run_closers"]
 
 
 class PointSkipped(Exception):
@@ -47,4 +48,22 @@ class PointContext:
     executor: dict[str, Any]
     """The executor section (local or slurm) as a plain dict."""
     cache: dict[str, Any] = field(default_factory=dict)
-    """Shared by all points of one shard process (e.g. a machine-peak measurement)."""
+    """Shared by all points of one shard process (e.g. a machine-peak measurement, level 3's
+    rank sessions); what needs closing is registered with :func:`register_closer`."""
+
+
+def register_closer(cache: dict[str, Any], closer: Callable[[dict[str, Any]], None]) -> None:
+    """Have ``closer(cache)`` run when the shard's worker ends (e.g. to stop a rank session
+    kept in the cache); registering the same closer twice runs it once."""
+    closers: list[Callable[[dict[str, Any]], None]] = cache.setdefault("_closers", [])
+    if closer not in closers:
+        closers.append(closer)
+
+
+def run_closers(cache: dict[str, Any]) -> None:
+    """Run what :func:`register_closer` registered (each once; errors do not stop the others)."""
+    for closer in cache.pop("_closers", []):
+        try:
+            closer(cache)
+        except Exception:  # noqa: BLE001 - a closer must not mask the shard's results
+            pass

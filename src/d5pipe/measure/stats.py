@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
+from d5pipe.measure.normality import binom_half_cdf, shapiro_wilk
 from d5pipe.rundir.record import Metric
 
 CONFIDENCE = 0.95
@@ -66,7 +66,7 @@ def median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int, f
     if n < 1:
         raise ValueError("n must be >= 1")
     alpha = 1.0 - confidence
-    cdf = sps.binom.cdf(np.arange(n + 1), n, 0.5)
+    cdf = binom_half_cdf(n)
     # j = number of m in 0..n with P(B <= m) <= alpha/2; the interval is [x_(j), x_(n-j+1)] (1-based).
     j = int(np.searchsorted(cdf, alpha / 2.0, side="right"))
     if j == 0:
@@ -102,7 +102,7 @@ def shapiro_p(samples: Sequence[float] | np.ndarray, seed: int = 0) -> float:
     if arr.size > SHAPIRO_MAX_N:
         rng = np.random.default_rng(seed)
         arr = rng.choice(arr, size=SHAPIRO_MAX_N, replace=False)
-    return float(sps.shapiro(arr).pvalue)
+    return shapiro_wilk(arr)[1]
 
 
 def harmonic_mean(rates: Sequence[float] | np.ndarray) -> float:

@@ -170,6 +170,7 @@ class HorovodBackend:
         self._hvd = hvd
         self.rank, self.size = int(hvd.rank()), int(hvd.size())
         self.counter = ByteCounter()
+        self._models = 0
 
     def barrier(self) -> None:
         self._hvd.barrier()
@@ -187,8 +188,13 @@ class HorovodBackend:
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
     ) -> StepFn:
         hvd = self._hvd
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        dist_opt = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        # each model of a rank session gets its own tensor names: Horovod keys its operations
+        # by name, and the next point's model may reuse a name with another shape
+        self._models += 1
+        prefix = f"m{self._models}."
+        hvd.broadcast_parameters([(prefix + n, t) for n, t in model.state_dict().items()], root_rank=0)
+        dist_opt = hvd.DistributedOptimizer(
+            optimizer, named_parameters=[(prefix + n, p) for n, p in model.named_parameters()])
         if optimizer.state_dict()["state"]:
             # Only a resumed optimizer has state to share. For an empty one Horovod would take a
             # zero-gradient step to create it, which advances Adam's step count and makes the run

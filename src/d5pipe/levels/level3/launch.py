@@ -122,6 +122,20 @@ def slurm_cpus_per_task() -> int | None:
     return int(value) if value.isdigit() and int(value) > 0 else None
 
 
+def job_nodelist() -> str:
+    """The node list of the enclosing SLURM job: ``SLURM_JOB_NODELIST``, else asked of squeue
+    (snakemake-executor-plugin-slurm removes most ``SLURM_*`` variables from its job steps but
+    keeps ``SLURM_JOB_ID``)."""
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or ""
+    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    squeue = shutil.which("squeue")
+    if not nodelist and job_id and squeue:
+        out = subprocess.run([squeue, "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True,
+                             timeout=30, check=False)
+        nodelist = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+    return nodelist
+
+
 def slurm_master_addr(nodelist: str) -> str:
     """The first host of a SLURM node list (``scontrol show hostnames``), for multi-node DDP."""
     scontrol = shutil.which("scontrol")
@@ -148,8 +162,13 @@ def build_launch(
     port: int | None = None,
     slurm_nodes: int = 1,
     master_addr: str = LOOPBACK,
+    worker_args: list[str] | None = None,
 ) -> LaunchPlan:
     """The argument list and environment that start ``ranks`` workers on ``spec_path``.
+
+    ``worker_args`` replace ``[spec_path]`` as the worker's arguments (``["--session", DIR]``
+    starts ranks that run point after point, d5pipe.levels.level3.session). ``slurm_nodes`` is
+    the number of nodes srun spreads the ranks over (``--ntasks-per-node`` = ranks / nodes).
 
     ``extra_args`` are appended to the launcher's own options (each one argument, never split).
     ``threads_per_rank`` 0 picks the threads (see :class:`d5pipe.levels.level3.schema.DistributedConf`).
@@ -160,7 +179,7 @@ def build_launch(
         raise D5PipeError(f"distributed.ranks: must be >= 1, got {ranks}")
     chosen = choose_launcher(backend, launcher, executor_name)
     if chosen == "srun" and slurm_nodes > 1 and master_addr == LOOPBACK:
-        master_addr = slurm_master_addr(os.environ.get("SLURM_JOB_NODELIST", ""))
+        master_addr = slurm_master_addr(job_nodelist())
     n_cores = usable_cores() if cores is None else cores
     if threads_per_rank > 0:
         threads = threads_per_rank
@@ -179,7 +198,8 @@ def build_launch(
     the_port = free_port() if port is None else port
     env = base_env(ranks, threads, the_port, master_addr)
     extras = [str(a) for a in (extra_args or [])]
-    worker = [sys.executable, "-m", WORKER_MODULE, str(spec_path)]
+    args = [str(a) for a in worker_args] if worker_args is not None else [str(spec_path)]
+    worker = [sys.executable, "-m", WORKER_MODULE, *args]
     argv: list[str]
     if chosen == "torchrun":
         argv = [
@@ -187,7 +207,7 @@ def build_launch(
             "--nnodes=1", f"--nproc-per-node={ranks}",
             f"--master-addr={master_addr}", f"--master-port={the_port}",
             "--max-restarts=0", *extras,
-            "--module", WORKER_MODULE, str(spec_path),
+            "--module", WORKER_MODULE, *args,
         ]
     elif chosen == "mpirun":
         argv = [find_program("mpirun"), "-n", str(ranks), "--bind-to", "none"]
@@ -202,6 +222,8 @@ def build_launch(
             "srun", f"--ntasks={ranks}", f"--nodes={slurm_nodes}", f"--cpus-per-task={threads}",
             "--kill-on-bad-exit=1", "--export=ALL",
         ]
+        if slurm_nodes > 1 and ranks % slurm_nodes == 0:
+            argv.append(f"--ntasks-per-node={ranks // slurm_nodes}")
         if backend in ("horovod", "mpi"):
             argv.append("--mpi=pmix")  # Open MPI 5 ranks wire up through PMIx under SLURM
         argv += [*extras, *worker]

@@ -41,6 +41,12 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
 def _common(outcome: PointOutcome, launch: dict[str, Any]) -> None:
     outcome.metrics.append(Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"))
     outcome.metrics.append(Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"))
+    hosts = list(launch.get("hosts") or [])
+    per_host = launch.get("ranks_per_host") or {}
+    outcome.metrics.append(Metric("nodes", len(hosts), "", "info"))
+    if per_host:
+        outcome.metrics.append(Metric("ranks_per_node", max(per_host.values()), "", "info"))
+    outcome.extra["nodelist"] = hosts
     outcome.extra["launch"] = launch
 
 

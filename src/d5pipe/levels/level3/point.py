@@ -17,19 +17,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from d5pipe.config.resources import merged_resources
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
 from d5pipe.levels.level3 import outcome, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
+from d5pipe.levels.level3.session import RankSession, close_sessions, session_for
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.process import die_with_parent
+from d5pipe.plan.canonical import digest
 from d5pipe.plan.seeds import derive_seed
 from d5pipe.rundir.atomic import write_json
 from d5pipe.rundir.record import PointOutcome
@@ -155,7 +158,9 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
         "oversubscribe": bool(dist_cfg.get("oversubscribe", True)),
         "threads_per_rank": int(dist_cfg.get("threads_per_rank", 0) or 0),
         "extra_args": list(dist_cfg.get("extra_args") or []),
-        "slurm_nodes": int(resources["nodes"]),
+        # srun spreads the ranks over the point's nodes, else over the job's whole allocation
+        "slurm_nodes": int(dist_cfg.get("nodes", 1) or 1) if int(dist_cfg.get("nodes", 1) or 1) > 1
+        else int(resources["nodes"]),
     }
 
 
@@ -178,11 +183,31 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
         data_path, _ = ensure(dict(cfg["dataset"]), Path(ctx.data_dir).resolve())
         spec["data_path"] = str(data_path)
-    plan = build_launch(spec_path=work / "spec.json", **launch_options(ctx))
-    spec["threads_per_rank"] = plan.threads_per_rank
-    write_json(work / "spec.json", spec)
-    _launch(plan, work, work / "launch.log", float(spec["timeout_s"]))
-    rank_results = _read_ranks(out_dir, int(spec["ranks"]))
+    options = launch_options(ctx)
+    if options["executor_name"] != "slurm" and int(dist_cfg.get("nodes", 1) or 1) > 1:
+        raise PointSkipped(f"distributed.nodes={dist_cfg['nodes']} needs the slurm executor "
+                           "(a local run has one node)")
+    timeout_s = float(spec["timeout_s"])
+    if dist_cfg.get("reuse_ranks", True):
+        key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)
+        root = Path(ctx.run_dir).resolve() / "work" / ctx.stage / "_sessions" / key
+
+        def make() -> RankSession:
+            plan = build_launch(spec_path=root, worker_args=["--session", str(root)], **options)
+            return RankSession(plan, root, int(spec["ranks"]))
+
+        register_closer(ctx.cache, close_sessions)
+        session = session_for(ctx.cache, key, make)
+        plan = session.plan
+        spec["threads_per_rank"] = plan.threads_per_rank
+        write_json(work / "spec.json", spec)
+        rank_results = session.run(spec, out_dir, timeout_s)
+    else:
+        plan = build_launch(spec_path=work / "spec.json", **options)
+        spec["threads_per_rank"] = plan.threads_per_rank
+        write_json(work / "spec.json", spec)
+        _launch(plan, work, work / "launch.log", timeout_s)
+        rank_results = _read_ranks(out_dir, int(spec["ranks"]))
     launch_info = {
         "launcher": plan.launcher,
         "argv": plan.argv,
@@ -190,6 +215,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         "oversubscribed": plan.oversubscribed,
         "threads_per_rank": plan.threads_per_rank,
         "hosts": sorted({str(r["hostname"]) for r in rank_results}),
+        "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
+        "ranks_reused": bool(dist_cfg.get("reuse_ranks", True)),
     }
     if spec["benchmark"] == "collective":
         return outcome.collective_outcome(spec, rank_results, launch_info)

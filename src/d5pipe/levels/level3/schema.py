@@ -20,6 +20,9 @@ class DistributedConf:
     backend: str = choice("ddp", BACKENDS)
     """``ddp`` (torch DDP, gloo/nccl), ``horovod`` (horovod.torch over MPI) or ``mpi`` (mpi4py)."""
     ranks: int = at_least(1, 1)
+    nodes: int = at_least(1, 1)
+    """Nodes the ranks span (SLURM; ranks per node = ranks / nodes). 1: one node, or the whole
+    allocation of ``executor.resources.level3.nodes``."""
     scaling: str = choice("strong", SCALINGS)
     """``strong``: global batch fixed (per-rank = global_batch / ranks); ``weak``: per-rank batch fixed."""
     global_batch: int = at_least(64, 1)
@@ -47,6 +50,9 @@ class DistributedConf:
     whatever the rank count, so a scaling sweep adds N cores per rank."""
     timeout_s: float = positive(300.0)
     """Wall-clock limit of one launch; the launcher's process group is killed after it."""
+    reuse_ranks: bool = True
+    """Launch the ranks once per shard and run its points in them (d5pipe.levels.level3.session);
+    false: one launch per point."""
     serial_check: bool = True
     """Compare the trained model with a 1-process run on the same global batches (``matches_serial``)."""
     tolerance: float = at_least(1e-4, 0.0)

@@ -13,6 +13,10 @@ from d5pipe.levels.schema import check_dataset, check_model
 def check_distributed(dist: Mapping[str, Any]) -> None:
     """Cross-field checks of a resolved ``distributed`` section."""
     ranks = dist.get("ranks", 1)
+    nodes = dist.get("nodes", 1)
+    if isinstance(ranks, int) and isinstance(nodes, int) and nodes > 1 and (nodes > ranks or ranks % nodes):
+        raise D5PipeError(f"config error: key 'distributed.nodes': {nodes} nodes cannot share "
+                          f"distributed.ranks={ranks} evenly (ranks per node = ranks / nodes)")
     if (dist.get("benchmark", "train") == "train" and dist.get("scaling", "strong") == "strong"
             and isinstance(ranks, int) and ranks > 0):
         global_batch = dist.get("global_batch", 64)

@@ -12,11 +12,13 @@ by the parent, not here, so no collective runs inside a timed region.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +43,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
-    """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up."""
+@functools.lru_cache(maxsize=4)
+def _load_data(path: str) -> Any:
+    """A prepared dataset, loaded once per rank process (the points of a session share it)."""
     from d5pipe.levels.datasets import load
 
-    data = load(Path(spec["data_path"]))
+    return load(Path(path))
+
+
+def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
+    """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up."""
+    data = _load_data(str(spec["data_path"]))
     x, y = data.x_train.to(device), data.y_train.to(device)
     rank, size = backend.rank, backend.size
     torch.manual_seed(int(spec["rank_seeds"][rank]))
@@ -89,19 +97,10 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m d5pipe.levels.level3.worker SPEC.json", file=sys.stderr)
-        return 2
-    die_with_parent()  # a rank never outlives its launcher
-    spec_path = Path(args[0])
-    spec: dict[str, Any] = json.loads(spec_path.read_text(encoding="utf-8"))
+def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> None:
+    """Run one point's spec on this rank and write ``<out_dir>/rank<r>.json``."""
     out_dir = Path(spec["out_dir"])
     torch.set_num_threads(int(spec.get("threads_per_rank", 1)))
-    _, _, local_rank = rank_from_env()
-    device = _device(spec, local_rank)
-    backend = make_backend(str(spec["backend"]), device, float(spec.get("timeout_s", 300.0)))
     if backend.size != int(spec["ranks"]):
         raise RuntimeError(f"launcher started {backend.size} ranks, spec asks for {spec['ranks']}")
     started = time.time()
@@ -121,6 +120,60 @@ def main(argv: list[str] | None = None) -> int:
         wall_s=time.time() - started,
     )
     write_json(out_dir / f"rank{backend.rank}.json", result)
+
+
+def _next_spec(session: Path, index: int) -> dict[str, Any] | None:
+    """Wait for ``point-<index>.json`` (None once ``stop`` appears)."""
+    path, stop = session / f"point-{index}.json", session / "stop"
+    delay = 0.001
+    while not path.exists():
+        if stop.exists():
+            return None
+        time.sleep(delay)
+        delay = min(0.02, delay * 2)
+    spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return spec
+
+
+def run_session(session: Path) -> int:
+    """Run point after point (d5pipe.levels.level3.session); the process group is set up once."""
+    first = _next_spec(session, 0)
+    if first is None:
+        return 0
+    torch.set_num_threads(int(first.get("threads_per_rank", 1)))
+    _, _, local_rank = rank_from_env()
+    device = _device(first, local_rank)
+    backend = make_backend(str(first["backend"]), device, float(first.get("timeout_s", 300.0)))
+    index = 0
+    spec: dict[str, Any] | None = first
+    while spec is not None:
+        try:
+            run_spec(backend, spec, device)
+        except Exception as exc:  # this point fails; the next one may still run
+            write_json(Path(spec["out_dir"]) / f"rank{backend.rank}.error.json", {
+                "rank": backend.rank, "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()})
+        index += 1
+        spec = _next_spec(session, index)
+    backend.finalize()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``worker SPEC.json`` runs one point; ``worker --session DIR`` runs a session's points."""
+    args = sys.argv[1:] if argv is None else argv
+    die_with_parent()  # a rank never outlives its launcher
+    if len(args) == 2 and args[0] == "--session":
+        return run_session(Path(args[1]))
+    if len(args) != 1:
+        print("usage: python -m d5pipe.levels.level3.worker SPEC.json | --session DIR", file=sys.stderr)
+        return 2
+    spec: dict[str, Any] = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    torch.set_num_threads(int(spec.get("threads_per_rank", 1)))
+    _, _, local_rank = rank_from_env()
+    device = _device(spec, local_rank)
+    backend = make_backend(str(spec["backend"]), device, float(spec.get("timeout_s", 300.0)))
+    run_spec(backend, spec, device)
     backend.finalize()
     return 0
 

@@ -1,0 +1,117 @@
+"""A driver that survives logout: ``d5pipe run --executor slurm --detach``.
+
+The run is planned and checked on the login node (a bad value is still one line, exit 2), then
+the same ``d5pipe run`` command -- without ``--detach`` -- is submitted as a small SLURM job of its
+own. That job holds the run's lock and runs Snakemake, which submits the shard jobs from there;
+nothing stays resident on the login node, so closing the terminal or killing the submitting
+process changes nothing. ``RUN/driver.json`` names the driver's job: ``d5pipe status RUN`` shows
+it next to the shard jobs and ``d5pipe cancel RUN`` stops both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from d5pipe import D5PipeError
+from d5pipe.rundir.atomic import write_json
+from d5pipe.rundir.layout import RunDir
+
+DRIVER_FILE = "driver.json"
+
+
+def driver_path(rd: RunDir) -> Path:
+    return rd.root / DRIVER_FILE
+
+
+def _sbatch_argv(rd: RunDir, executor: dict[str, Any], command: Sequence[str], name: str) -> list[str]:
+    from d5pipe.config.resources import merged_resources
+
+    res = merged_resources(executor, "default")
+    log_dir = rd.root / "logs" / "driver"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    argv = ["sbatch", "--parsable", f"--job-name=d5pipe-driver-{name}", f"--output={log_dir}/%j.log",
+            "--ntasks=1", "--cpus-per-task=1", "--mem=1024",
+            f"--time={int(executor.get('driver_runtime_min', 1440) or 1440)}",
+            f"--chdir={Path.cwd()}"]  # not RUN: the driver is not one of the run's shard jobs
+    if res.get("partition"):
+        argv.append(f"--partition={res['partition']}")
+    if res.get("account"):
+        argv.append(f"--account={res['account']}")
+    return [*argv, "--wrap", " ".join(_quote(a) for a in command)]
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], name: str) -> str:
+    """Submit ``d5pipe`` with ``argv`` (already without ``--detach``) as a SLURM job; its ID."""
+    exe = shutil.which("sbatch")
+    if exe is None:
+        raise D5PipeError("--detach: sbatch not found on PATH (is this a SLURM login node?)")
+    command = [sys.executable, "-m", "d5pipe.cli.main", *argv]
+    call = _sbatch_argv(rd, executor, command, name)
+    env = dict(os.environ)
+    proc = subprocess.run([exe, *call[1:]], capture_output=True, text=True, timeout=60, env=env, check=False)
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
+        raise D5PipeError(f"--detach: sbatch refused the driver job: {first}")
+    job_id = proc.stdout.strip().split(";")[0]
+    write_json(driver_path(rd), {"schema_version": 1, "job_id": job_id, "submitted": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                 "command": command})
+    return job_id
+
+
+def driver_job(rd: RunDir) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(driver_path(rd).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data
+
+
+def driver_status_line(rd: RunDir) -> str | None:
+    """``driver: SLURM job N RUNNING on node1`` (None without a detached driver)."""
+    from d5pipe.execute.slurm import query_jobs
+
+    info = driver_job(rd)
+    if info is None:
+        return None
+    job_id = str(info["job_id"])
+    try:
+        jobs = [j for j in query_jobs(job_ids=[job_id]) if j.job_id == job_id]
+    except D5PipeError as exc:
+        return f"driver: SLURM job {job_id} (squeue: {exc})"
+    if not jobs:
+        return f"driver: SLURM job {job_id} (no longer known to squeue: finished)"
+    job = jobs[0]
+    where = f" on {job.nodelist}" if job.nodelist else ""
+    return f"driver: SLURM job {job_id} {job.state}{where}"
+
+
+def cancel(rd: RunDir) -> list[str]:
+    """Cancel the detached driver (it then cancels its jobs) and every job of the run; their IDs."""
+    from d5pipe.execute.slurm import cancel_run_jobs
+
+    cancelled: list[str] = []
+    info = driver_job(rd)
+    exe = shutil.which("scancel")
+    if info is not None and exe is not None:
+        # SIGTERM first: the driver kills Snakemake and cancels the shard jobs itself
+        subprocess.run([exe, "--signal=TERM", "--full", str(info["job_id"])], capture_output=True,
+                       timeout=30, check=False)
+        cancelled.append(str(info["job_id"]))
+        time.sleep(2)
+        subprocess.run([exe, str(info["job_id"])], capture_output=True, timeout=30, check=False)
+    cancelled += cancel_run_jobs(rd.root)
+    return cancelled

@@ -1,0 +1,142 @@
+"""Rank sessions: launch a shard's ranks once and run all its level-3 points in them.
+
+Starting ranks (torchrun / mpirun / srun, ``import torch`` in every rank, the process group's
+rendezvous) costs seconds; a point's timed steps often cost less. A :class:`RankSession` is one
+launch of ``python -m d5pipe.levels.level3.worker --session DIR``. For point *k* the parent
+writes ``DIR/point-<k>.json`` (atomically); every rank runs it -- fresh model, seeds and data
+slice from that spec, exactly as a one-point launch would -- and writes its result (or its error)
+into the point's own output directory, then waits for point *k+1* or ``DIR/stop``.
+
+A failing point fails alone: when every rank raises, each writes ``rank<r>.error.json`` and the
+session goes on; when the ranks stop answering (one rank raised inside a collective and the
+others wait, or a rank died), the parent kills the session's process group after
+``distributed.timeout_s`` and the next point starts a new one. Sessions are kept per launch key
+(backend, ranks, nodes, launcher, threads...) in the shard worker's cache and closed when the
+shard ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from d5pipe.levels.level3.launch import LaunchPlan
+from d5pipe.measure.process import die_with_parent
+from d5pipe.rundir.atomic import write_json
+
+POLL_S = 0.005
+LOG_TAIL_CHARS = 3000
+INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
+
+
+def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")[-chars:]
+    except FileNotFoundError:
+        return ""
+
+
+class RankSession:
+    """One launch of the ranks, running points one after another (see module docstring)."""
+
+    def __init__(self, plan: LaunchPlan, root: Path, ranks: int) -> None:
+        self.plan, self.root, self.ranks = plan, root, ranks
+        self.log = root / "launch.log"
+        self.next_index = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        for stale in self.root.glob("point-*.json"):
+            stale.unlink()
+        (self.root / "stop").unlink(missing_ok=True)
+        # rank variables of an enclosing launch must not leak into the workers' rank detection
+        env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
+        env.update(self.plan.env)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(  # its own session: killed as a group; dies with us
+                self.plan.argv, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=die_with_parent)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        """Ask the ranks to stop; kill them if they do not within 10 s."""
+        if self.alive():
+            assert self.proc is not None
+            (self.root / "stop").write_text("stop\n")
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def run(self, spec: dict[str, Any], out_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
+        """Run one point's spec on every rank; the ranks' results in rank order."""
+        if not self.alive():
+            raise RuntimeError(f"{self.plan.launcher} session is not running: {tail(self.log)}")
+        index = self.next_index
+        self.next_index += 1
+        write_json(self.root / f"point-{index}.json", spec)
+        deadline = time.monotonic() + timeout_s
+        results = [out_dir / f"rank{r}.json" for r in range(self.ranks)]
+        errors = [out_dir / f"rank{r}.error.json" for r in range(self.ranks)]
+        while True:
+            done = [p.exists() or e.exists() for p, e in zip(results, errors, strict=True)]
+            if all(done):
+                break
+            if not self.alive():
+                rc = self.proc.returncode if self.proc is not None else None
+                self.kill()
+                raise RuntimeError(f"{self.plan.launcher} exited with {rc}: {tail(self.log)}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{self.plan.launcher} ranks exceeded distributed.timeout_s={timeout_s:g} "
+                                   f"(ranks {[r for r, d in enumerate(done) if not d]} did not finish): "
+                                   f"{tail(self.log)}")
+            time.sleep(POLL_S)
+        failed = [json.loads(e.read_text(encoding="utf-8")) for e in errors if e.exists()]
+        if failed:
+            first = failed[0]
+            raise RuntimeError(f"rank {first.get('rank')} of {self.ranks} raised "
+                               f"{first.get('error', '?')} ({len(failed)} rank(s) failed)")
+        return [json.loads(p.read_text(encoding="utf-8")) for p in results]
+
+
+def session_for(cache: dict[str, Any], key: str, make: Any) -> RankSession:
+    """The live session of ``key`` in a shard's ``cache``, or a new one from ``make()``.
+
+    At most one session lives at a time: another key's session is closed first, since its ranks
+    hold the cores (and, under SLURM, the job's CPUs: a second srun step would wait for them).
+    The last one is closed by :func:`close_sessions` when the shard worker ends.
+    """
+    sessions: dict[str, RankSession] = cache.setdefault("level3_sessions", {})
+    session = sessions.get(key)
+    if session is None or not session.alive():
+        for other in list(sessions):
+            sessions.pop(other).close()
+        session = make()
+        session.start()
+        sessions[key] = session
+    return session
+
+
+def close_sessions(cache: dict[str, Any]) -> None:
+    for session in cache.pop("level3_sessions", {}).values():
+        session.close()

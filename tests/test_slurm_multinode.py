@@ -1,0 +1,128 @@
+"""d5pipe on the 3-node SLURM test cluster (tests/cluster/multinode_cluster.py, slurmdbd + MariaDB).
+
+The runs start together in one module fixture (they mostly wait on SLURM's polling):
+
+* ``multinode_l3``: 4 ranks on 2 nodes for DDP, Horovod and mpi4py in one shard job;
+* ``multinode_sweep``: 12 level-0 points in 6 shards, submitted as a job array;
+
+and the tests then check SLURM's own accounting (sacct) against d5pipe's records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from multinode_fixture import MultiNodeCluster
+from slurm_fixture import TEST_PROFILE
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_CONF = ROOT / "tests" / "configs"
+OVERRIDES = (
+    f"executor.extra_args=['--workflow-profile','{TEST_PROFILE}']",
+    "executor.retries=0",
+    "executor.jobs=8",
+    "executor.resources.default.runtime_min=10",
+    "executor.resources.default.mem_mb=400",
+    "distributed.timeout_s=120",
+)
+RUN_CEILING_S = 480
+
+
+@dataclass
+class Finished:
+    run_dir: Path
+    rc: int
+    output: str
+    env: dict[str, str]
+
+
+def _env(cluster: MultiNodeCluster) -> dict[str, str]:
+    env = dict(cluster.env())
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               # the nodes share one kernel: Open MPI must talk TCP over the bridge between them
+               OMPI_MCA_btl="self,tcp")
+    return env
+
+
+def _run(cluster: MultiNodeCluster, experiment: str, run_dir: Path, *extra: str) -> Finished:
+    env = _env(cluster)
+    argv = [sys.executable, "-m", "d5pipe.cli.main", "run", experiment, "--config-dir", str(TEST_CONF),
+            "--out", str(run_dir), "--executor", "slurm", *OVERRIDES, *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=RUN_CEILING_S,
+                          check=False)
+    return Finished(run_dir, proc.returncode, proc.stdout + proc.stderr, env)
+
+
+def _records(run_dir: Path, stage: str) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in (run_dir / "points" / stage).glob("*.json")}
+
+
+def _metrics(rec: dict[str, Any]) -> dict[str, Any]:
+    return {m["name"]: m["value"] for m in rec["metrics"]}
+
+
+def _sacct(env: dict[str, str], *args: str) -> list[dict[str, str]]:
+    fields = "JobID,JobIDRaw,JobName,State,NodeList,WorkDir"
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", fields, *args], capture_output=True, text=True,
+                         env=env, timeout=30, check=True).stdout
+    return [dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if line]
+
+
+@pytest.fixture(scope="module")
+def mn_runs(multinode_cluster: MultiNodeCluster, tmp_path_factory: pytest.TempPathFactory
+            ) -> dict[str, Future[Finished]]:
+    base = tmp_path_factory.mktemp("multinode")
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mn-run")
+    started = time.monotonic()
+    futures = {
+        "l3": pool.submit(_run, multinode_cluster, "multinode_l3", base / "l3"),
+        "sweep": pool.submit(_run, multinode_cluster, "multinode_sweep", base / "sweep"),
+    }
+    yield futures
+    pool.shutdown(wait=True)
+    print(f"\nmultinode runs took {time.monotonic() - started:.0f} s "
+          f"(cluster start {multinode_cluster.start_seconds:.1f} s)")
+
+
+def test_level3_runs_across_two_nodes_on_every_engine(mn_runs: dict[str, Future[Finished]]) -> None:
+    res = mn_runs["l3"].result(timeout=RUN_CEILING_S + 60)
+    assert res.rc == 0, res.output[-4000:]
+    recs = _records(res.run_dir, "level3")
+    assert {r["params"]["distributed.backend"] for r in recs.values()} == {"ddp", "horovod", "mpi"}
+    for rec in recs.values():
+        assert rec["status"] == "ok", rec["error"]
+        m = _metrics(rec)
+        assert m["params_identical"] == "pass" and m["matches_serial"] == "pass", m
+        assert m["nodes"] == 2 and m["ranks_per_node"] == 2
+        assert len(set(rec["extra"]["nodelist"])) == 2
+        argv = rec["extra"]["launch"]["argv"]
+        assert argv[0] == "srun" and "--nodes=2" in argv and "--ntasks-per-node=2" in argv
+    df = pd.read_parquet(res.run_dir / "results.parquet")
+    assert set(df.loc[df["stage"] == "level3", "verdict"]) == {"pass"}
+
+
+def test_a_stage_of_six_shards_is_one_job_array(mn_runs: dict[str, Future[Finished]]) -> None:
+    res = mn_runs["sweep"].result(timeout=RUN_CEILING_S + 60)
+    assert res.rc == 0, res.output[-4000:]
+    recs = _records(res.run_dir, "level0")
+    assert len(recs) == 12 and {r["status"] for r in recs.values()} == {"ok"}
+    workdir = os.path.realpath(res.run_dir)
+    jobs = [j for j in _sacct(res.env, "-S", "now-1hours") if os.path.realpath(j["WorkDir"] or "/") == workdir]
+    shard_tasks = [j for j in jobs if "_" in j["JobID"]]
+    assert len(shard_tasks) == 6, jobs
+    assert len({j["JobID"].split("_")[0] for j in shard_tasks}) == 1, "one sbatch for the level-0 stage"
+    task_ids = {r["provenance"]["slurm_job_id"] for r in recs.values()}
+    assert task_ids <= {j["JobIDRaw"] for j in shard_tasks}
