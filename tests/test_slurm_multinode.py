@@ -126,3 +126,117 @@ def test_a_stage_of_six_shards_is_one_job_array(mn_runs: dict[str, Future[Finish
     assert len({j["JobID"].split("_")[0] for j in shard_tasks}) == 1, "one sbatch for the level-0 stage"
     task_ids = {r["provenance"]["slurm_job_id"] for r in recs.values()}
     assert task_ids <= {j["JobIDRaw"] for j in shard_tasks}
+
+
+def test_sacct_accounting_reaches_the_results_and_the_report(mn_runs: dict[str, Future[Finished]]) -> None:
+    res = mn_runs["sweep"].result(timeout=RUN_CEILING_S + 60)
+    assert res.rc == 0, res.output[-4000:]
+    df = pd.read_parquet(res.run_dir / "results.parquet")
+    points = df.drop_duplicates("point_id")
+    assert set(points["slurm_state"]) == {"COMPLETED"}
+    assert (points["slurm_elapsed_s"] > 0).all() and (points["slurm_cpu_s"] >= 0).all()
+    assert points["slurm_job_id"].notna().all()
+    acct = pd.read_parquet(res.run_dir / "accounting.parquet")
+    assert set(points["slurm_job_id"]) <= set(acct["slurm_job_id"])
+    assert acct["slurm_cpu_efficiency"].between(0, 1.5).all()
+    html = (res.run_dir / "report.html").read_text()
+    assert 'id="slurm"' in html and "CPU eff." in html
+
+
+def _status(env: dict[str, str], run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "status", str(run_dir)], capture_output=True,
+                          text=True, env=env, timeout=120, check=False)
+
+
+def _wait(what: str, check: Any, ceiling_s: float, step_s: float = 2.0) -> Any:
+    deadline = time.monotonic() + ceiling_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(step_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_detached_driver_survives_the_kill_of_its_submitter(multinode_cluster: MultiNodeCluster,
+                                                              tmp_path: Path) -> None:
+    env = _env(multinode_cluster)
+    run_dir = tmp_path / "detached"
+    argv = [sys.executable, "-m", "d5pipe.cli.main", "run", "multinode_sweep", "--config-dir", str(TEST_CONF),
+            "--out", str(run_dir), "--executor", "slurm", *OVERRIDES, "--detach"]
+    submitter = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                 cwd=ROOT, start_new_session=True)
+    out, _ = submitter.communicate(timeout=180)
+    assert submitter.returncode == 0, out
+    try:
+        os.killpg(submitter.pid, 9)  # the login shell goes away: nothing of the run lived there
+    except ProcessLookupError:
+        pass
+    driver = json.loads((run_dir / "driver.json").read_text())["job_id"]
+    assert f"SLURM job {driver}" in out
+    running = _wait("the driver to run", lambda: "driver: SLURM job" in (s := _status(env, run_dir)).stdout
+                    and s.stdout, 120)
+    assert f"driver: SLURM job {driver}" in running
+    done = _wait("the detached run to pass", lambda: _status(env, run_dir).returncode == 0, RUN_CEILING_S, 5.0)
+    assert done
+    assert len(_records(run_dir, "level0")) == 12
+    state = _wait("sacct to record the driver", lambda: next(
+        (j["State"] for j in _sacct(env, "-j", driver) if j["State"] != "RUNNING"), None), 120)
+    assert state == "COMPLETED"
+
+
+def test_cancel_stops_the_driver_and_the_runs_jobs(multinode_cluster: MultiNodeCluster, tmp_path: Path) -> None:
+    env = _env(multinode_cluster)
+    run_dir = tmp_path / "cancelled"
+    r = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "run", "multinode_slow", "--config-dir",
+                        str(TEST_CONF), "--out", str(run_dir), "--executor", "slurm", *OVERRIDES, "--detach"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=180, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    driver = json.loads((run_dir / "driver.json").read_text())["job_id"]
+    workdir = os.path.realpath(run_dir)
+
+    def shard_jobs() -> list[dict[str, str]]:
+        return [j for j in _sacct(env, "-S", "now-1hours") if os.path.realpath(j["WorkDir"] or "/") == workdir]
+
+    _wait("a shard job to run", lambda: any(j["State"] == "RUNNING" for j in shard_jobs()), 240)
+    c = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "cancel", str(run_dir)], capture_output=True,
+                       text=True, env=env, timeout=120, check=False)
+    assert c.returncode == 0 and driver in c.stdout, c.stdout + c.stderr
+    _wait("every job of the run to end", lambda: shard_jobs() and all(
+        j["State"] not in ("RUNNING", "PENDING") for j in shard_jobs()), 120)
+    assert {j["State"].split()[0] for j in shard_jobs()} <= {"CANCELLED", "COMPLETED"}
+    _wait("the driver to end", lambda: all(j["State"] not in ("RUNNING", "PENDING")
+                                           for j in _sacct(env, "-j", driver)), 120)
+
+
+def test_a_node_killed_mid_run_loses_only_its_jobs_unfinished_points(
+        multinode_cluster: MultiNodeCluster, tmp_path: Path) -> None:
+    env = _env(multinode_cluster)
+    run_dir = tmp_path / "nodefail"
+    pool = ThreadPoolExecutor(max_workers=1)
+    fut = pool.submit(_run, multinode_cluster, "multinode_slow", run_dir, "executor.retries=1")
+    victim = "node2"
+
+    def job_on_victim() -> str | None:
+        for j in _sacct(env, "-S", "now-1hours"):
+            if j["State"] == "RUNNING" and j["NodeList"] == victim and \
+                    os.path.realpath(j["WorkDir"] or "/") == os.path.realpath(run_dir):
+                return j["JobIDRaw"]
+        return None
+
+    try:
+        lost = _wait("a shard job on node2", job_on_victim, 300, 1.0)
+        _wait("its first point", lambda: len(_records(run_dir, "level0")) >= 1, 120, 1.0)
+        multinode_cluster.kill_node(victim)
+        res = fut.result(timeout=RUN_CEILING_S + 120)
+    finally:
+        pool.shutdown(wait=True)
+        multinode_cluster.restart_node(victim)
+    assert res.rc == 0, res.output[-4000:]
+    recs = _records(run_dir, "level0")
+    assert len(recs) == 6 and {r["status"] for r in recs.values()} == {"ok"}
+    acct = pd.read_parquet(run_dir / "accounting.parquet")
+    failed = acct[acct["slurm_job_id"] == lost]
+    assert list(failed["slurm_state"]) == ["NODE_FAIL"] and list(failed["slurm_nodes"]) == [victim]
+    html = (run_dir / "report.html").read_text()
+    assert f"ended NODE_FAIL on {victim}" in html

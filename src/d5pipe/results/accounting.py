@@ -83,6 +83,33 @@ def parse_sacct(text: str) -> pd.DataFrame:
     return df[list(COLUMNS)]
 
 
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    if "D5PIPE_SLURM_CONF" in env:
+        env.setdefault("SLURM_CONF", env["D5PIPE_SLURM_CONF"])
+    return env
+
+
+def run_job_ids(run_dir: str, since: str, timeout_s: float = 60.0) -> set[str]:
+    """IDs of every job sacct knows whose working directory is ``run_dir`` (submitted since
+    ``since``): also the jobs that lost their node before any of their points finished."""
+    exe = shutil.which("sacct")
+    if exe is None:
+        return set()
+    try:
+        proc = subprocess.run([exe, "-n", "-X", "-P", "-o", "JobIDRaw,WorkDir", "-S", since], capture_output=True,
+                              text=True, timeout=timeout_s, env=_env(), check=False)
+    except subprocess.TimeoutExpired:
+        return set()
+    target = os.path.realpath(run_dir)
+    out = set()
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        job, _, workdir = line.partition("|")
+        if workdir and os.path.realpath(workdir) == target:
+            out.add(job)
+    return out
+
+
 def job_accounting(job_ids: Iterable[str], timeout_s: float = 60.0) -> tuple[pd.DataFrame, str]:
     """``sacct`` rows of ``job_ids`` and, when there are none, why."""
     ids = sorted({str(j) for j in job_ids if j})
@@ -91,9 +118,7 @@ def job_accounting(job_ids: Iterable[str], timeout_s: float = 60.0) -> tuple[pd.
     exe = shutil.which("sacct")
     if exe is None:
         return pd.DataFrame(columns=list(COLUMNS)), "sacct is not installed here"
-    env = dict(os.environ)
-    if "D5PIPE_SLURM_CONF" in env:
-        env.setdefault("SLURM_CONF", env["D5PIPE_SLURM_CONF"])
+    env = _env()
     try:
         proc = subprocess.run([exe, "-n", "-P", "-o", ",".join(FIELDS), "-j", ",".join(ids)],
                               capture_output=True, text=True, timeout=timeout_s, env=env, check=False)

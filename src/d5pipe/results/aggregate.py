@@ -58,6 +58,7 @@ class _Columns:
     error: list[str | None] = field(default_factory=list)
     seed: list[int | None] = field(default_factory=list)
     env_hash: list[str | None] = field(default_factory=list)
+    slurm_job_id: list[str | None] = field(default_factory=list)
     params: list[dict[str, Any]] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
     n_rows: int = 0
@@ -104,6 +105,8 @@ def _add_point(cols: _Columns, stage: str, pid: str, rec: dict[str, Any]) -> Non
     seed = rec.get("seed")
     cols.seed.append(seed if isinstance(seed, int) else None)
     cols.env_hash.append(rec.get("env_hash"))
+    job = (rec.get("provenance") or {}).get("slurm_job_id")
+    cols.slurm_job_id.append(None if job is None else str(job))
     cols.params.append(rec.get("params") or {})
     if not metrics:
         metrics = [_STATUS_ROW]
@@ -219,6 +222,7 @@ def _build_table(cols: _Columns) -> pa.Table:
         "error": pa.array(cols.error, type=pa.string()).take(idx),
         "seed": pa.array(cols.seed, type=pa.int64()).take(idx),
         "env_hash": pa.array(cols.env_hash, type=pa.string()).take(idx),
+        "slurm_job_id": pa.array(cols.slurm_job_id, type=pa.string()).take(idx),
     }
     for key in _axes(cols.params):
         data[axis_column_name(key)] = _axis_array([p.get(key) for p in cols.params]).take(idx)

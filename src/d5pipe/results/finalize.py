@@ -57,6 +57,25 @@ def results_frame(run_dir: Path) -> pd.DataFrame:
     return with_checks(_nullable(table), rd.config)
 
 
+def with_accounting(df: pd.DataFrame, rd: RunDir) -> pd.DataFrame:
+    """Join each point's SLURM job accounting (``slurm_*`` columns); write ``accounting.parquet``.
+
+    Done once, by the report job: its shard jobs have all ended, so sacct's figures are final.
+    """
+    from d5pipe.results.accounting import COLUMNS, job_accounting, run_job_ids
+
+    if "slurm_job_id" not in df.columns or df["slurm_job_id"].isna().all():
+        return df
+    since = str(rd.manifest.get("created") or "now-7days")[:19]
+    ids = {*df["slurm_job_id"].dropna().unique(), *run_job_ids(str(rd.root), since)}
+    acct, why = job_accounting(ids)
+    write_frame(acct.assign(note=why), rd.side_table("accounting"))
+    if acct.empty:
+        return df
+    extra = [c for c in COLUMNS if c != "slurm_job_id"]
+    return df.drop(columns=extra, errors="ignore").merge(acct, on="slurm_job_id", how="left")
+
+
 def write_frame(df: pd.DataFrame, path: Path) -> None:
     buf = io.BytesIO()
     df.to_parquet(buf, index=False, compression="zstd")
@@ -71,6 +90,7 @@ def finalize_results(run_dir: Path, out: Path) -> Path:
     merge_dataset_meta(rd.root)
     path = aggregate(rd.root, rd.planned_ids, Path(out))
     df = with_checks(_nullable(pq.read_table(path)), rd.config)
+    df = with_accounting(df, rd)
     write_frame(df, path)
     hashes = df["env_hash"].dropna()
     ranked = [str(h) for h in hashes.value_counts().index if str(h)]

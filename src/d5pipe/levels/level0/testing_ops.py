@@ -113,3 +113,17 @@ FAULT_SEGV = _faulty("segv")
 FAULT_HANG = _faulty("hang")
 FAULT_OOM = _faulty("oom")
 FAULT_KILL_SHARD = _faulty("kill_shard")
+
+
+def _sleepy_inputs(n: int, batch: int, gen: torch.Generator) -> list[torch.Tensor]:
+    import time
+
+    time.sleep(n / 10.0)  # a point that takes size/10 seconds (node-failure tests need time)
+    return _square_matmul_inputs(8, batch, gen)
+
+
+SLOW_MATMUL = dataclasses.replace(
+    MATMUL, name="slow_matmul", make_inputs=_sleepy_inputs,
+    flops=lambda n, b: 2 * 8**3, min_bytes=lambda n, b, s: s * 3 * 8 * 8,
+    description="an 8x8 matmul whose inputs take size/10 seconds to build",
+)

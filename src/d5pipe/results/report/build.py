@@ -11,6 +11,7 @@ from d5pipe.results.report.html import render_html
 from d5pipe.results.report.loader import RunData, load_run
 from d5pipe.results.report.markdown import render_markdown
 from d5pipe.results.report.sections import provenance, stage_table
+from d5pipe.results.report.slurm_section import slurm_jobs
 from d5pipe.rundir.atomic import write_text
 from d5pipe.rundir.layout import RunDir
 
@@ -28,6 +29,9 @@ def build_sections(data: RunData) -> Report:
         level = load_target(entry.report)(data) if entry is not None else Section(stage, stage)
         level.subsections.append(stage_table(data, stage))
         sections.append(level)
+    jobs = slurm_jobs(data)
+    if jobs is not None:
+        sections.append(jobs)
     warn = warnings(data)
     if warn is not None:
         sections.append(warn)
