@@ -40,7 +40,8 @@ def test_exact_columns_and_rows(run: tuple[Path, dict[str, list[str]]]) -> None:
     assert path == run_dir / "results.parquet"
     df = pd.read_parquet(path)
     axes = sorted({*GRIDS["level0"], *GRIDS["level3"]})
-    assert list(df.columns) == [*FIXED_COLUMNS, *axes]
+    assert list(df.columns) == [*FIXED_COLUMNS, "slurm_job_id", *axes]
+    assert df["slurm_job_id"].isna().all()  # a local run has no SLURM job
     assert len(df) == expected_rows(run_dir)
     assert set(df["stage"]) == {"level0", "level3"}
     assert df.groupby("stage")["point_id"].nunique().to_dict() == {s: len(v) for s, v in planned.items()}

@@ -17,8 +17,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from d5pipe.results.finalize import finalize_results, read_verdict, write_verdict
+    from d5pipe.results.finalize import finalize_results, write_verdict
     from d5pipe.results.report import build_report
+    from d5pipe.results.verdicts import read_verdict
 
     rd = RunDir(args.run_dir).require_run()
     finalize_results(rd.root, rd.results_path)

@@ -45,13 +45,14 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = read_manifest(run_dir).get("submit_env_hash")
     write_plan(run_dir, plan, overrides)
-    env = environment_record()
+    env = environment_record(light=True)  # the submitter imports neither torch nor Horovod
     current = env_hash(env)
     write_manifest(run_dir, build_manifest(plan, env, current))
     if retry_failed:
         remove_failed(run_dir, plan)
     rerun_shards = invalidate_stale_markers(run_dir, plan)
     summary = summarize(plan, run_dir)
+    summary.shards_reset = len(rerun_shards)
     kept = sum(s.points_done for s in summary.stages)
     if previous and previous != current and kept:
         # point IDs name configs, not code or machines: say so before reusing old records
@@ -121,6 +122,9 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
         executor = plan.config["executor"]
         slurm = executor.get("name") == "slurm"
+        if not dry_run and summary.all_done() and up_to_date(rd, plan):
+            print("d5pipe: nothing to do: every point has its record and the results are up to date", flush=True)
+            return RunOutcome(run_dir, finish(run_dir, 0))
         extra = list(snakemake_args or [])
         if slurm:
             extra = slurm_args(executor, dry_run) + extra
@@ -152,6 +156,8 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False) -> list[str]:
     from d5pipe.execute.snakemake import profile_dirs
 
     out = [] if dry_run else status_args(profile_dirs(executor))
+    if out:
+        print(f"d5pipe: SLURM job status from {out[-1]}", flush=True)
     if executor.get("arrays", True):
         rules = ["prepare_data", *(s for s, st in STAGES.items() if not st.tasks_from_ranks)]
         out += ["--slurm-array-jobs", ",".join(rules),
@@ -159,10 +165,23 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False) -> list[str]:
     return out
 
 
+def up_to_date(rd: RunDir, plan: Plan) -> bool:
+    """Every shard marker exists and results, report and verdict are newer than everything they
+    are made from (what Snakemake would conclude, without paying for its start-up and DAG)."""
+    try:
+        made = min(p.stat().st_mtime_ns for p in (rd.results_path, rd.report_html, rd.verdict_path))
+        inputs = [rd.config_path, rd.checks_path, rd.index_path]
+        for stage, sp in plan.stages.items():
+            inputs += [rd.marker(stage, name) for name in sp.shard_names()]
+        return all(p.stat().st_mtime_ns <= made for p in inputs)
+    except FileNotFoundError:
+        return False
+
+
 def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
     """Results and report exist after every run, also when jobs failed; seal; the run's verdict."""
     from d5pipe.provenance.bundle import write_checksums
-    from d5pipe.results.finalize import read_verdict
+    from d5pipe.results.verdicts import read_verdict
 
     rd = RunDir(run_dir)
     verdict = read_verdict(rd.root) if snakemake_rc == 0 else None

@@ -20,6 +20,8 @@ class StageSummary:
     jobs_done: int
     points_per_shard: int
     axes: list[str]
+    expected_s_per_job: float = 0.0
+    """The largest expected work of one of the stage's shards (d5pipe.plan.cost), seconds."""
     submissions: int = 0
     """sbatch calls under SLURM (one per job array of up to ``executor.array_limit`` tasks);
     0 for the local executor."""
@@ -34,6 +36,12 @@ class PlanSummary:
     other_jobs: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     slurm: bool = False
+    shards_reset: int = 0
+    """Shards whose completion marker was removed because a point lost its record."""
+
+    def all_done(self) -> bool:
+        return self.shards_reset == 0 and all(st.jobs_done == st.jobs and st.points_done == st.points
+                                              for st in self.stages)
 
     def total_jobs(self) -> int:
         return sum(s.jobs for s in self.stages) + sum(self.other_jobs.values())
@@ -81,6 +89,7 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
                 jobs_done=jobs_done,
                 points_per_shard=sp.points_per_shard,
                 axes=list(sp.axes),
+                expected_s_per_job=max((sp.shard_cost_s(i) for i in range(sp.n_shards)), default=0.0),
                 submissions=_submissions(plan, stage, sp.n_shards),
             )
         )
@@ -92,16 +101,16 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
 def format_summary(s: PlanSummary) -> str:
     lines = [f"experiment {s.experiment}: {s.points} points, {s.total_jobs()} jobs -> {s.run_dir}"]
     sb = f"{'sbatch':>8}" if s.slurm else ""
-    lines.append(f"  {'stage':<14}{'points':>10}{'done':>10}{'jobs':>8}{'done':>8}{sb}  axes")
+    lines.append(f"  {'stage':<14}{'points':>10}{'done':>10}{'jobs':>8}{'done':>8}{'~s/job':>8}{sb}  axes")
     for st in s.stages:
         sub = f"{st.submissions:>8}" if s.slurm else ""
         lines.append(
-            f"  {st.stage:<14}{st.points:>10}{st.points_done:>10}{st.jobs:>8}{st.jobs_done:>8}{sub}  "
-            f"{', '.join(st.axes) or '-'}"
+            f"  {st.stage:<14}{st.points:>10}{st.points_done:>10}{st.jobs:>8}{st.jobs_done:>8}"
+            f"{st.expected_s_per_job:>8.0f}{sub}  {', '.join(st.axes) or '-'}"
         )
     if s.slurm:
         lines.append("  (sbatch: submissions; a stage's shards go as job arrays, level 3 one job per shard)")
     for name, n in s.other_jobs.items():
         lines.append(f"  {name:<14}{'':>10}{'':>10}{n:>8}")
-    lines.append(f"  (planned in {s.seconds:.2f} s)")
+    lines.append(f"  (~s/job: expected work of the largest shard, d5pipe.plan.cost; planned in {s.seconds:.2f} s)")
     return "\n".join(lines)

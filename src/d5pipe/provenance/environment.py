@@ -35,6 +35,7 @@ import functools
 import json
 import os
 import socket
+import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -107,29 +108,81 @@ HASH_KEYS: tuple[str, ...] = (
 )
 """Dotted record paths that make up the hash subset (see module docstring)."""
 
-@functools.lru_cache(maxsize=1)
-def _cached_record() -> str:
-    probe = envprobe.start_mpi_probe()  # runs while torch is imported
-    record: dict[str, Any] = {
-        "schema_version": ENV_SCHEMA_VERSION,
+STATIC_PARTS: tuple[str, ...] = ("python", "packages", "torch", "horovod", "cpu", "gpu", "os", "mpi")
+"""Record parts that do not change between jobs on one host and one installation (cached)."""
+
+
+def _fingerprint() -> str:
+    """What the static parts depend on: host, boot, interpreter and the mtimes of its import
+    directories (installing or removing a package changes its site-packages directory)."""
+    paths = sorted({p for p in sys.path if p and os.path.isdir(p)})
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        boot = ""
+    return digest({"schema": ENV_SCHEMA_VERSION, "host": socket.gethostname(), "boot": boot,
+                   "exe": sys.executable, "paths": [(p, os.stat(p).st_mtime_ns) for p in paths]}, 16)
+
+
+def _static_parts(light: bool) -> dict[str, Any]:
+    probe = None if light else envprobe.start_mpi_probe()  # runs while torch is imported
+    parts: dict[str, Any] = {
         "python": envprobe.python_info(),
         "packages": envprobe.packages(),
-        "torch": envprobe.torch_info(),
-        "horovod": envprobe.horovod_info(),
+        "torch": envprobe.torch_info(light=light),
+        "horovod": envprobe.horovod_info(light=light),
         "cpu": envprobe.cpu_info(),
         "gpu": envprobe.gpu_info(),
         "os": envprobe.os_info(),
-        "hostname": socket.gethostname(),
-        "env": {k: os.environ.get(k) for k in (*HASHED_ENV_VARS, *RECORDED_ENV_VARS)},
-        "git": envprobe.git_info(),
     }
-    record["mpi"] = envprobe.mpi_info(probe)
+    parts["mpi"] = envprobe.mpi_info(probe) if not light else envprobe.mpi_metadata()
+    return parts
+
+
+def _cached_static(cache_dir: Path | None, light: bool) -> dict[str, Any]:
+    if cache_dir is None:
+        return _static_parts(light)
+    path = Path(cache_dir) / f"{'light-' if light else ''}{_fingerprint()}.json"
+    try:
+        cached: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        if set(cached) == set(STATIC_PARTS):
+            return cached
+    except (OSError, ValueError):
+        pass
+    parts = _static_parts(light)
+    from d5pipe.rundir.atomic import write_text
+
+    write_text(path, json.dumps(parts, sort_keys=True), durable=False)
+    return parts
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_record(cache_dir: str | None, light: bool) -> str:
+    record: dict[str, Any] = {"schema_version": ENV_SCHEMA_VERSION,
+                              **_cached_static(Path(cache_dir) if cache_dir else None, light)}
+    torch = sys.modules.get("torch")
+    if isinstance(record.get("torch"), dict) and torch is not None:  # threads: per job, from this process
+        record["torch"].update(num_threads=torch.get_num_threads(),
+                               num_interop_threads=torch.get_num_interop_threads())
+    record.update(
+        hostname=socket.gethostname(),
+        env={k: os.environ.get(k) for k in (*HASHED_ENV_VARS, *RECORDED_ENV_VARS)},
+        git=envprobe.git_info(),
+    )
     return json.dumps(record, sort_keys=True)
 
 
-def environment_record() -> dict[str, Any]:
-    """The environment of this process (computed once per process, then a fresh copy)."""
-    record: dict[str, Any] = json.loads(_cached_record())
+def environment_record(cache_dir: Path | None = None, light: bool = False) -> dict[str, Any]:
+    """The environment of this process (computed once per process, then a fresh copy).
+
+    ``cache_dir`` (a run's ``env/cache``): the parts that do not vary between jobs on one host
+    and installation (:data:`STATIC_PARTS`) are read from there when their fingerprint matches,
+    so a shard job pays milliseconds instead of the torch/Horovod/MPI probes; what varies per job
+    (threads, hostname, environment variables, SLURM job, git state) is always read afresh.
+    ``light``: describe torch and Horovod from their installed metadata without importing them
+    (the submitting ``d5pipe run``, which imports neither).
+    """
+    record: dict[str, Any] = json.loads(_cached_record(str(cache_dir) if cache_dir else None, light))
     return record
 
 

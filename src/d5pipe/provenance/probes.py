@@ -52,9 +52,12 @@ def packages() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def torch_info() -> dict[str, Any] | None:
+def torch_info(light: bool = False) -> dict[str, Any] | None:
+    """The torch build; ``light``: its version from the installed metadata, no import."""
     if importlib.util.find_spec("torch") is None:
         return None
+    if light and "torch" not in sys.modules:
+        return {"version": importlib.metadata.version("torch"), "probe": "metadata only (not imported)"}
     import torch as _torch
 
     torch: Any = _torch  # parts of torch's API are untyped
@@ -124,9 +127,21 @@ def mpi_info(probe: subprocess.Popen[str] | None) -> dict[str, Any] | None:
     return info
 
 
-def horovod_info() -> dict[str, Any] | None:
+def mpi_metadata() -> dict[str, Any] | None:
+    """mpi4py's version from the installed metadata (no subprocess, no MPI library read)."""
+    try:
+        version = importlib.metadata.version("mpi4py")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return {"mpi4py": version, "library": None, "standard": None, "probe": "metadata only"}
+
+
+def horovod_info(light: bool = False) -> dict[str, Any] | None:
+    """Horovod's build flags; ``light``: its version from the installed metadata, no import."""
     if importlib.util.find_spec("horovod") is None:
         return None
+    if light:
+        return {"version": importlib.metadata.version("horovod"), "probe": "metadata only (not imported)"}
     try:
         import horovod.torch as hvd  # imported lazily; does not initialise Horovod
     except Exception as exc:  # noqa: BLE001 - a broken Horovod build is a fact to record

@@ -39,12 +39,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from d5pipe.measure.normality import binom_half_cdf
 from d5pipe.results.columns import axis_columns
 from d5pipe.results.metric_compare import compare_samples, min_attainable_p
 
@@ -132,12 +133,15 @@ def baseline_of(factor: Factor, present: Sequence[str], config: dict[str, Any]) 
     return factor.fallback if factor.fallback in present else None
 
 
+_NORMAL = NormalDist()
+
+
 def log_median_se(samples: np.ndarray) -> float:
     """Price-Bonett standard error of ln(median) from two order statistics (module docstring)."""
     x = np.sort(np.log(samples))
     n = int(x.size)
     c = max(1, int(round((n + 1) / 2 - math.sqrt(n))))
-    z_c = float(stats.norm.ppf(1.0 - stats.binom.cdf(c - 1, n, 0.5)))
+    z_c = _NORMAL.inv_cdf(min(1.0 - 1e-12, 1.0 - float(binom_half_cdf(n)[c - 1])))
     return float((x[n - c] - x[c - 1]) / (2.0 * z_c)) if z_c > 0 else math.nan
 
 
@@ -151,7 +155,7 @@ def ratio_ci(baseline: Sequence[float], variant: Sequence[float],
         return math.nan, math.nan, math.nan
     d = math.log(float(np.median(b))) - math.log(float(np.median(v)))
     se = math.hypot(log_median_se(b), log_median_se(v))
-    z = float(stats.norm.ppf(0.5 + confidence / 2.0))
+    z = _NORMAL.inv_cdf(0.5 + confidence / 2.0)
     return math.exp(d), math.exp(d - z * se), math.exp(d + z * se)
 
 

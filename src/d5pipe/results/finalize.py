@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -20,9 +20,6 @@ import pyarrow.parquet as pq
 from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.manifest import finalize_environment, merge_dataset_meta
-
-if TYPE_CHECKING:
-    from d5pipe.results.verdicts import RunVerdict
 
 
 def _nullable(table: pa.Table) -> pd.DataFrame:
@@ -110,20 +107,3 @@ def write_verdict(run_dir: Path) -> Path:
     write_json(rd.verdict_path, {"schema_version": 1, **asdict(verdict)})
     return rd.verdict_path
 
-
-def read_verdict(run_dir: Path) -> RunVerdict | None:
-    """The verdict ``write_verdict`` left, or None when it is missing or older than the results."""
-    import json
-
-    from d5pipe.results.verdicts import RunVerdict
-
-    rd = RunDir(run_dir)
-    try:
-        if rd.verdict_path.stat().st_mtime_ns < rd.results_path.stat().st_mtime_ns:
-            return None
-        data = json.loads(rd.verdict_path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-    data.pop("schema_version", None)
-    data["failures"] = [tuple(f) for f in data.get("failures", [])]
-    return RunVerdict(**data)

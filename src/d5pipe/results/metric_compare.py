@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
 import numpy as np
-from scipy import stats
 
 from d5pipe.measure.stats import median_ci
 
@@ -149,6 +148,8 @@ def compare_samples(ref: Any, new: Any, alpha: float = 0.05, confidence: float =
     if np.all(a == a[0]) and np.all(b == a[0]):
         p = 1.0  # identical constants: no evidence of a difference
     else:
+        from scipy import stats  # only when two sample sets are actually compared
+
         p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     med_a, med_b = float(np.median(a)), float(np.median(b))
     ci_a, ci_b = _median_ci(a, confidence), _median_ci(b, confidence)

@@ -16,6 +16,7 @@ with no kernel on this device) are counted and shown but do not fail the run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -139,3 +140,21 @@ def run_verdict(results: pd.DataFrame) -> RunVerdict:
                 rv.failed_checks += 1
             rv.failures.append((str(r.stage), str(r.point_id), str(r.reason)))
     return rv
+
+
+def read_verdict(run_dir: Path) -> RunVerdict | None:
+    """The verdict ``write_verdict`` left, or None when it is missing or older than the results."""
+    import json
+
+    from d5pipe.rundir.layout import RunDir
+
+    rd = RunDir(run_dir)
+    try:
+        if rd.verdict_path.stat().st_mtime_ns < rd.results_path.stat().st_mtime_ns:
+            return None
+        data = json.loads(rd.verdict_path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    data.pop("schema_version", None)
+    data["failures"] = [tuple(f) for f in data.get("failures", [])]
+    return RunVerdict(**data)
