@@ -30,7 +30,14 @@ def cli():
     return d5pipe
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests on the multi-node cluster run last: it takes /etc/slurm/slurm.conf over from the
-    one-node cluster, which is stopped then (see tests/multinode_fixture.py)."""
+    """All SLURM tests go to one pytest-xdist worker (group ``slurm``: the clusters share
+    /etc/slurm/slurm.conf and the bridge), and within it the multi-node ones run last: the 3-node
+    cluster takes /etc/slurm/slurm.conf over from the one-node cluster, which is stopped then
+    (see tests/multinode_fixture.py). The SLURM tests mostly wait on SLURM's polling, so the
+    other worker runs the rest of the suite meanwhile."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group(name="slurm"))
     items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))

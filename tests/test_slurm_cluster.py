@@ -131,3 +131,10 @@ def test_a_second_cluster_starts_and_stops_without_leftovers(tmp_path_factory:
     etc_after = Path("/etc/slurm/slurm.conf").read_bytes() if Path(
         "/etc/slurm/slurm.conf").exists() else None
     assert etc_after == etc_before
+
+
+def test_slurm_offers_the_pmix_plugin_the_mpi_tests_rely_on(slurm_cluster: SlurmCluster) -> None:
+    """Debian's mpi_pmix.so dlopens libpmix.so (libpmix-dev): without it `srun --mpi=pmix` fails."""
+    out = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=60,
+                         env=slurm_cluster.env(), check=False)
+    assert "pmix" in (out.stdout + out.stderr), out.stdout + out.stderr

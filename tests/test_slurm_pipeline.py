@@ -56,6 +56,7 @@ MIXED_JOBS = 6  # prepare_data, level0 x2, level2, level3, report (results and r
 def _env(cluster: SlurmCluster) -> dict[str, str]:
     env: dict[str, str] = dict(cluster.env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SLOW_OPS_DIR), env.get("PYTHONPATH", "")) if p)
+    env["D5PIPE_ALLOW"] = "slow_ops"  # the runner allows the test operator (a config cannot)
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -275,13 +276,63 @@ def hard_timeout(cluster: SlurmCluster, run_dir: Path, timeout_s: float) -> Fini
     return Finished(run_dir, rc, out, run.env)
 
 
+SHIPPED = ("executor.resources.default.runtime_min=10", "executor.resources.default.mem_mb=256")
+"""The shipped profile unchanged (no --workflow-profile): only what this small test node needs."""
+
+
+def shipped_quickstart(cluster: SlurmCluster, run_dir: Path) -> Finished:
+    """The quickstart on a cluster without accounting, with profiles/slurm as shipped."""
+    argv = [sys.executable, "-m", "d5pipe.cli.main", "run", "quickstart", "--out", str(run_dir),
+            "--executor", "slurm", *SHIPPED]
+    run = _start(cluster, argv, run_dir, run_dir.with_suffix(".log"))
+    rc, out = run.finish(900)
+    return Finished(run_dir, rc, out, run.env)
+
+
+@dataclass
+class Terminated:
+    rc: int
+    seconds: float
+    output: str
+    job_states: dict[str, str]
+    survivors: list[str]
+
+
+def sigterm_mid_run(cluster: SlurmCluster, run_dir: Path) -> Terminated:
+    """SIGTERM of ``d5pipe run`` while its job runs: it must end within 30 s, jobs cancelled."""
+    argv = [sys.executable, "-m", "d5pipe.cli.main", "run", "slurm_sigterm", "--config-dir", str(TEST_CONF),
+            "--out", str(run_dir), "--executor", "slurm", *SHIPPED]
+    run = _start(cluster, argv, run_dir, run_dir.with_suffix(".log"))
+    start = time.monotonic()
+    _wait_for("the job to run", lambda: any(j.state == "RUNNING" for j in run_jobs(run_dir, env=run.env)),
+              start + 300, run)
+    sent = time.monotonic()
+    run.proc.send_signal(signal.SIGTERM)
+    try:
+        rc = run.proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        rc = -1
+    seconds = time.monotonic() - sent
+    deadline = time.monotonic() + 30
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = {j.job_id: j.state for j in run_jobs(run_dir, env=run.env)}
+        if states and all(s in ("CANCELLED", "COMPLETED", "FAILED") for s in states.values()):
+            break
+        time.sleep(0.5)
+    marker = f"--directory {os.path.realpath(run_dir)}"
+    left = [_cmdline(p) for p in Path("/proc").glob("[0-9]*/cmdline") if marker in _cmdline(p)]
+    return Terminated(rc, seconds, run.output(), states, left)
+
+
 # ------------------------------------------------------------------------------ fixture
 @pytest.fixture(scope="module")
 def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[dict[str, Future[Any]]]:
     """All SLURM runs of this module, started at once (they mostly wait on SLURM polling)."""
     base = tmp_path_factory.mktemp("slurm_pipeline")
-    pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="slurm-run")
+    pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="slurm-run")
     futures: dict[str, Future[Any]] = {
         "walltime": pool.submit(walltime, slurm_cluster, base / "walltime"),
         "mixed": pool.submit(mixed, slurm_cluster, base / "mixed_slurm", "slurm"),
@@ -289,6 +340,8 @@ def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
         "timeout": pool.submit(hard_timeout, slurm_cluster, base / "timeout", 30.0),
         "local": pool.submit(mixed, slurm_cluster, base / "mixed_local", "local"),
         "mpi": pool.submit(mpi_backends, slurm_cluster, base / "mpi_backends"),
+        "shipped": pool.submit(shipped_quickstart, slurm_cluster, base / "shipped"),
+        "sigterm": pool.submit(sigterm_mid_run, slurm_cluster, base / "sigterm"),
     }
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
@@ -484,3 +537,21 @@ def test_1000_point_sweep_is_submitted_as_at_most_20_jobs(slurm_cluster: SlurmCl
     counts = dict(re.findall(r"^(level0|aggregate|report|total)\s+(\d+)\s*$", text, re.M))
     assert int(counts["level0"]) == level0["jobs"], text[-3000:]
     assert int(counts["total"]) <= 20 + 3  # shards + aggregate + report + all
+
+
+def test_the_shipped_profile_completes_on_a_cluster_without_accounting(runs: dict[str, Future[Any]]) -> None:
+    res: Finished = runs["shipped"].result(timeout=960)
+    assert res.rc in (0, 3), res.output[-4000:]  # 3: a plausibility check may flag this busy node
+    records = _records(res.run_dir)
+    assert len(records) == 8 and {r["status"] for r in records.values()} == {"ok"}
+    assert (res.run_dir / "report.html").is_file()
+    assert "SLURM job status from squeue" in res.output  # sacct cannot answer without slurmdbd
+
+
+def test_sigterm_ends_a_slurm_run_within_30_s_and_cancels_its_jobs(runs: dict[str, Future[Any]]) -> None:
+    res: Terminated = runs["sigterm"].result(timeout=500)
+    assert res.rc == 128 + signal.SIGTERM, res.output[-3000:]
+    assert res.seconds <= 30, f"took {res.seconds:.1f} s"
+    assert "stopped by SIGTERM" in res.output and "cancelled SLURM jobs" in res.output
+    assert res.job_states and set(res.job_states.values()) <= {"CANCELLED", "COMPLETED", "FAILED"}, res.job_states
+    assert res.survivors == []

@@ -1,7 +1,7 @@
 """A level-0 operator that sleeps, for SLURM walltime and timeout tests (no CPU burnt).
 
-Import path ``slow_ops:SLEEP`` with ``tests/cluster`` on ``PYTHONPATH`` and ``slow_ops`` in
-``operators.allowed_prefixes``. One call sleeps ``operators.size`` seconds: level 0's first
+Import path ``slow_ops:SLEEP`` with ``tests/cluster`` on ``PYTHONPATH`` and ``slow_ops`` in the
+runner's allow-list (``D5PIPE_ALLOW=slow_ops``). One call sleeps ``operators.size`` seconds: level 0's first
 (untimed) call already outlasts a short walltime.
 """
 
