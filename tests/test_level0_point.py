@@ -90,7 +90,7 @@ def test_import_outside_allowed_prefixes_is_a_user_error(tmp_path: Path, path: s
     with pytest.raises(D5PipeError) as err:
         run_point(point(tmp_path, op="mine", custom={"mine": path}))
     assert "operators.custom.mine" in str(err.value) and path in str(err.value)
-    with pytest.raises(D5PipeError, match="allowed_prefixes"):
+    with pytest.raises(D5PipeError, match="outside the allow-list"):
         validate_operators({"custom": {"mine": path}})
 
 

@@ -1,4 +1,9 @@
-"""``d5pipe plan EXPERIMENT [overrides...] [--json]``: what would run, without running it."""
+"""``d5pipe plan EXPERIMENT [overrides...] [--json] [--allow PREFIX]``: what would run, without running it.
+
+With a run directory (``--out``, default ``runs/EXPERIMENT``) that was run before, points whose
+user code changed since are named with the reason ("4 points stale: source of mypkg.models
+changed (mypkg/models.py)"; d5pipe.config.code_dir).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,46 @@ from pathlib import Path
 
 from d5pipe.execute.run import default_out, load_plan
 from d5pipe.execute.summary import format_summary, summarize
+from d5pipe.plan.build import Plan
+
+ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "
+              "$D5PIPE_ALLOW and ~/.config/d5pipe/allow.yaml; d5pipe is always allowed)")
+
+
+def add_allow_argument(p: argparse.ArgumentParser) -> None:
+    """``--allow PREFIX`` (repeatable): the runner's allow-list for plug-in imports."""
+    p.add_argument("--allow", action="append", default=[], metavar="PREFIX", help=ALLOW_HELP)
+
+
+def apply_allow(prefixes: list[str]) -> None:
+    """Put ``--allow`` into ``$D5PIPE_ALLOW`` of this process (Snakemake's jobs inherit it), and
+    make ``$PYTHONPATH`` absolute: the jobs run in the run directory and the level-3 ranks in
+    their session directory, where a relative entry (``PYTHONPATH=examples/byo``) means nothing."""
+    import os
+
+    from d5pipe.config.plugins import allow
+
+    allow(prefixes)
+    entries = os.environ.get("PYTHONPATH", "")
+    if entries:
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) if e else e for e in entries.split(os.pathsep))
+
+
+def code_stale(plan: Plan, run_dir: Path) -> list[str]:
+    """Why points of ``plan`` are stale in ``run_dir`` because user code changed (one line each)."""
+    from d5pipe.config.code_dir import read_index, stale_reasons
+    from d5pipe.rundir.plan_files import existing_records
+
+    previous = read_index(run_dir)
+    if not previous or not plan.code:
+        return []
+    points: dict[str, list[tuple[str, bool]]] = {}
+    for stage, sp in plan.stages.items():
+        done = existing_records(run_dir, stage)
+        for pid, modules in zip(sp.point_ids, sp.modules):
+            for m in modules:
+                points.setdefault(m, []).append((pid, pid in done))
+    return stale_reasons(previous, plan.code, points)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -18,15 +63,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=["local", "slurm"])
     p.add_argument("--config-dir", action="append", default=[])
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_allow_argument(p)
 
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    apply_allow(args.allow)
     plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)
     run_dir = args.out or default_out(plan)
     summary = summarize(plan, run_dir, time.perf_counter() - t0)
+    stale = code_stale(plan, Path(run_dir))
     if args.json:
-        print(json.dumps(summary.to_dict(), indent=1))
+        print(json.dumps({**summary.to_dict(), "stale": stale, "code": sorted(plan.code)}, indent=1))
     else:
         print(format_summary(summary))
+        for line in stale:
+            print(f"  {line}")
     return 0

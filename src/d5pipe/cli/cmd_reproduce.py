@@ -19,6 +19,7 @@ from typing import cast
 
 from d5pipe import D5PipeError
 from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args
+from d5pipe.cli.cmd_plan import add_allow_argument, apply_allow
 from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
 from d5pipe.rundir.layout import RunDir
 
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict-timing", action="store_true",
                         help="a significant timing change makes the run not reproduced (default: reported only)")
     add_policy_arguments(parser)
+    add_allow_argument(parser)
 
 
 def _default_rerun() -> RerunFn:
@@ -63,6 +65,7 @@ def _timing_line(verdict: ReproduceVerdict) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    apply_allow(getattr(args, "allow", []) or [])  # the reproducer's trust, never the bundle's
     rerun = getattr(args, "rerun", None) or _default_rerun()
     verdict = reproduce(args.bundle, args.out, args.strict_env, rerun, policy_from_args(args),
                         strict_timing=args.strict_timing)

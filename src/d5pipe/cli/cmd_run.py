@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from d5pipe.cli.arguments import positive_float, positive_int
-from d5pipe.execute.run import run
+from d5pipe.cli.cmd_plan import add_allow_argument, apply_allow, code_stale
+from d5pipe.execute.run import RunOutcome, default_out, execute_plan, load_plan
 from d5pipe.rundir.layout import RunDir
 
 
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "d5pipe status / d5pipe cancel RUN)")
     p.add_argument("--dry-run", action="store_true",
                    help="write the plan into the run directory and list Snakemake's jobs; run nothing")
+    add_allow_argument(p)
 
 
 def _detach(args: argparse.Namespace, argv: list[str]) -> int:
@@ -54,22 +56,37 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> RunOutcome:
+    """``d5pipe.execute.run.run`` with the user code written into ``RUN/code/`` first.
+
+    The run directory is claimed (and locked) before the code is copied into it, so another
+    experiment's directory is refused before anything is written; stale points are named.
+    """
+    from d5pipe.config.code_dir import write_code
+    from d5pipe.rundir.ownership import RunLock, check_out_dir, claim
+
+    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)
+    out = Path(args.out) if args.out else default_out(plan)
+    check_out_dir(out)
+    rd = RunDir(out)
+    stale = code_stale(plan, out)
+    with RunLock(rd):
+        claim(rd, plan.experiment, args.force)
+        copied = write_code(out, plan.code)
+    for line in stale:
+        print(f"d5pipe: {line}", flush=True)
+    if copied:
+        print(f"d5pipe: user code of {len(plan.code)} module(s) kept in {out / 'code'}", flush=True)
+    ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
+    return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
+                        dry_run=args.dry_run, force=args.force, verbose=args.verbose)
+
+
 def main(args: argparse.Namespace) -> int:
+    apply_allow(args.allow)
     if args.detach:
         return _detach(args, list(args.argv))
-    outcome = run(
-        args.experiment,
-        args.overrides,
-        out=args.out,
-        jobs=args.jobs,
-        executor=args.executor,
-        config_dirs=args.config_dir,
-        retry_failed=args.retry_failed,
-        timeout=args.timeout,
-        dry_run=args.dry_run,
-        force=args.force,
-        verbose=args.verbose,
-    )
+    outcome = _run(args)
     rd = RunDir(outcome.run_dir)
     if outcome.verdict is None:
         print(f"planned (dry run): {rd.root.resolve()}")

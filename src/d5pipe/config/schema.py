@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from d5pipe.config.fields import at_least, between, choice
+from d5pipe.config.fields import at_least, between, choice, positive
 from d5pipe.config.stages import STAGE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level1.schema import Level1Conf
@@ -53,7 +53,10 @@ class RecipeConf:
 
 @dataclass
 class ShardsConf:
-    points_per_shard: int = at_least(16, 1)
+    points_per_shard: int = at_least(0, 0)
+    """Points per shard job; 0 (default): as many as make ``target_s`` of expected work."""
+    target_s: float = positive(60.0)
+    """Expected seconds of work per shard job when ``points_per_shard`` is 0 (d5pipe.plan.cost)."""
     max_jobs_per_stage: int = at_least(0, 0)
     """When > 0, shards are made larger so that no stage has more jobs than this."""
     point_timeout_s: float = at_least(1800.0, 0.0)

@@ -78,9 +78,10 @@ def process_env_hash(run_dir: Path) -> str:
     """This process's env hash; its full record is kept once in ``RUN/env/<hash>.json``."""
     from d5pipe.provenance.environment import env_hash, environment_record
 
-    record = environment_record()
+    rd = RunDir(run_dir)
+    record = environment_record(cache_dir=rd.env_dir / "cache")
     h = env_hash(record)
-    path = RunDir(run_dir).env_record(h)
+    path = rd.env_record(h)
     if not path.exists():
         write_json(path, record)
     return h
@@ -138,6 +139,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
     points: list[dict[str, Any]] = list(spec["points"])
     base = stage_base(rd.config, stage)
     executor = dict(rd.executor)
+    load_target(STAGES[stage].point)  # the stage's code (torch) first: the record reads its threads
     env_hash = process_env_hash(rd.root)
     statuses: dict[str, str] = {}
     written: list[Path] = []

@@ -4,6 +4,9 @@
 that shape the data (e.g. ``n_samples`` does not change ``digits``); the planner calls it per
 distinct dataset config, so ``d5pipe plan`` never imports torch. Materialising and loading the
 data is d5pipe.levels.datasets.
+
+A user dataset (``dataset.custom``) is named by its target (arguments included) and the hash of
+its module's source (d5pipe.config.code_hash), so editing the code makes a new dataset file.
 """
 
 from __future__ import annotations
@@ -44,12 +47,31 @@ def resolve(dataset_cfg: dict[str, Any]) -> DatasetConf:
 
 
 def canonical_config(dataset_cfg: dict[str, Any]) -> dict[str, Any]:
-    """The keys that determine the arrays, plus the format version."""
+    """The keys that determine the arrays, plus the format version (and, for a user dataset,
+    its target and code hash)."""
     conf = dataclasses.asdict(resolve(dataset_cfg))
+    if conf["name"] not in DATASET_NAMES:
+        return _custom_canonical(conf)
     keys = COMMON_KEYS + (SYNTHETIC_KEYS if conf["name"] == "synthetic" else ())
     out = {k: conf[k] for k in keys}
     out["format_version"] = DATASET_FORMAT_VERSION
     return out
+
+
+def _custom_canonical(conf: dict[str, Any]) -> dict[str, Any]:
+    from d5pipe.config.code_hash import module_code
+    from d5pipe.config.plugins import allow_list, check_target
+    from d5pipe.levels.targets import check_slot, target_of
+
+    check_slot({"dataset": conf}, "dataset")
+    key, target = target_of(conf, "dataset")
+    prefixes = allow_list()
+    code: dict[str, str] = {}
+    for path in check_target(target, key, prefixes):
+        mc = module_code(path, prefixes)
+        if mc is not None:
+            code[mc.module] = mc.sha256
+    return {"name": conf["name"], "target": target, "code": code, "format_version": DATASET_FORMAT_VERSION}
 
 
 def dataset_key(dataset_cfg: dict[str, Any]) -> str:

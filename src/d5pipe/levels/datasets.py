@@ -10,7 +10,13 @@
 
 Sources, none downloaded: scikit-learn's bundled ``digits`` (8x8 images, stored as (1, 8, 8)),
 ``breast_cancer`` and ``wine`` (tabular, standardised with train-split statistics), and
-``synthetic`` (seeded Gaussian clusters around class prototypes, flat or (C, H, W)).
+``synthetic`` (seeded Gaussian clusters around class prototypes, flat or (C, H, W)). These are
+the registered target :func:`builtin_arrays`; a user dataset (``dataset.custom``) is any factory
+whose result :func:`materialise` accepts: ``(x_train, y_train, x_test, y_test)`` (tensors or
+arrays), a mapping with those keys (and optionally ``n_classes``), or a pair
+``(train, test)`` of ``torch.utils.data.Dataset`` (optionally a third item: the collate function;
+default ``torch.utils.data.default_collate``), stacked once. The data decide the input shape
+(``x_train.shape[1:]``) and the number of classes (``n_classes``, else the largest label + 1).
 """
 
 from __future__ import annotations
@@ -99,6 +105,11 @@ def _synthetic(conf: DatasetConf) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def builtin_arrays(**section: Any) -> dict[str, np.ndarray]:
+    """The registered target of the built-in datasets: their arrays from a ``dataset`` section."""
+    return _build_arrays(DatasetConf(**section))
+
+
 def _build_arrays(conf: DatasetConf) -> dict[str, np.ndarray]:
     if conf.name == "synthetic":
         x, y = _synthetic(conf)
@@ -116,6 +127,66 @@ def _build_arrays(conf: DatasetConf) -> dict[str, np.ndarray]:
         "x_test": np.ascontiguousarray(x_te, dtype=np.float32),
         "y_test": np.ascontiguousarray(y_te, dtype=np.int64),
     }
+
+
+def _as_array(value: Any, key: str, what: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return np.asarray(value.detach().cpu().numpy())
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise D5PipeError(f"{key}: {what} is not an array ({exc})") from None
+
+
+def _stack(dataset: Any, collate: Any, key: str, what: str) -> tuple[Any, Any]:
+    from torch.utils.data import default_collate
+
+    try:
+        items = [dataset[i] for i in range(len(dataset))]
+    except TypeError as exc:
+        raise D5PipeError(f"{key}: the {what} dataset needs __len__ and __getitem__ ({exc})") from None
+    batch = (collate or default_collate)(items)
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise D5PipeError(f"{key}: collating the {what} dataset gave {type(batch).__name__}, not (x, y)")
+    return batch[0], batch[1]
+
+
+def materialise(data: Any, key: str) -> tuple[dict[str, np.ndarray], int | None]:
+    """A dataset factory's result as the four arrays (x float32, y int64) and its declared classes."""
+    from torch.utils.data import Dataset as TorchDataset
+
+    declared: int | None = None
+    if isinstance(data, dict):
+        missing = [n for n in ARRAY_NAMES if n not in data]
+        if missing:
+            raise D5PipeError(f"{key}: the dataset mapping lacks {missing}")
+        declared = int(data["n_classes"]) if data.get("n_classes") is not None else None
+        parts = [data[n] for n in ARRAY_NAMES]
+    elif isinstance(data, (tuple, list)) and len(data) in (2, 3) and isinstance(data[0], TorchDataset):
+        collate = data[2] if len(data) == 3 else None
+        x_tr, y_tr = _stack(data[0], collate, key, "train")
+        x_te, y_te = _stack(data[1], collate, key, "test")
+        parts = [x_tr, y_tr, x_te, y_te]
+    elif isinstance(data, (tuple, list)) and len(data) == 4:
+        parts = list(data)
+    else:
+        raise D5PipeError(f"{key}: a dataset factory returned {type(data).__name__}; expected "
+                          "(x_train, y_train, x_test, y_test), a mapping of those, or (train, test) Datasets")
+    arrays = {n: _as_array(v, key, n) for n, v in zip(ARRAY_NAMES, parts)}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y) or len(y) == 0:
+            raise D5PipeError(f"{key}: {split} split has x {x.shape} and y {y.shape}; need (N, ...) and (N,)")
+    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
+        raise D5PipeError(f"{key}: train samples {arrays['x_train'].shape[1:]} and test samples "
+                          f"{arrays['x_test'].shape[1:]} differ in shape")
+    for n in ("y_train", "y_test"):
+        y = arrays[n]
+        if not (np.issubdtype(y.dtype, np.integer) or np.all(np.mod(y, 1) == 0)) or y.min() < 0:
+            raise D5PipeError(f"{key}: {n} must hold class indices 0, 1, ...")
+    out = {n: np.ascontiguousarray(arrays[n], dtype=np.float32 if n.startswith("x") else np.int64)
+           for n in ARRAY_NAMES}
+    return out, declared
 
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
@@ -155,15 +226,24 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
     existing = _valid_existing(out_path, key)
     if existing is not None:
         return existing
+    import dataclasses
+
+    from d5pipe.levels.plugins import build
+    from d5pipe.levels.targets import target_of
+
     conf = resolve(dataset_cfg)
-    arrays = _build_arrays(conf)
+    tkey, target = target_of(dataclasses.asdict(conf), "dataset")
+    arrays, declared = materialise(build(target, tkey), tkey)
+    labels = int(max(arrays["y_train"].max(), arrays["y_test"].max()) + 1)
+    if declared is not None and declared < labels:
+        raise D5PipeError(f"{tkey}: n_classes={declared} but the labels go up to {labels - 1}")
     meta: dict[str, Any] = {
         "schema_version": DATASET_FORMAT_VERSION,
         "key": key,
         "config": canonical_config(dataset_cfg),
         "checksum": arrays_checksum(arrays),
         "input_shape": list(arrays["x_train"].shape[1:]),
-        "n_classes": int(max(arrays["y_train"].max(), arrays["y_test"].max()) + 1),
+        "n_classes": declared if declared is not None else labels,
         "n_train": int(arrays["y_train"].shape[0]),
         "n_test": int(arrays["y_test"].shape[0]),
     }

@@ -1,5 +1,11 @@
 """Models for levels 1-3, sized from the ``model`` config section.
 
+Every model is a target (d5pipe.levels.targets): the built-ins below are registered as
+``d5pipe.levels.models.mlp`` / ``cnn`` / ``transformer`` with their arguments from the section, a
+user model is any ``torch.nn.Module`` factory in ``model.custom``; :func:`build_model` builds
+either with ``input_shape`` (one sample, no batch dimension) and ``n_classes``. A model that
+cannot take an input shape raises :class:`UnsupportedInput` (the point is skipped).
+
 * ``mlp``: flatten, ``hidden`` Linear+ReLU(+Dropout) layers, linear head; any input shape.
 * ``cnn``: 3x3 conv stem, ``blocks`` residual blocks (conv-BN-ReLU-conv-BN + identity) at
   ``channels`` channels, global average pooling, linear head; needs (C, H, W) input.
@@ -16,9 +22,9 @@ import torch
 from torch import nn
 
 from d5pipe import D5PipeError
-from d5pipe.levels.schema import ModelConf, conf_from_dict
+from d5pipe.levels.schema import MODEL_NAMES, ModelConf, conf_from_dict
 
-MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer")
+__all__ = ["MODEL_NAMES", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp", "transformer"]
 
 
 class UnsupportedInput(D5PipeError):
@@ -87,6 +93,7 @@ class ResNetSmall(nn.Module):
 
 class TransformerClassifier(nn.Module):
     def __init__(self, input_shape: tuple[int, ...], conf: ModelConf, n_classes: int) -> None:
+        """``conf`` supplies ``d_model``, ``heads``, ``layers``, ``ff_mult`` and ``dropout``."""
         super().__init__()
         if len(input_shape) == 3:
             c, h, w = input_shape
@@ -126,36 +133,57 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
-    """The model named by ``model_cfg['name']`` for samples of ``input_shape`` (no batch dim).
+def mlp(input_shape: tuple[int, ...], n_classes: int, hidden: list[int], dropout: float = 0.0) -> nn.Module:
+    """The built-in ``mlp``: any input shape (flattened)."""
+    if any(h < 1 for h in hidden):
+        raise D5PipeError(f"model.hidden: widths must be >= 1, got {list(hidden)}")
+    return MLP(_numel(tuple(input_shape)), list(hidden), n_classes, dropout)
+
+
+def cnn(input_shape: tuple[int, ...], n_classes: int, channels: int, blocks: int, dropout: float = 0.0) -> nn.Module:
+    """The built-in ``cnn``: needs (C, H, W) input."""
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) != 3:
+        raise UnsupportedInput(f"model cnn needs (C, H, W) input; the dataset gives {shape}")
+    if channels < 1 or blocks < 0:
+        raise D5PipeError(f"model: cnn needs channels >= 1, blocks >= 0, got {channels}, {blocks}")
+    return ResNetSmall(shape[0], channels, blocks, n_classes, dropout)
+
+
+def transformer(input_shape: tuple[int, ...], n_classes: int, d_model: int, heads: int, layers: int,
+                ff_mult: int, dropout: float = 0.0) -> nn.Module:
+    """The built-in ``transformer``: (F,) or (C, H, W) input."""
+    shape = tuple(int(d) for d in input_shape)
+    if heads < 1 or d_model % heads != 0:
+        raise D5PipeError(f"model: transformer d_model ({d_model}) must be a multiple of heads ({heads})")
+    if len(shape) not in (1, 3):
+        raise UnsupportedInput(f"model transformer needs (F,) or (C, H, W) input; got {shape}")
+    conf = ModelConf(name="transformer", d_model=d_model, heads=heads, layers=layers, ff_mult=ff_mult,
+                     dropout=dropout)
+    return TransformerClassifier(shape, conf, n_classes)
+
+
+def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_classes: int,
+                name: str | None = None) -> nn.Module:
+    """The model ``model.name`` selects (or ``name``: e.g. ``model.reference``) for samples of
+    ``input_shape`` (no batch dim); built-in or user target, one path (d5pipe.levels.plugins).
 
     Parameters are initialised from torch's global RNG: seed it first (d5pipe.measure.determinism).
     """
+    import dataclasses
+
+    from d5pipe.levels.plugins import build
+    from d5pipe.levels.targets import target_of
+
     conf = conf_from_dict(ModelConf, "model", model_cfg)
     shape = tuple(int(d) for d in input_shape)
     if n_classes < 2:
         raise D5PipeError(f"model: n_classes must be >= 2, got {n_classes}")
-    if conf.name == "mlp":
-        if any(h < 1 for h in conf.hidden):
-            raise D5PipeError(f"model.hidden: widths must be >= 1, got {list(conf.hidden)}")
-        return MLP(_numel(shape), list(conf.hidden), n_classes, conf.dropout)
-    if conf.name == "cnn":
-        if len(shape) != 3:
-            raise UnsupportedInput(f"model cnn needs (C, H, W) input; the dataset gives {shape}")
-        if conf.channels < 1 or conf.blocks < 0:
-            raise D5PipeError(
-                f"model: cnn needs channels >= 1, blocks >= 0, got {conf.channels}, {conf.blocks}"
-            )
-        return ResNetSmall(shape[0], conf.channels, conf.blocks, n_classes, conf.dropout)
-    if conf.name == "transformer":
-        if conf.heads < 1 or conf.d_model % conf.heads != 0:
-            raise D5PipeError(
-                f"model: transformer d_model ({conf.d_model}) must be a multiple of heads ({conf.heads})"
-            )
-        if len(shape) not in (1, 3):
-            raise UnsupportedInput(f"model transformer needs (F,) or (C, H, W) input; got {shape}")
-        return TransformerClassifier(shape, conf, n_classes)
-    raise D5PipeError(f"model.name: unknown model {conf.name!r}; known: {list(MODEL_NAMES)}")
+    key, target = target_of(dataclasses.asdict(conf), "model", name)
+    model = build(target, key, input_shape=shape, n_classes=int(n_classes))
+    if not isinstance(model, nn.Module):
+        raise D5PipeError(f"{key}: built a {type(model).__name__}, not a torch.nn.Module")
+    return model
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from d5pipe import D5PipeError
-from d5pipe.config.fields import at_least, between, choice, items_at_least
+from d5pipe.config.fields import at_least, between, items_at_least
 
 MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer")
 DATASET_NAMES: tuple[str, ...] = ("digits", "breast_cancer", "wine", "synthetic")
@@ -21,8 +21,14 @@ DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 
 @dataclass
 class ModelConf:
-    name: str = choice("mlp", MODEL_NAMES)
-    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input) or ``transformer``."""
+    name: str = "mlp"
+    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input), ``transformer`` or a key of ``custom``."""
+    custom: dict[str, Any] = field(default_factory=dict)
+    """User models: name -> target (``{_target_: mypkg.models.MyNet, width: 64}``); built with
+    ``input_shape`` and ``n_classes`` (docs/plugins.md)."""
+    reference: str = ""
+    """Level 1: the model (built-in or custom) this one re-implements; its float64 eager outputs,
+    with the same weights, are the reference of ``output_check``. Empty: the model itself."""
     hidden: list[int] = items_at_least([64], 1)
     """MLP hidden layer widths."""
     channels: int = at_least(16, 1)
@@ -42,8 +48,11 @@ class ModelConf:
 
 @dataclass
 class DatasetConf:
-    name: str = choice("digits", DATASET_NAMES)
-    """``digits``, ``breast_cancer``, ``wine`` (bundled with scikit-learn) or ``synthetic``."""
+    name: str = "digits"
+    """``digits``, ``breast_cancer``, ``wine`` (bundled with scikit-learn), ``synthetic`` or a key
+    of ``custom``."""
+    custom: dict[str, Any] = field(default_factory=dict)
+    """User datasets: name -> target returning the train/test split (docs/plugins.md)."""
     n_samples: int = at_least(2048, 4)
     """synthetic only."""
     n_features: int = at_least(64, 1)
@@ -62,7 +71,7 @@ class DatasetConf:
 
 
 def check_model(model: Mapping[str, Any], where: str = "model") -> None:
-    """Cross-field checks of a resolved ``model`` section."""
+    """Cross-field checks of a resolved ``model`` section (user models: d5pipe.levels.targets)."""
     dropout = model.get("dropout", 0.0)
     if isinstance(dropout, (int, float)) and dropout >= 1.0:
         raise D5PipeError(f"{where}.dropout: {dropout} must be below 1")

@@ -2,11 +2,16 @@
 
 Nothing here builds an OmegaConf object per point: the config is resolved once into plain data and
 each point is the stage's sections of that data with the axis values applied.
+
+**User code is part of what a point means.** Each stage's validate module names the user targets
+a point uses (``used_targets(cfg)``, d5pipe.levels.targets); the source hash of each one's module
+(d5pipe.config.code_hash, no import) joins the hashed config as ``code: {module: sha256}``, so
+editing a module changes exactly the IDs of the points that use it. A point without user code
+hashes as before (``{stage, config}``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +20,7 @@ from d5pipe import D5PipeError
 from d5pipe.config.stages import STAGES, load_target
 from d5pipe.config.validate import check_sweep
 from d5pipe.plan.canonical import canonical_json, digest, normalise
+from d5pipe.plan.cost import fixed_bounds, pack_by_cost, point_cost_s
 from d5pipe.plan.seeds import check_unique, point_seed
 from d5pipe.plan.sweep import expand, project
 
@@ -28,20 +34,32 @@ class StagePlan:
     point_ids: list[str]
     params: list[tuple[Any, ...]]
     seeds: list[int]
-    points_per_shard: int
+    bounds: list[int]
+    """Shard boundaries: shard ``i`` holds points ``bounds[i]`` to ``bounds[i + 1] - 1``."""
     datasets: list[str] = field(default_factory=list)
     """Per point, the dataset key it needs ("" for stages without data)."""
+    modules: list[tuple[str, ...]] = field(default_factory=list)
+    """Per point, the user modules whose code its ID includes (empty for built-ins only)."""
+    costs: list[float] = field(default_factory=list)
+    """Per point, its expected seconds of work (d5pipe.plan.cost)."""
 
     @property
     def n_shards(self) -> int:
-        return math.ceil(len(self.point_ids) / self.points_per_shard)
+        return len(self.bounds) - 1
+
+    @property
+    def points_per_shard(self) -> int:
+        """The most points in one shard."""
+        return max((b - a for a, b in zip(self.bounds, self.bounds[1:])), default=0)
 
     def shard_names(self) -> list[str]:
         return [shard_name(i) for i in range(self.n_shards)]
 
     def shard_slice(self, index: int) -> range:
-        lo = index * self.points_per_shard
-        return range(lo, min(lo + self.points_per_shard, len(self.point_ids)))
+        return range(self.bounds[index], self.bounds[index + 1])
+
+    def shard_cost_s(self, index: int) -> float:
+        return float(sum(self.costs[i] for i in self.shard_slice(index))) if self.costs else 0.0
 
     def params_dict(self, i: int) -> dict[str, Any]:
         return dict(zip(self.axes, self.params[i]))
@@ -57,6 +75,8 @@ class Plan:
     stages: dict[str, StagePlan]
     datasets: dict[str, dict[str, Any]]
     """Dataset key -> dataset config, for every dataset some point needs."""
+    code: dict[str, Any] = field(default_factory=dict)
+    """User module -> its d5pipe.config.code_hash.ModuleCode, for every module some point uses."""
 
     def n_points(self) -> int:
         return sum(len(s.point_ids) for s in self.stages.values())
@@ -122,14 +142,29 @@ def readable_prefix(stage: str, params: dict[str, Any]) -> str:
     return text or stage
 
 
-def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised: bool = False) -> str:
+def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised: bool = False,
+             code: dict[str, str] | None = None) -> str:
     """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant).
 
     ``normalised``: ``cfg`` is already in canonical form (d5pipe.plan.canonical.normalise) — the
-    planner normalises the stage base and the axis values once instead of per point.
+    planner normalises the stage base and the axis values once instead of per point. ``code``:
+    user module -> source hash of the targets the point uses (hashed with the config when any).
     """
-    h = digest({"stage": stage, "config": cfg}, 12, normalised=normalised)
+    data: dict[str, Any] = {"stage": stage, "config": cfg}
+    if code:
+        data["code"] = dict(code)
+    h = digest(data, 12, normalised=normalised)
     return f"{readable_prefix(stage, params)}-{h}"
+
+
+def _code_of(targets_fn: Any, cfg: dict[str, Any], cache: Any) -> dict[str, str]:
+    """Module -> source hash of the user targets ``cfg`` uses (allow-list checked by check_point)."""
+    code: dict[str, str] = {}
+    for _key, path in targets_fn(cfg):
+        mc = cache.of(path)
+        if mc is not None:
+            code[mc.module] = mc.sha256
+    return code
 
 
 def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:
@@ -155,14 +190,20 @@ def build_plan(config: dict[str, Any]) -> Plan:
         axes, points = (), [()]
     root = int(config["seed"])
     shards_cfg = config.get("shards", {})
-    pps = int(shards_cfg.get("points_per_shard", 16))
+    pps = int(shards_cfg.get("points_per_shard", 0) or 0)
+    target_s = float(shards_cfg.get("target_s", 60.0) or 60.0)
     max_jobs = int(shards_cfg.get("max_jobs_per_stage", 0) or 0)
     stages: dict[str, StagePlan] = {}
     datasets: dict[str, dict[str, Any]] = {}
     all_seeds: list[tuple[str, int]] = []
+    from d5pipe.config.code_hash import CodeCache
+    from d5pipe.config.plugins import allow_list
+
+    code_cache = CodeCache(allow_list())
     for stage in config["stages"]:
         entry = STAGES[stage]
         check_point = load_target(entry.validate)  # torch-free, per point: cross-field checks
+        targets_fn = load_target(f"{entry.validate.partition(':')[0]}:used_targets")
         sections = set(entry.sections)
         keep = [a for a in axes if a.split(".", 1)[0] in sections]
         sub_axes, sub_points = project(axes, points, keep)
@@ -170,16 +211,21 @@ def build_plan(config: dict[str, Any]) -> Plan:
         ids: list[str] = []
         seeds: list[int] = []
         dkeys: list[str] = []
+        costs: list[float] = []
+        mods: list[tuple[str, ...]] = []
         dcache: dict[str, str] = {}
         for values in sub_points:
             params = dict(zip(sub_axes, values))
             cfg = point_config(base, {k: normalise(v) for k, v in params.items()})
             try:
                 check_point(cfg)
+                code = _code_of(targets_fn, cfg, code_cache)
             except D5PipeError as exc:
                 raise _point_error(stage, params, exc) from None
-            pid = point_id(stage, cfg, params, normalised=True)
+            pid = point_id(stage, cfg, params, normalised=True, code=code)
+            mods.append(tuple(sorted(code)))
             ids.append(pid)
+            costs.append(point_cost_s(stage, cfg))
             s = point_seed(root, stage, pid)
             seeds.append(s)
             all_seeds.append((f"{stage}/{pid}", s))
@@ -195,10 +241,9 @@ def build_plan(config: dict[str, Any]) -> Plan:
                 dkeys.append("")
         if len(set(ids)) != len(ids):
             raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
-        stage_pps = pps
-        if max_jobs > 0 and math.ceil(len(ids) / stage_pps) > max_jobs:
-            stage_pps = math.ceil(len(ids) / max_jobs)
-        stages[stage] = StagePlan(stage, sub_axes, ids, sub_points, seeds, stage_pps, dkeys)
+        bounds = (fixed_bounds(len(ids), pps, max_jobs) if pps > 0
+                  else pack_by_cost(costs, target_s, max_jobs))
+        stages[stage] = StagePlan(stage, sub_axes, ids, sub_points, seeds, bounds, dkeys, mods, costs=costs)
     check_unique(all_seeds)
     return Plan(
         experiment=str(config["name"]),
@@ -208,4 +253,5 @@ def build_plan(config: dict[str, Any]) -> Plan:
         axes=axes,
         stages=stages,
         datasets=datasets,
+        code=dict(code_cache.modules),
     )

@@ -27,16 +27,17 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import write_text
+from d5pipe.rundir.atomic import write_if_changed, write_text
 from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 
 CHECKSUMS_NAME = CHECKSUMS_FILE
 CHECKSUMS_SCHEMA_VERSION = 1
 _HEADER = f"# d5pipe checksums schema_version {CHECKSUMS_SCHEMA_VERSION}"
-EXCLUDED_DIRS = frozenset({".snakemake", "logs", "work", "data", "tmp", "__pycache__"})
-EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock"})
+EXCLUDED_DIRS = frozenset({".snakemake", "logs", "work", "data", "tmp", "__pycache__", "cache"})
+EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock", ".d5pipe-hashes.json"})
 """Root files that are not part of what a run means (the driver's lock is machine-local)."""
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 _CHUNK = 1 << 20
@@ -84,13 +85,39 @@ def compute_checksums(run_dir: Path) -> dict[str, str]:
     return {rel: file_sha256(run_dir / rel) for rel in bundle_files(run_dir)}
 
 
+HASH_CACHE = ".d5pipe-hashes.json"
+"""Machine-local cache of (size, mtime_ns) -> sha256 per file: a re-seal hashes only what changed."""
+
+
 def write_checksums(run_dir: Path) -> Path:
-    """Write ``CHECKSUMS.sha256`` over the bundle's files (atomically) and return its path."""
+    """Write ``CHECKSUMS.sha256`` over the bundle's files (atomically) and return its path.
+
+    Files whose size and modification time match :data:`HASH_CACHE` keep their recorded sha256,
+    so sealing a 10,000-point run again after a no-op re-run costs a directory walk, not a
+    re-hash of every record (``d5pipe bundle --verify`` always hashes everything).
+    """
+    import json
+
     run_dir = Path(run_dir)
-    sums = compute_checksums(run_dir)
+    cache_path = run_dir / HASH_CACHE
+    try:
+        cache: dict[str, list[Any]] = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        cache = {}
+    sums: dict[str, str] = {}
+    fresh: dict[str, list[Any]] = {}
+    for rel in bundle_files(run_dir):
+        st = (run_dir / rel).stat()
+        hit = cache.get(rel)
+        if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
+            sums[rel] = str(hit[2])
+        else:
+            sums[rel] = file_sha256(run_dir / rel)
+        fresh[rel] = [st.st_size, st.st_mtime_ns, sums[rel]]
     lines = [_HEADER] + [f"{digest}  {rel}" for rel, digest in sums.items()]
     path = run_dir / CHECKSUMS_NAME
-    write_text(path, "\n".join(lines) + "\n")
+    write_if_changed(path, ("\n".join(lines) + "\n").encode())
+    write_text(cache_path, json.dumps(fresh), durable=False)
     return path
 
 

@@ -5,7 +5,12 @@ Steps, in order:
 1. Open the bundle (a run directory, or a ``.tar.gz`` extracted into a temporary directory with
    the checks of :func:`d5pipe.provenance.bundle.extract`).
 2. Verify ``CHECKSUMS.sha256``. Any modified, missing or added file -> verdict ``tampered``
-   (exit 3) naming the files; nothing is re-run.
+   (exit 3) naming the files; nothing is re-run. Then every plug-in target of the bundle's
+   ``config.yaml`` is checked against the *reproducer's* allow-list (``--allow``,
+   ``D5PIPE_ALLOW``, ``~/.config/d5pipe/allow.yaml``; a bundle cannot widen it): one outside it is
+   a :class:`D5PipeError` (exit 2) naming it, before anything is imported. Only then does the
+   bundle's ``code/`` (the user modules the run used, d5pipe.config.code_dir) go first on the
+   import path of this process and, through ``PYTHONPATH``, of the re-run's jobs.
 3. Compare the *submitting* environments: the bundle's ``submit_environment`` (the process that ran
    ``d5pipe run``; ``environment`` for bundles without one) with this process's record. With
    ``strict_env`` a different hash is a refusal: :class:`D5PipeError` (exit 2) — nothing was
@@ -191,7 +196,7 @@ def _submit_comparison(manifest: dict[str, Any], source: str) -> EnvComparison:
     """Bundle's submitting environment (``environment`` for older bundles) vs this process."""
     key = "submit_environment" if isinstance(manifest.get("submit_environment"), dict) else "environment"
     ref = envinfo.record_from_manifest(manifest, source, key)
-    current = envinfo.environment_record()
+    current = envinfo.environment_record(light=True)  # as d5pipe run records its submitter
     return EnvComparison(envinfo.env_hash(ref), envinfo.env_hash(current), envinfo.diff_records(ref, current))
 
 
@@ -225,6 +230,46 @@ def _judge(points: list[PointComparison], only_ref: list[tuple[str, str]], only_
     return failures, timing, counts
 
 
+def _allow_and_import_code(ref_dir: Path) -> Callable[[], None]:
+    """Check the bundle's targets against the reproducer's allow-list, then put its ``code/``
+    first on the import path; returns the function that undoes the path change."""
+    import os
+    import sys
+
+    import yaml
+
+    from d5pipe.config.code_dir import code_dir
+    from d5pipe.levels.targets import check_config_targets
+
+    config_path = RunDir(ref_dir).config_path
+    if not config_path.is_file():
+        return lambda: None  # reported below ("bundle has no config.yaml")
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise D5PipeError(f"{config_path}: cannot read the bundle's config ({exc})") from None
+    if isinstance(config, dict):
+        try:
+            check_config_targets(config)
+        except D5PipeError as exc:
+            raise D5PipeError(f"bundle {ref_dir}: {exc}") from None
+    code = code_dir(ref_dir)
+    if not code.is_dir():
+        return lambda: None
+    old_path, old_env = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path.insert(0, str(code.resolve()))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(code.resolve()), *([old_env] if old_env else [])])
+
+    def restore() -> None:
+        sys.path[:] = old_path
+        if old_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_env
+
+    return restore
+
+
 def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
               policy: ComparePolicy | None = None, strict_timing: bool = False) -> ReproduceVerdict:
     """Re-run ``bundle`` into ``out`` with ``rerun`` and compare; see the module docstring."""
@@ -239,22 +284,26 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
                                        checksum_problems=problems, strict_timing=strict_timing)
             _write_report(verdict, bundle, policy, [])
             return verdict
-        manifest = _read_manifest(ref_dir)
-        submit = _submit_comparison(manifest, str(RunDir(ref_dir).manifest_path))
-        if strict_env and not submit.same:
-            first = submit.differences[0] if submit.differences else "no field differs (hash subset changed)"
-            raise D5PipeError(
-                f"environment differs from the bundle (env_hash {submit.reference_hash} != {submit.current_hash}; "
-                f"{first}; {len(submit.differences)} differences) and --strict-env is set")
-        config = RunDir(ref_dir).config_path
-        if not config.is_file():
-            raise D5PipeError(f"{config}: bundle has no config.yaml")
-        reference = load_run(ref_dir)
-        rerun(config, out)
-        if not RunDir(out).results_path.is_file():
-            raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
-        measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
-        result = compare_loaded(reference, load_run(out), policy, check_seeds=True)
+        restore = _allow_and_import_code(ref_dir)  # before anything of the bundle is imported
+        try:
+            manifest = _read_manifest(ref_dir)
+            submit = _submit_comparison(manifest, str(RunDir(ref_dir).manifest_path))
+            if strict_env and not submit.same:
+                first = submit.differences[0] if submit.differences else "no field differs (hash subset changed)"
+                raise D5PipeError(
+                    f"environment differs from the bundle (env_hash {submit.reference_hash} != {submit.current_hash}; "
+                    f"{first}; {len(submit.differences)} differences) and --strict-env is set")
+            config = RunDir(ref_dir).config_path
+            if not config.is_file():
+                raise D5PipeError(f"{config}: bundle has no config.yaml")
+            reference = load_run(ref_dir)
+            rerun(config, out)
+            if not RunDir(out).results_path.is_file():
+                raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
+            measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
+            result = compare_loaded(reference, load_run(out), policy, check_seeds=True)
+        finally:
+            restore()
     failures, timing, counts = _judge(result.points, result.only_ref, result.only_new, strict_timing)
     if strict_env and not measured.same:
         failures.append(f"environment: the re-run was measured in env_hash {measured.current_hash}, the bundle in "

@@ -13,7 +13,8 @@ below, ``fail`` otherwise (also for NaN/inf outputs or shape mismatches). Tolera
 10x / 40x the unit roundoff u of the dtype for low precision (output rounding alone gives
 ~u/sqrt(3) relative L2 error; accumulation in float32 inside the kernels keeps the rest small),
 and fixed small values for float32/float64. Gradients (``grad_check``) use twice these tolerances,
-checked on every input's gradient for one seeded upstream gradient.
+checked on every input's gradient for one seeded upstream gradient. ``operators.tol_l2`` and
+``operators.tol_max_rel`` replace the table's values for a point (gradients: twice those).
 
 =========  ========  =========
 dtype      l2        max_rel
@@ -95,8 +96,11 @@ def worst(reports: list[ErrorReport]) -> ErrorReport:
     )
 
 
-def tolerance(dtype: torch.dtype) -> tuple[float, float]:
-    return TOLERANCES[dtype]
+def tolerance(dtype: torch.dtype, l2: float | None = None, max_rel: float | None = None) -> tuple[float, float]:
+    """The dtype's ``(l2, max_rel)`` tolerance; ``l2``/``max_rel`` (``operators.tol_l2`` /
+    ``tol_max_rel``) override it for one point."""
+    d_l2, d_max = TOLERANCES[dtype]
+    return (d_l2 if l2 is None else float(l2)), (d_max if max_rel is None else float(max_rel))
 
 
 def check_forward(
@@ -105,9 +109,10 @@ def check_forward(
     inputs: list[torch.Tensor],
     ref_inputs: list[torch.Tensor],
     dtype: torch.dtype,
+    tol: tuple[float | None, float | None] = (None, None),
 ) -> ErrorReport:
     """Run the implementation and the float64 reference once and compare the outputs."""
-    tol_l2, tol_max = tolerance(dtype)
+    tol_l2, tol_max = tolerance(dtype, *tol)
     out = impl(*inputs)  # inputs do not require grad; no no_grad() so a compiled impl is not recompiled
     with torch.no_grad():
         ref = reference(*ref_inputs)
@@ -121,13 +126,14 @@ def check_backward(
     ref_inputs: list[torch.Tensor],
     dtype: torch.dtype,
     gen: torch.Generator,
+    tol: tuple[float | None, float | None] = (None, None),
 ) -> ErrorReport:
     """Gradients of the implementation vs autograd of the float64 reference, for all inputs.
 
     The upstream gradient is drawn from ``gen`` in float64 and rounded to ``dtype`` for the
     implementation; the reference sees the rounded values too.
     """
-    tol_l2, tol_max = tolerance(dtype)
+    tol_l2, tol_max = tolerance(dtype, *tol)
     tol_l2, tol_max = tol_l2 * GRAD_TOLERANCE_FACTOR, tol_max * GRAD_TOLERANCE_FACTOR
     ins = [t.detach().clone().requires_grad_(True) for t in inputs]
     refs = [t.detach().clone().requires_grad_(True) for t in ref_inputs]

@@ -241,3 +241,28 @@ BUILTIN_SPECS: dict[str, OperatorSpec] = {
     for spec in (MATMUL, BMM, CONV2D, SDPA, LAYER_NORM, SOFTMAX, GELU, SUM)
 }
 """Name -> spec of every built-in operator (names: d5pipe.levels.level0.schema.BUILTIN_OPERATORS)."""
+
+
+def builtin_spec(name: str) -> OperatorSpec:
+    """The registered target of the built-in operators (d5pipe.levels.targets)."""
+    return BUILTIN_SPECS[name]
+
+
+def complete(spec: OperatorSpec) -> OperatorSpec:
+    """``spec`` with what it leaves out (None) taken from its ``compare_to`` built-in.
+
+    A spec without ``compare_to`` must give everything; the error names the missing parts.
+    """
+    import dataclasses
+
+    from d5pipe import D5PipeError
+
+    parts = ("make_inputs", "reference", "flops", "min_bytes")
+    missing = [p for p in parts if getattr(spec, p) is None]
+    if not missing:
+        return spec
+    base = BUILTIN_SPECS.get(spec.compare_to)
+    if base is None:
+        raise D5PipeError(f"operator {spec.name!r}: {', '.join(missing)} missing and compare_to "
+                          f"{spec.compare_to!r} names no built-in ({', '.join(BUILTIN_SPECS)})")
+    return dataclasses.replace(spec, **{p: getattr(base, p) for p in missing})

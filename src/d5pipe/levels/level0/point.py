@@ -1,7 +1,13 @@
-"""Level 0: time one operator point, derive rates and % of peak, check forward and backward."""
+"""Level 0: time one operator point, derive rates and % of peak, check forward and backward.
+
+Timings: ``time`` (forward), and with ``operators.time_backward`` ``time_bwd`` (backward alone)
+and ``time_fwd_bwd`` (d5pipe.levels.level0.backward). A custom operator that names the built-in
+it re-implements (``OperatorSpec.compare_to``) reports it as metric ``compare_to`` (kind info).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -9,7 +15,9 @@ from typing import Any
 import torch
 
 from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.level0.backward import time_backward
 from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
+from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.peak import machine_peak
 from d5pipe.levels.level0.registry import resolve_operator
 from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
@@ -55,6 +63,7 @@ def build_inputs(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Generator]:
     """Seeded inputs in the point's dtype/device/layout, and the float64 reference inputs."""
     gen = torch.Generator().manual_seed(seed % 2**63)
+    assert spec.make_inputs is not None  # operators.complete() filled it in
     base = spec.make_inputs(conf.size, conf.batch, gen)
     rounded = [t.to(dtype) for t in base]
     ref_inputs = [t.to(torch.float64) for t in rounded]
@@ -76,12 +85,33 @@ def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric
     ]
 
 
+def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], timer_cfg: Any,
+                      device: str, seed: int, extra: dict[str, Any]) -> list[Metric]:
+    """``time_bwd`` and ``time_fwd_bwd`` (with their spreads), or a warning when there is no backward."""
+    gen = torch.Generator().manual_seed((seed + 1) % 2**63)
+    try:
+        bwd, both = time_backward(fn, inputs, timer_cfg, device, gen)
+    except (RuntimeError, NotImplementedError) as err:
+        if not _is_unsupported(err) and "does not require grad" not in str(err):
+            raise
+        extra["warnings"].append(f"backward not timed: {str(err).splitlines()[0]}")
+        return []
+    extra["timer_bwd"], extra["timer_fwd_bwd"] = bwd.info(), both.info()
+    extra["warnings"] += [f"bwd: {w}" for w in bwd.warnings] + [f"fwd_bwd: {w}" for w in both.warnings]
+    extra.setdefault("_samples", {}).update(time_bwd=list(bwd.samples), time_fwd_bwd=list(both.samples))
+    return [*bwd.summary.to_metrics("time_bwd", "s", "time_bwd", prefix="bwd_"),
+            *both.summary.to_metrics("time_fwd_bwd", "s", "time_fwd_bwd", prefix="fwd_bwd_")]
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.levels.level0)."""
     conf = operators_conf(ctx.config.get("operators"))
     check_device(conf.device, "operators.device")
     dtype = DTYPES[conf.dtype]
-    spec = resolve_operator(conf.op, conf.custom, conf.allowed_prefixes)
+    spec = complete(resolve_operator(dataclasses.asdict(conf)))
+    assert spec.reference is not None and spec.flops is not None and spec.min_bytes is not None
+    reference = spec.reference
+    tol = (conf.tol_l2, conf.tol_max_rel)
     impl, layout = effective_impl_layout(spec, conf.impl, conf.layout)
     torch.manual_seed(ctx.seed % 2**63)
     inputs, ref_inputs, gen = build_inputs(spec, conf, dtype, layout, ctx.seed)
@@ -144,16 +174,20 @@ def run_point(ctx: PointContext) -> PointOutcome:
         metrics.append(Metric("peak_gbps", peak_b.best / 1e9, "GB/s", "info"))
         metrics.append(Metric("pct_peak_bw", 100 * gbps_v / (peak_b.best / 1e9), "%", "info"))
         extra["peak_bw"] = peak_b.to_dict()
+    if spec.compare_to:
+        metrics.append(Metric("compare_to", spec.compare_to, "", "info"))
+    if conf.time_backward:
+        metrics += _backward_metrics(fn, inputs, ctx.config.get("timer"), conf.device, ctx.seed, extra)
 
     if conf.check_correctness:
-        fwd = check_forward(fn, spec.reference, inputs, ref_inputs, dtype)
+        fwd = check_forward(fn, reference, inputs, ref_inputs, dtype, tol)
         metrics += _verdict_metrics("", "correctness", fwd)
         extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
         if fwd.note:
             extra["correctness_note"] = fwd.note
     if conf.check_backward:
         try:
-            bwd = check_backward(fn, spec.reference, inputs, ref_inputs, dtype, gen)
+            bwd = check_backward(fn, reference, inputs, ref_inputs, dtype, gen, tol)
         except (RuntimeError, NotImplementedError) as err:
             if not _is_unsupported(err):
                 raise
@@ -162,4 +196,5 @@ def run_point(ctx: PointContext) -> PointOutcome:
             metrics += _verdict_metrics("grad_", "grad_check", bwd)
             if bwd.note:
                 extra["grad_check_note"] = bwd.note
-    return PointOutcome(metrics=metrics, samples={"time": list(m.samples)}, extra=extra)
+    samples = {"time": list(m.samples), **extra.pop("_samples", {})}
+    return PointOutcome(metrics=metrics, samples=samples, extra=extra)

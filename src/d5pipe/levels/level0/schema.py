@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from d5pipe.config.fields import at_least, choice
 
@@ -40,7 +40,15 @@ class OperatorsConf:
     """n of the n^3 matmul measuring peak FLOP/s (0: 1024 on CPU, 8192 on CUDA)."""
     peak_copy_mb: int = at_least(0, 0)
     """MiB copied to measure peak bandwidth (0: 128 on CPU, 2048 on CUDA)."""
+    time_backward: bool = True
+    """Also time the backward pass alone (``time_bwd``) and forward+backward (``time_fwd_bwd``)."""
+    tol_l2: Optional[float] = at_least(None, 0.0)  # noqa: UP045
+    """Relative L2 error accepted by ``correctness``; null: the dtype's default (level0.correctness)."""
+    tol_max_rel: Optional[float] = at_least(None, 0.0)  # noqa: UP045
     allowed_prefixes: list[str] = field(default_factory=lambda: ["d5pipe."])
-    custom: dict[str, str] = field(default_factory=dict)
-    """User operators: name -> import path ``module:attr`` (only under ``allowed_prefixes``)."""
+    """Deprecated, admits nothing: the allow-list is the runner's (``--allow``, ``D5PIPE_ALLOW``,
+    ``~/.config/d5pipe/allow.yaml``); an entry outside it is an error."""
+    custom: dict[str, Any] = field(default_factory=dict)
+    """User operators: name -> target (``{_target_: mypkg.ops.make_op}``, or ``"mypkg.ops:MYOP"``
+    naming a d5pipe.levels.level0.spec.OperatorSpec), imported only under the allow-list."""
     extra: dict[str, Any] = field(default_factory=dict)

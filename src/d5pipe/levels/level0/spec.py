@@ -1,6 +1,9 @@
 """What an operator is to level 0: inputs, implementation, float64 reference, FLOPs and bytes.
 
-Custom operators (config ``operators.custom``) are instances of :class:`OperatorSpec` too.
+Custom operators (config ``operators.custom``) are instances of :class:`OperatorSpec` too. A
+custom operator that re-implements a built-in names it in ``compare_to`` (``"matmul"``): the
+point reports it (metric ``compare_to``) so the two can be paired, and when the spec gives no
+``reference`` (or no ``make_inputs``/``flops``/``min_bytes``) the built-in's is used.
 """
 
 from __future__ import annotations
@@ -29,18 +32,22 @@ class OperatorSpec:
     """
 
     name: str
-    make_inputs: Callable[[int, int, torch.Generator], Inputs]
+    make_inputs: Callable[[int, int, torch.Generator], Inputs] | None
+    """``make_inputs(size, batch, gen)``; None: the ``compare_to`` built-in's."""
     forward: Callable[..., torch.Tensor]
     """The implementation under test (eager; level 0 wraps it in ``torch.compile`` for impl=compile)."""
-    reference: Callable[..., torch.Tensor]
-    """A float64 reference, differentiable by autograd, written independently where practical."""
-    flops: Callable[[int, int], int]
+    reference: Callable[..., torch.Tensor] | None
+    """A float64 reference, differentiable by autograd, written independently where practical;
+    None: the ``compare_to`` built-in's."""
+    flops: Callable[[int, int], int] | None
     """Analytic floating-point operations of one forward call for ``(size, batch)``."""
-    min_bytes: Callable[[int, int, int], int]
+    min_bytes: Callable[[int, int, int], int] | None
     """Minimum bytes moved for ``(size, batch, itemsize)``: every input read once, output written once."""
     layouts: Mapping[str, LayoutFn] = field(default_factory=lambda: {"contiguous": keep_layout})
     """Memory layouts this operator supports; each maps built inputs to inputs in that layout."""
     description: str = ""
+    compare_to: str = ""
+    """The built-in operator this one re-implements (``matmul``), or empty."""
 
 
 def elements(inputs: Inputs) -> int:

@@ -11,7 +11,13 @@ stop rule, raw samples kept):
 * ``peak_memory_inference`` and ``peak_memory_fwd_bwd`` (bytes; d5pipe.measure.memory: CUDA
   ``max_memory_allocated`` delta on GPUs, torch CPU allocator events on the CPU);
 * with ``impl: compile``: ``compile_inference_s`` and ``compile_fwd_bwd_s``, the first call of
-  each mode (includes compilation), kind ``info``.
+  each mode (includes compilation), kind ``info``;
+* ``output_check`` (verdict ``pass``/``fail``/``undetectable``) with ``output_err_l2`` and
+  ``output_err_max_rel``: the outputs against the float64 eager reference on the same batch
+  (d5pipe.levels.level1.output_check; ``level1.output_check: false`` turns it off).
+
+The model is ``model.name`` (a built-in or a user target, d5pipe.levels.targets); a user model
+may name the model it re-implements in ``model.reference``.
 
 Unsupported combinations raise PointSkipped: a missing device, ``channels_last`` for a model
 other than the CNN, a dtype whose kernels this build lacks on this device, a model that cannot
@@ -29,6 +35,7 @@ from torch import nn
 
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.level1 import output_check
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.schema import conf_from_dict
@@ -68,21 +75,35 @@ def _probe(fn: Callable[[], object], what: str) -> None:
         raise
 
 
-def _prepare_model(
-    ctx: PointContext, conf: Level1Conf, data: Dataset, device: torch.device
-) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
-    dtype = torch_dtype(conf.dtype, "level1.dtype")
+def _build(ctx: PointContext, data: Dataset, name: str | None = None) -> nn.Module:
     seed_everything(ctx.seed)
     try:
-        model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
+        return build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes, name)
     except UnsupportedInput as exc:
         raise PointSkipped(str(exc)) from exc
+
+
+def _prepare_model(
+    ctx: PointContext, conf: Level1Conf, data: Dataset, device: torch.device
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor, output_check.OutputCheck | None]:
+    dtype = torch_dtype(conf.dtype, "level1.dtype")
+    model = _build(ctx, data)
+    model_cfg = ctx.config.get("model") or {}
+    reference_name = str(model_cfg.get("reference") or "")
+    check: output_check.OutputCheck | None = None
+    if conf.output_check:
+        reference = model
+        if reference_name:
+            reference = _build(ctx, data, reference_name)
+            output_check.align_to_reference(model, reference)
+        check = output_check.prepare(model.to(dtype=dtype), reference, dtype,
+                                     reference_name or str(model_cfg.get("name", "mlp")))
     x, y = input_batch(data, conf.batch_size)
-    model_name = (ctx.config.get("model") or {}).get("name", "mlp")
-    if conf.layout == "channels_last" and (model_name != "cnn" or x.dim() != 4):
+    model_name = model_cfg.get("name", "mlp")
+    if conf.layout == "channels_last" and (model_name in ("mlp", "transformer") or x.dim() != 4):
         raise PointSkipped(
-            f"level1.layout=channels_last applies to the cnn on 4-D input; got model {model_name!r}, "
-            f"batch shape {tuple(x.shape)}"
+            f"level1.layout=channels_last applies to convolutional models on 4-D input; got model "
+            f"{model_name!r}, batch shape {tuple(x.shape)}"
         )
     model = model.to(device=device, dtype=dtype)
     x = x.to(device=device, dtype=dtype)
@@ -90,7 +111,7 @@ def _prepare_model(
     if conf.layout == "channels_last":
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         x = x.contiguous(memory_format=torch.channels_last)
-    return model, x, y
+    return model, x, y, check
 
 
 def run_point(ctx: PointContext) -> PointOutcome:
@@ -100,7 +121,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     device = check_device(conf.device, "level1.device")
     timer_cfg = cfg.get("timer") or {}
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
-    model, x, y = _prepare_model(ctx, conf, data, device)
+    model, x, y, check = _prepare_model(ctx, conf, data, device)
     runner: nn.Module | Callable[..., torch.Tensor] = model
     if conf.impl == "compile":
         runner = torch.compile(model, mode=conf.compile_mode)
@@ -142,4 +163,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))
             extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}
     model.zero_grad(set_to_none=True)
+    if check is not None:
+        check_metrics, extra["output_check"] = output_check.run_check(check, model, runner, x, conf)
+        metrics += check_metrics
     return PointOutcome(metrics=metrics, samples=samples, extra=extra)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
-from d5pipe.config.fields import at_least, choice
+from d5pipe.config.fields import at_least, choice, positive
 from d5pipe.levels.schema import DTYPES
 
 IMPLS: tuple[str, ...] = ("eager", "compile")
@@ -25,3 +26,11 @@ class Level1Conf:
     layout: str = choice("contiguous", LAYOUTS)
     """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""
     measure_memory: bool = True
+    output_check: bool = True
+    """Compare the outputs with the float64 eager reference on the same batch (``output_check``)."""
+    output_tol_l2: Optional[float] = at_least(None, 0.0)  # noqa: UP045
+    """Relative L2 error accepted by ``output_check``; null: the dtype's default (d5pipe.levels.verify)."""
+    output_tol_max_rel: Optional[float] = at_least(None, 0.0)  # noqa: UP045
+    """Max error relative to the output's largest value; null: the dtype's default."""
+    detect_rel_error: float = positive(0.01)
+    """A tolerance at or above this relative error cannot see it: ``output_check`` says ``undetectable``."""

@@ -7,12 +7,20 @@ from typing import Any
 
 from d5pipe.levels.checks import check_device, section
 from d5pipe.levels.schema import check_dataset, check_model
+from d5pipe.levels.targets import check_slots
+from d5pipe.levels.targets import used_targets as _used
 from d5pipe.measure.timer_schema import check_timer
 
 
 def check_point(cfg: Mapping[str, Any]) -> None:
     """One level-1 point's resolved config (``model``, ``dataset``, ``level1``, ``timer``)."""
+    check_slots(cfg, "level1")
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
     check_device(section(cfg, "level1").get("device", "cpu"), "level1.device")
     check_timer(dict(section(cfg, "timer")))
+
+
+def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key, dotted path)`` of the user targets a level1 point uses (its code hash covers them)."""
+    return _used(cfg, "level1")

@@ -14,6 +14,13 @@ all training time = the harmonic mean of the per-epoch rates, weighted by sample
 ``step_time`` (median with 95% CI over every step), ``train_time_s`` and ``weights_sha256``
 (sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``).
 
+Plug-ins (d5pipe.levels.targets): the model, dataset, optimizer (``train.optimizer``) and LR
+scheduler (``train.schedule``) are built-ins or user targets; ``train.metrics`` adds metrics
+computed on the test split after training (d5pipe.levels.level2.metrics); with
+``train.reference_optimizer`` the optimizer is checked against that reference from the same
+initial weights (``optimizer_check``, ``optimizer_divergence``;
+d5pipe.levels.level2.optimizer_check).
+
 Timing (see :mod:`d5pipe.levels.level2.train_loop`): training time is the wall time of the training loops
 (batch gathering, forward, backward, optimizer step, the device drained at the end of each
 epoch), evaluation and log writing excluded; a step's time runs from the batch being available
@@ -25,6 +32,7 @@ events on CUDA). Every step is written to ``ctx.work_dir / "steps.jsonl"`` (ever
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,9 +43,13 @@ from torch import nn
 
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.level2.metrics import extra_metrics
+from d5pipe.levels.level2.optimizer_check import check_optimizer
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import StepLog, evaluate, make_loader, train_epoch
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.optim import make_optimizer as build_optimizer
+from d5pipe.levels.optim import make_scheduler as build_scheduler
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.device import check_device, state_dict_sha256
@@ -51,21 +63,13 @@ def resolve_train(train_cfg: dict[str, Any]) -> TrainConf:
 
 
 def make_optimizer(params: Any, conf: TrainConf) -> torch.optim.Optimizer:
-    if conf.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=conf.lr, momentum=conf.momentum, weight_decay=conf.weight_decay)
-    if conf.optimizer == "adam":
-        return torch.optim.Adam(params, lr=conf.lr, weight_decay=conf.weight_decay)
-    return torch.optim.AdamW(params, lr=conf.lr, weight_decay=conf.weight_decay)
+    """The optimizer ``train.optimizer`` selects (built-in or user; d5pipe.levels.optim)."""
+    return build_optimizer(asdict(conf), params)
 
 
-def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> torch.optim.lr_scheduler.LRScheduler:
-    """Stepped once per epoch."""
-    if conf.schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=conf.epochs)
-    if conf.schedule == "step":
-        period = conf.step_epochs if conf.step_epochs > 0 else max(1, conf.epochs // 3)
-        return torch.optim.lr_scheduler.StepLR(opt, step_size=period, gamma=conf.gamma)
-    return torch.optim.lr_scheduler.ConstantLR(opt, factor=1.0, total_iters=0)
+def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> Any:
+    """The LR scheduler ``train.schedule`` selects; stepped once per epoch."""
+    return build_scheduler(asdict(conf), opt)
 
 
 @dataclass
@@ -136,12 +140,17 @@ def run_point(ctx: PointContext) -> PointOutcome:
         except UnsupportedInput as exc:
             raise PointSkipped(str(exc)) from exc
         model.to(device)
+        initial = copy.deepcopy(model) if conf.reference_optimizer else None
         with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
             log.write({"event": "start", "point_id": ctx.point_id, "seed": ctx.seed,
                        "train": asdict(conf), "dataset": data.meta["key"]})
             result = fit(model, data, conf, ctx.seed, device, log)
             weights = state_dict_sha256(model)
             log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
+        added = extra_metrics(asdict(conf), model, data.x_test.to(device), data.y_test.to(device))
+        checked: tuple[list[Metric], dict[str, Any]] = ([], {})
+        if initial is not None:
+            checked = check_optimizer(initial, data, asdict(conf), conf, ctx.seed, device)
     curves = result.curves
     total_time = sum(result.epoch_train_time_s)
     total_samples = sum(result.epoch_samples)
@@ -171,6 +180,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
         Metric("n_parameters", count_parameters(model), "", "count"),
         Metric("train_steps", result.steps, "", "count"),
+        *added,
+        *checked[0],
     ]
     return PointOutcome(
         metrics=metrics,
@@ -191,5 +202,6 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "notes": notes,
             "warnings": list(step_summary.warnings),
             "step_log": "steps.jsonl",
+            **({"optimizer_check": checked[1]} if checked[1] else {}),
         },
     )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
-from d5pipe.config.fields import at_least, between, choice, positive
+from d5pipe.config.fields import at_least, between, positive
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
@@ -13,13 +13,18 @@ SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
 
 @dataclass
 class TrainConf:
-    optimizer: str = choice("adam", OPTIMIZERS)
-    """``sgd`` (with ``momentum``), ``adam`` or ``adamw``."""
+    optimizer: str = "adam"
+    """``sgd`` (with ``momentum``), ``adam``, ``adamw`` or a key of ``custom_optimizers``."""
+    custom_optimizers: dict[str, Any] = field(default_factory=dict)
+    """User optimizers: name -> target (any ``torch.optim.Optimizer``; d5pipe passes ``params``)."""
     lr: float = positive(1e-3)
     momentum: float = at_least(0.9, 0.0)
     weight_decay: float = at_least(0.0, 0.0)
-    schedule: str = choice("constant", SCHEDULES)
-    """``constant``, ``cosine`` (to 0 over all epochs) or ``step`` (x ``gamma`` every ``step_epochs``)."""
+    schedule: str = "constant"
+    """``constant``, ``cosine`` (to 0 over all epochs), ``step`` (x ``gamma`` every ``step_epochs``)
+    or a key of ``custom_schedulers``. Stepped once per epoch."""
+    custom_schedulers: dict[str, Any] = field(default_factory=dict)
+    """User LR schedulers: name -> target (any ``torch.optim.lr_scheduler``; d5pipe passes ``optimizer``)."""
     step_epochs: int = at_least(0, 0)
     """``step`` schedule period in epochs; 0 means max(1, epochs // 3)."""
     gamma: float = positive(0.1)
@@ -33,3 +38,14 @@ class TrainConf:
     device: str = "cpu"
     log_every: int = at_least(1, 1)
     """Write every n-th step to ``steps.jsonl``."""
+    reference_optimizer: str = ""
+    """Level 2: an optimizer (built-in or custom) the point's optimizer must agree with: both run
+    ``reference_steps`` steps from the same weights on the same batches (``optimizer_check``)."""
+    reference_steps: int = at_least(20, 1)
+    reference_tolerance: float = at_least(1e-3, 0.0)
+    """Largest accepted parameter divergence, relative to how far the reference moved the weights."""
+    detect_rel_error: float = positive(0.01)
+    """A tolerance at or above this relative error cannot see it: the check says ``undetectable``."""
+    metrics: list[Any] = field(default_factory=list)
+    """Extra metrics after training: built-in names (``macro_f1``) or targets called as
+    ``fn(model, x_test, y_test)`` returning a number or a mapping name -> number."""

@@ -71,6 +71,11 @@ class Backend(Protocol):
         """Concatenation of every rank's ``t`` (1-D) in rank order."""
         ...
 
+    def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
+        """Send ``t`` to every rank of ``peers`` and receive a tensor like it from each (point to
+        point; every peer must name this rank among its own peers); in the order of ``peers``."""
+        ...
+
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
     ) -> StepFn:
@@ -131,6 +136,16 @@ class DdpBackend:
         self._dist.all_gather(list(out.chunk(self.size)), t)
         return out
 
+    def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
+        dist = self._dist
+        bufs = [torch.empty_like(t) for _ in peers]
+        ops = []
+        for peer, buf in zip(peers, bufs):
+            ops += [dist.P2POp(dist.isend, t, peer), dist.P2POp(dist.irecv, buf, peer)]
+        for req in dist.batch_isend_irecv(ops) if ops else []:
+            req.wait()
+        return bufs
+
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
     ) -> StepFn:
@@ -183,6 +198,17 @@ class HorovodBackend:
 
     def allgather(self, t: torch.Tensor) -> torch.Tensor:
         return self._hvd.allgather(t)
+
+    def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
+        """Horovod has no send/recv: one ``alltoall`` whose splits reach exactly ``peers``."""
+        flat = t.reshape(-1)
+        wanted = set(peers)
+        order = [r for r in range(self.size) if r in wanted]
+        splits = torch.tensor([flat.numel() if r in wanted else 0 for r in range(self.size)], dtype=torch.int32)
+        send = torch.cat([flat] * len(order)) if order else flat[:0]
+        out, received = self._hvd.alltoall(send, splits=splits)
+        chunks = dict(zip(range(self.size), out.split([int(n) for n in received.tolist()])))
+        return [chunks[p].view_as(t) for p in peers]
 
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
@@ -243,6 +269,14 @@ class MpiBackend:
         out = torch.empty(t.numel() * self.size, dtype=t.dtype)
         self.comm.Allgather(t.numpy(), out.numpy())
         return out
+
+    def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
+        bufs = [torch.empty_like(t) for _ in peers]
+        reqs = []
+        for peer, buf in zip(peers, bufs):
+            reqs += [self.comm.Isend(t.numpy(), dest=peer), self.comm.Irecv(buf.numpy(), source=peer)]
+        self._mpi.Request.Waitall(reqs)
+        return bufs
 
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]

@@ -9,11 +9,15 @@ For training points with ``distributed.serial_check`` the parent also trains the
 compares rank 0's final parameters with it: ``matches_serial`` passes when the largest absolute
 difference is <= ``distributed.tolerance``. Floating-point sums in a different order are the only
 expected difference, so this check is done only for set-ups without randomness in the step
-(``model.dropout == 0``) and with ``train.deterministic``.
+(``model.dropout == 0``) and with ``train.deterministic``. Only an exact strategy (d5pipe.levels.level3.strategies,
+``Strategy.exact``) gets the ``matches_serial`` verdict; a lossy one reports ``serial_max_abs_diff``
+as its divergence. A strategy that does not declare the point's backend among its ``engines``
+skips the point with the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -60,7 +64,7 @@ def _skip_if_unavailable(backend: str, device: str) -> None:
 def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
     """The JSON the workers read: everything they need, nothing interpolated into a command."""
     cfg = ctx.config
-    dist_cfg = dict(cfg["distributed"])
+    dist_cfg = dataclasses.asdict(conf_from_dict(DistributedConf, "distributed", cfg["distributed"]))
     ranks = int(dist_cfg["ranks"])
     spec: dict[str, Any] = {
         "experiment": ctx.experiment,
@@ -78,6 +82,8 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
     if spec["benchmark"] == "collective":
         spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
     else:
+        key, target = training.strategy_target(dist_cfg)
+        spec["strategy"] = {"key": key, "target": target, "name": str(dist_cfg.get("strategy", "allreduce"))}
         global_batch, per_rank = training.batch_sizes(dist_cfg, ranks)
         spec.update(
             scaling=dist_cfg.get("scaling", "strong"),
@@ -164,13 +170,29 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
     }
 
 
+def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
+    """A strategy that does not run on the point's engine skips the point, saying so."""
+    from d5pipe.config.plugins import TARGET_KEY
+    from d5pipe.levels.plugins import locate
+
+    key, target = training.strategy_target(dist_cfg)
+    cls = locate(str(target[TARGET_KEY]), key)
+    engines = getattr(cls, "engines", None)
+    backend = str(dist_cfg["backend"])
+    if engines is not None and backend not in engines:
+        raise PointSkipped(f"distributed.strategy {dist_cfg.get('strategy')!r} does not run on backend "
+                           f"{backend!r} (it supports {', '.join(engines)})")
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Level-3 stage runner (see module docstring)."""
     cfg = ctx.config
-    dist_cfg = dict(cfg["distributed"])
-    check_distributed(conf_from_dict(DistributedConf, "distributed", dist_cfg).__dict__)
+    dist_cfg = dataclasses.asdict(conf_from_dict(DistributedConf, "distributed", cfg["distributed"]))
+    check_distributed(dist_cfg)
     device = str(cfg.get("train", {}).get("device", "cpu"))
     _skip_if_unavailable(str(dist_cfg["backend"]), device)
+    if dist_cfg["benchmark"] == "train":
+        _skip_unsupported_strategy(dist_cfg)
     work = Path(ctx.work_dir).resolve()  # the launcher runs with cwd=work
     out_dir = work / "ranks"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -224,4 +246,5 @@ def run_point(ctx: PointContext) -> PointOutcome:
     deterministic = bool(cfg["train"].get("deterministic", True)) and float(cfg["model"].get("dropout", 0.0)) == 0.0
     if dist_cfg.get("serial_check", True) and deterministic and data_path is not None:
         serial = serial_comparison(spec, data_path, out_dir, float(dist_cfg.get("tolerance", 1e-4)))
+        serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     return outcome.train_outcome(spec, rank_results, launch_info, serial)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from d5pipe.config.fields import at_least, choice, positive
 
@@ -11,6 +12,8 @@ SCALINGS: tuple[str, ...] = ("strong", "weak")
 BENCHMARKS: tuple[str, ...] = ("train", "collective")
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
 LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
+STRATEGIES: tuple[str, ...] = ("allreduce", "topk", "local_sgd", "ring")
+"""Built-in distributed strategies (d5pipe.levels.level3.strategies)."""
 FLOAT_BYTES = 4
 """Collective payloads are float32."""
 
@@ -19,6 +22,12 @@ FLOAT_BYTES = 4
 class DistributedConf:
     backend: str = choice("ddp", BACKENDS)
     """``ddp`` (torch DDP, gloo/nccl), ``horovod`` (horovod.torch over MPI) or ``mpi`` (mpi4py)."""
+    strategy: str = "allreduce"
+    """How ranks exchange gradients or parameters each step: ``allreduce`` (the engine's synchronous
+    gradient allreduce), ``topk`` (top-1% gradient compression), ``local_sgd`` (parameter averaging
+    every 4 steps), ``ring`` (neighbour averaging) or a key of ``custom_strategies``."""
+    custom_strategies: dict[str, Any] = field(default_factory=dict)
+    """User strategies: name -> target (a d5pipe.levels.level3.strategies.Strategy)."""
     ranks: int = at_least(1, 1)
     nodes: int = at_least(1, 1)
     """Nodes the ranks span (SLURM; ranks per node = ranks / nodes). 1: one node, or the whole

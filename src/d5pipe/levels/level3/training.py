@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from d5pipe import D5PipeError
-from d5pipe.levels.level2.schema import OPTIMIZERS
 
 
 def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
@@ -73,17 +72,39 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
 
 
 def make_optimizer(train_cfg: dict[str, Any], params: Any) -> torch.optim.Optimizer:
-    """The optimizer named by ``train.optimizer`` with ``lr``, ``momentum``, ``weight_decay``."""
-    name = str(train_cfg.get("optimizer", "sgd")).lower()
-    lr = float(train_cfg.get("lr", 1e-3))
-    wd = float(train_cfg.get("weight_decay", 0.0))
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=float(train_cfg.get("momentum", 0.0)), weight_decay=wd)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
-    raise D5PipeError(f"train.optimizer: unknown value {name!r}; known: {list(OPTIMIZERS)}")
+    """The optimizer ``train.optimizer`` selects (built-in or user; d5pipe.levels.optim)."""
+    from d5pipe.levels.optim import make_optimizer as build_optimizer
+
+    return build_optimizer(train_cfg, params)
+
+
+def strategy_target(dist_cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(key, target)`` of the strategy ``distributed.strategy`` selects (torch-free lookup)."""
+    from d5pipe.levels.targets import target_of
+
+    return target_of(dist_cfg, "strategy")
+
+
+def build_strategy(spec: dict[str, Any]) -> Any:
+    """The point's strategy (d5pipe.levels.level3.strategies), built in this rank."""
+    from d5pipe.levels.level3.strategies import Strategy
+    from d5pipe.levels.plugins import build
+
+    key, target = spec["strategy"]["key"], spec["strategy"]["target"]
+    strategy = build(target, key)
+    if not isinstance(strategy, Strategy):
+        raise D5PipeError(f"{key}: built a {type(strategy).__name__}, not a "
+                          "d5pipe.levels.level3.strategies.Strategy")
+    return strategy
+
+
+def strategy_info(strategy: Any, model: torch.nn.Module, ranks: int, steps: range, engine: str) -> dict[str, Any]:
+    """What the parent needs to know of a rank's strategy: its flags and analytic bytes."""
+    n = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"name": str(getattr(strategy, "name", type(strategy).__name__)), "class": type(strategy).__name__,
+            "exact": bool(strategy.exact), "consistent": bool(strategy.consistent),
+            "expected_bytes_per_step": float(strategy.expected_bytes(gradient_bytes(model), n, ranks, list(steps),
+                                                                     engine))}
 
 
 def loss_fn() -> Callable[..., torch.Tensor]:

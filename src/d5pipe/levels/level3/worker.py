@@ -27,6 +27,7 @@ import torch
 from d5pipe.levels.level3 import training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
+from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.measure.process import die_with_parent
 from d5pipe.rundir.atomic import write_json
 
@@ -60,7 +61,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][rank]))
     model = model.to(device)
     opt = training.make_optimizer(spec["train"], model.parameters())
-    step = backend.make_train_step(model, opt, training.loss_fn())
+    strategy = training.build_strategy(spec)
+    step = strategy.make_step(model, opt, training.loss_fn(), Communicator(backend))
     backend.counter.reset()  # parameter broadcast at set-up is not per-step traffic
     warmup, steps = int(spec["warmup_steps"]), int(spec["steps"])
     times: list[float] = []
@@ -94,6 +96,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "gradient_bytes": training.gradient_bytes(model),
         "n_params": sum(p.numel() for p in model.parameters()),
         "per_rank_batch": int(spec["per_rank_batch"]),
+        "strategy": training.strategy_info(strategy, model, size, range(warmup, warmup + steps), backend.name),
     }
 
 

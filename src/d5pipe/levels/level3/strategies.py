@@ -1,0 +1,259 @@
+"""Distributed strategies: how the ranks exchange gradients or parameters each training step.
+
+A strategy is a target (``distributed.strategy``: a built-in name or a key of
+``distributed.custom_strategies``; d5pipe.levels.targets) built in every rank. It talks to the
+other ranks only through a :class:`Communicator`, which d5pipe provides over the point's engine
+(DDP/gloo, Horovod, mpi4py; d5pipe.levels.level3.backends) and which counts, at each call, the
+payload bytes this rank hands over: ``allreduce``/``allgather``/``broadcast`` count their input,
+``exchange`` (point to point) counts its input once per peer.
+
+Contract of a :class:`Strategy` subclass:
+
+* ``make_step(model, optimizer, loss_fn, comm)`` returns ``step(x, y) -> loss`` for this rank's
+  slice of each global batch. The default makes rank 0's parameters everyone's
+  (:meth:`Strategy.setup`), then per step: ``zero_grad``, forward, mean loss, backward,
+  :meth:`~Strategy.after_backward` (exchange gradients), ``optimizer.step()``,
+  :meth:`~Strategy.after_step` (exchange parameters); override the two hooks, or ``make_step``;
+* ``expected_bytes(grad_bytes, n_elements, ranks, steps, engine)``: its **analytic** payload bytes per rank
+  per step, averaged over the timed global step indices ``steps`` -- the point reports it next to
+  the counted bytes (``comm_expected_payload_bytes_per_rank_step``, ``comm_payload_vs_expected``);
+* ``exact``: training equals the 1-process model on the same global batches up to rounding
+  (``matches_serial`` is then a verdict; otherwise only ``serial_max_abs_diff`` is reported);
+* ``consistent``: every rank holds the same parameters after every step (``params_identical``
+  is then a verdict, otherwise the info metric ``replicas_identical``);
+* ``engines``: the backends it runs on (others are skipped with the reason).
+
+Built-ins: :class:`AllReduce` (the engine's own synchronous gradient allreduce: DDP buckets,
+Horovod's DistributedOptimizer, the flat mpi4py allreduce; exact), :class:`TopK` (top-k gradient
+compression with error feedback: values and indices allgathered, 8k bytes per step), :class:`LocalSGD`
+(local steps, parameters averaged by allreduce every ``period`` steps) and :class:`RingAverage`
+(decentralised: after each local step a rank averages its parameters with its two ring
+neighbours, exchanged point to point).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from d5pipe.levels.level3.backends import Backend, StepFn
+
+ALL_ENGINES: tuple[str, ...] = ("ddp", "horovod", "mpi")
+
+
+class Communicator:
+    """Collectives over the point's engine; counts the payload this rank hands to each call."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.rank, self.size, self.engine = backend.rank, backend.size, backend.name
+        self.counter = backend.counter
+
+    def allreduce(self, t: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks (in place where the engine allows it)."""
+        self.counter.add(t)
+        return self.backend.allreduce(t)
+
+    def allreduce_mean(self, t: torch.Tensor) -> torch.Tensor:
+        """Mean over ranks."""
+        return self.allreduce(t).div_(self.size)
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        """Rank 0's values everywhere."""
+        self.counter.add(t)
+        return self.backend.broadcast(t)
+
+    def allgather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's 1-D ``t``, concatenated in rank order."""
+        self.counter.add(t)
+        return self.backend.allgather(t)
+
+    def exchange(self, t: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
+        """Send ``t`` to each peer, receive one like it from each (peers must be symmetric)."""
+        for _ in peers:
+            self.counter.add(t)
+        return self.backend.exchange(t, list(peers))
+
+
+def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def flat_grads(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    """The gradients as one flat tensor (zeros where a parameter got none)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+
+
+def set_grads(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset: offset + n].view_as(p).clone()
+        offset += n
+
+
+def flat_values(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def set_values(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(flat, list(params))
+
+
+class Strategy:
+    """Base class of distributed strategies (see the module docstring for the contract)."""
+
+    name = "custom"
+    exact = False
+    consistent = True
+    engines: tuple[str, ...] = ALL_ENGINES
+
+    def setup(self, model: torch.nn.Module, comm: Communicator) -> None:
+        """Make rank 0's parameters every rank's (one broadcast, not counted as per-step traffic)."""
+        params = trainable(model)
+        flat = comm.broadcast(flat_values(params).clone())
+        set_values(params, flat)
+
+    def after_backward(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        """Exchange gradients (``p.grad``) before the optimizer step; default: nothing."""
+
+    def after_step(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        """Exchange parameters after the optimizer step; default: nothing."""
+
+    def make_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
+        """``step(x, y) -> loss`` (module docstring); global step indices count from 0."""
+        self.setup(model, comm)
+        params = trainable(model)
+        counter = itertools.count()
+
+        def step(x: torch.Tensor, y: torch.Tensor) -> float:
+            i = next(counter)
+            optimizer.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                self.after_backward(params, comm, i)
+            optimizer.step()
+            with torch.no_grad():
+                self.after_step(params, comm, i)
+            return float(loss.detach())
+
+        return step
+
+    def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
+                       engine: str) -> float:
+        """Analytic payload bytes per rank per step, averaged over ``steps``; NaN when unknown."""
+        return math.nan
+
+
+class AllReduce(Strategy):
+    """The engine's synchronous gradient allreduce (today's data-parallel step; exact)."""
+
+    name = "allreduce"
+    exact = True
+
+    def make_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
+        return comm.backend.make_train_step(model, optimizer, loss_fn)
+
+    def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
+                       engine: str) -> float:
+        """The whole gradient each step (Horovod hands nothing to a collective on 1 rank)."""
+        return 0.0 if engine == "horovod" and ranks == 1 else float(grad_bytes)
+
+
+class TopK(Strategy):
+    """Top-k gradient compression with error feedback (lossy, replicas stay identical).
+
+    Each rank adds its residual to its gradient, keeps the ``k = ceil(ratio * n)`` entries of
+    largest magnitude (the rest becomes the new residual) and allgathers them as one float32
+    buffer of ``k`` values and ``k`` int32 indices (bit-cast): ``8k`` bytes per step. Every rank
+    sums the gathered sparse gradients and divides by the number of ranks.
+    """
+
+    name = "topk"
+
+    def __init__(self, ratio: float = 0.01) -> None:
+        if not 0 < ratio <= 1:
+            raise ValueError(f"TopK ratio must be in (0, 1], got {ratio}")
+        self.ratio = float(ratio)
+        self.residual: torch.Tensor | None = None
+
+    def k(self, n: int) -> int:
+        return max(1, math.ceil(self.ratio * n))
+
+    def after_backward(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        grad = flat_grads(params)
+        if self.residual is None:
+            self.residual = torch.zeros_like(grad)
+        grad = grad + self.residual
+        k = self.k(grad.numel())
+        idx = grad.abs().topk(k, sorted=False).indices
+        values = grad[idx]
+        self.residual = grad.index_fill(0, idx, 0.0)
+        packed = torch.cat([values.to(torch.float32), idx.to(torch.int32).view(torch.float32)])
+        gathered = comm.allgather(packed).view(comm.size, 2 * k)
+        dense = torch.zeros_like(grad)
+        dense.index_add_(0, gathered[:, k:].contiguous().view(torch.int32).reshape(-1).long(),
+                         gathered[:, :k].reshape(-1).to(grad.dtype))
+        set_grads(params, dense.div_(comm.size))
+
+    def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
+                       engine: str) -> float:
+        return 8.0 * self.k(n_elements)
+
+
+class LocalSGD(Strategy):
+    """Local SGD: each rank steps alone; every ``period`` steps the parameters are averaged
+    (one allreduce of all parameters after global steps ``period - 1``, ``2 period - 1``, ...)."""
+
+    name = "local_sgd"
+    consistent = False
+
+    def __init__(self, period: int = 4) -> None:
+        if period < 1:
+            raise ValueError(f"LocalSGD period must be >= 1, got {period}")
+        self.period = int(period)
+
+    def syncs(self, step: int) -> bool:
+        return (step + 1) % self.period == 0
+
+    def after_step(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        if self.syncs(step):
+            set_values(params, comm.allreduce_mean(flat_values(params).clone()))
+
+    def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
+                       engine: str) -> float:
+        if not steps:
+            return math.nan
+        return grad_bytes * sum(self.syncs(i) for i in steps) / len(steps)
+
+
+class RingAverage(Strategy):
+    """Decentralised averaging (D-PSGD on a ring): after each local step, rank ``r`` replaces its
+    parameters by the mean of its own and those of ranks ``r-1`` and ``r+1`` (one neighbour on
+    2 ranks, none on 1), exchanged point to point: ``min(2, n-1)`` x the parameter bytes per step."""
+
+    name = "ring"
+    consistent = False
+
+    @staticmethod
+    def peers(rank: int, size: int) -> list[int]:
+        return sorted({(rank - 1) % size, (rank + 1) % size} - {rank})
+
+    def after_step(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        peers = self.peers(comm.rank, comm.size)
+        if not peers:
+            return
+        mine = flat_values(params).clone()
+        received = comm.exchange(mine, peers)
+        set_values(params, (mine + sum(received)) / (1 + len(peers)))
+
+    def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
+                       engine: str) -> float:
+        return float(grad_bytes * len(self.peers(0, ranks)))

@@ -1,0 +1,239 @@
+"""Which target each pluggable choice of a point names: built-ins and user code on one path. Torch-free.
+
+A **slot** is one pluggable choice of a config section: a selector key (``model.name``) picks a
+built-in name or a key of the section's user registry (``model.custom``). Built-ins are
+registered targets of the same kind (``mlp`` is ``{_target_: d5pipe.levels.models.mlp,
+hidden: ..., dropout: ...}``, its arguments taken from the section), so :func:`target_of` gives
+one mapping for either and the level code builds it with one call
+(d5pipe.levels.plugins.build).
+
+==================  ========================  ============================  =========================
+slot                selector                  user registry                 built with
+==================  ========================  ============================  =========================
+operator            ``operators.op``          ``operators.custom``          (a spec object or factory)
+model               ``model.name``            ``model.custom``              ``input_shape, n_classes``
+model_reference     ``model.reference``       ``model.custom``              ``input_shape, n_classes``
+dataset             ``dataset.name``          ``dataset.custom``            (nothing)
+optimizer           ``train.optimizer``       ``train.custom_optimizers``   ``params``
+reference_optimizer ``train.reference_optimizer`` ``train.custom_optimizers`` ``params``
+scheduler           ``train.schedule``        ``train.custom_schedulers``   ``optimizer``
+strategy            ``distributed.strategy``  ``distributed.custom_strategies`` (nothing)
+==================  ========================  ============================  =========================
+
+Extra metrics (``train.metrics``) are a list of built-in names or targets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from d5pipe import D5PipeError
+from d5pipe.config.plugins import TARGET_KEY, check_registry, check_selector, check_target, target_path
+from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
+from d5pipe.levels.level2.schema import OPTIMIZERS, SCHEDULES
+from d5pipe.levels.level3.schema import STRATEGIES
+from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One pluggable choice of a section."""
+
+    section: str
+    selector: str
+    registry: str
+    builtins: tuple[str, ...]
+    optional: bool = False
+    """An empty selector means "none" (e.g. no reference optimizer)."""
+
+
+SLOTS: dict[str, Slot] = {
+    "operator": Slot("operators", "op", "custom", BUILTIN_OPERATORS),
+    "model": Slot("model", "name", "custom", MODEL_NAMES),
+    "model_reference": Slot("model", "reference", "custom", MODEL_NAMES, optional=True),
+    "dataset": Slot("dataset", "name", "custom", DATASET_NAMES),
+    "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS),
+    "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, optional=True),
+    "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES),
+    "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
+}
+
+DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
+                            "optimizer": "adam", "reference_optimizer": "", "scheduler": "constant",
+                            "strategy": "allreduce"}
+"""The schema defaults of the selectors (a hand-made section may leave them out)."""
+
+BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
+"""Built-in extra metrics of ``train.metrics``."""
+
+_MODEL_ARGS: dict[str, tuple[str, ...]] = {
+    "mlp": ("hidden", "dropout"),
+    "cnn": ("channels", "blocks", "dropout"),
+    "transformer": ("d_model", "heads", "layers", "ff_mult", "dropout"),
+}
+_OPTIMIZER_ARGS: dict[str, tuple[str, ...]] = {
+    "sgd": ("lr", "momentum", "weight_decay"), "adam": ("lr", "weight_decay"), "adamw": ("lr", "weight_decay"),
+}
+_STRATEGY_CLASSES: dict[str, str] = {
+    "allreduce": "AllReduce", "topk": "TopK", "local_sgd": "LocalSGD", "ring": "RingAverage",
+}
+
+STAGE_SLOTS: dict[str, tuple[str, ...]] = {
+    "level0": ("operator",),
+    "level1": ("model", "model_reference", "dataset"),
+    "level2": ("model", "dataset", "optimizer", "reference_optimizer", "scheduler"),
+    "level3": ("model", "dataset", "optimizer", "strategy"),
+}
+"""The slots a stage's points use (what their code hash covers)."""
+
+
+def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = cfg.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise D5PipeError(f"config error: key '{name}' must be a mapping")
+    return value
+
+
+def selected_name(section: Mapping[str, Any], slot_name: str) -> str:
+    """The selector's value (the schema default when the section leaves it out)."""
+    slot = SLOTS[slot_name]
+    return str(section.get(slot.selector, DEFAULTS[slot_name]) or "")
+
+
+def registry(section: Mapping[str, Any], slot_name: str) -> Mapping[str, Any]:
+    value = section.get(SLOTS[slot_name].registry) or {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def check_slot(cfg: Mapping[str, Any], slot_name: str) -> None:
+    """The slot's registry (names, targets, allow-list) and its selector; nothing is imported."""
+    slot = SLOTS[slot_name]
+    section = _section(cfg, slot.section)
+    custom = section.get(slot.registry)
+    check_registry(custom, f"{slot.section}.{slot.registry}", slot.builtins)
+    name = selected_name(section, slot_name)
+    if slot.optional and not name:
+        return
+    check_selector(name, f"{slot.section}.{slot.selector}", slot.builtins, registry(section, slot_name))
+
+
+def check_metrics(train: Mapping[str, Any]) -> None:
+    """``train.metrics``: built-in names or allowed targets."""
+    metrics = train.get("metrics") or []
+    if not isinstance(metrics, list):
+        raise D5PipeError("config error: key 'train.metrics' must be a list")
+    for i, entry in enumerate(metrics):
+        if isinstance(entry, str) and entry in BUILTIN_METRICS:
+            continue
+        check_target(entry, f"train.metrics[{i}]")
+
+
+def check_slots(cfg: Mapping[str, Any], stage: str) -> None:
+    """Every slot of ``stage`` (and ``train.metrics`` for level 2)."""
+    for slot_name in STAGE_SLOTS[stage]:
+        check_slot(cfg, slot_name)
+    if stage == "level2":
+        check_metrics(_section(cfg, "train"))
+
+
+def user_target(section: Mapping[str, Any], slot_name: str) -> tuple[str, Any] | None:
+    """``(key, target)`` of the user entry the slot selects; None for a built-in (or none)."""
+    slot = SLOTS[slot_name]
+    name = selected_name(section, slot_name)
+    custom = registry(section, slot_name)
+    if name and name in custom and name not in slot.builtins:
+        return f"{slot.section}.{slot.registry}.{name}", custom[name]
+    return None
+
+
+def used_targets(cfg: Mapping[str, Any], stage: str) -> list[tuple[str, str]]:
+    """``(key, dotted path)`` of every user target a point of ``stage`` uses (nested ones too):
+    what its code hash covers. Built-ins are d5pipe's own code (in the environment record)."""
+    from d5pipe.config.plugins import iter_targets
+
+    out: list[tuple[str, str]] = []
+    for slot_name in STAGE_SLOTS[stage]:
+        section = _section(cfg, SLOTS[slot_name].section)
+        found = user_target(section, slot_name)
+        if found is not None:
+            out += list(iter_targets(found[1], found[0]))
+    if stage == "level2":
+        for i, entry in enumerate(_section(cfg, "train").get("metrics") or []):
+            if not (isinstance(entry, str) and entry in BUILTIN_METRICS):
+                out += list(iter_targets(entry, f"train.metrics[{i}]"))
+    return out
+
+
+def as_mapping(value: Any, key: str) -> dict[str, Any]:
+    """A target in its mapping form (the short string form becomes ``{_target_: path}``)."""
+    if isinstance(value, str):
+        return {TARGET_KEY: target_path(value, key)}
+    if not isinstance(value, Mapping):
+        raise D5PipeError(f"config error: key '{key}': {value!r} is not a target")
+    out = dict(value)
+    out[TARGET_KEY] = target_path(value, key)
+    return out
+
+
+def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dict[str, Any]:
+    """The registered target of built-in ``name`` with its arguments from ``section`` (a section
+    already filled with its schema defaults)."""
+    if slot_name == "operator":
+        return {TARGET_KEY: "d5pipe.levels.level0.operators.builtin_spec", "name": name}
+    if slot_name in ("model", "model_reference"):
+        return {TARGET_KEY: f"d5pipe.levels.models.{name}", **{k: section[k] for k in _MODEL_ARGS[name]}}
+    if slot_name == "dataset":
+        args = {k: v for k, v in section.items() if k != "custom"}
+        return {TARGET_KEY: "d5pipe.levels.datasets.builtin_arrays", **args}
+    if slot_name in ("optimizer", "reference_optimizer"):
+        return {TARGET_KEY: f"d5pipe.levels.optim.{name}", **{k: section[k] for k in _OPTIMIZER_ARGS[name]}}
+    if slot_name == "scheduler":
+        if name == "cosine":
+            return {TARGET_KEY: "d5pipe.levels.optim.cosine", "t_max": section["epochs"]}
+        if name == "step":
+            epochs, period = int(section["epochs"]), int(section["step_epochs"])
+            return {TARGET_KEY: "d5pipe.levels.optim.step", "step_size": period if period > 0 else max(1, epochs // 3),
+                    "gamma": section["gamma"]}
+        return {TARGET_KEY: "d5pipe.levels.optim.constant"}
+    if slot_name == "strategy":
+        return {TARGET_KEY: f"d5pipe.levels.level3.strategies.{_STRATEGY_CLASSES[name]}"}
+    raise KeyError(slot_name)
+
+
+def target_of(section: Mapping[str, Any], slot_name: str, name: str | None = None) -> tuple[str, dict[str, Any]]:
+    """``(key, target mapping)`` the slot selects (or ``name`` selects) in ``section``."""
+    slot = SLOTS[slot_name]
+    chosen = selected_name(section, slot_name) if name is None else name
+    custom = registry(section, slot_name)
+    if chosen in slot.builtins:
+        return f"{slot.section}.{slot.selector}", builtin_target(slot_name, chosen, section)
+    if chosen in custom:
+        key = f"{slot.section}.{slot.registry}.{chosen}"
+        return key, as_mapping(custom[chosen], key)
+    check_selector(chosen, f"{slot.section}.{slot.selector}", slot.builtins, custom)
+    raise AssertionError("unreachable")
+
+
+def metric_targets(train: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(key, target)`` of each entry of ``train.metrics``."""
+    out = []
+    for i, entry in enumerate(train.get("metrics") or []):
+        key = f"train.metrics[{i}]"
+        if isinstance(entry, str) and entry in BUILTIN_METRICS:
+            out.append((key, {TARGET_KEY: BUILTIN_METRICS[entry]}))
+        else:
+            out.append((key, as_mapping(entry, key)))
+    return out
+
+
+def check_config_targets(config: Mapping[str, Any]) -> None:
+    """Every user registry of every enabled stage of a whole config (e.g. a bundle's
+    ``config.yaml``) against the runner's allow-list; nothing is imported or searched for."""
+    from d5pipe.config.plugins import check_deprecated_prefixes
+
+    check_deprecated_prefixes(_section(config, "operators").get("allowed_prefixes"), "operators.allowed_prefixes")
+    for stage in config.get("stages") or []:
+        if stage in STAGE_SLOTS:
+            check_slots(config, stage)
