@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from d5pipe.levels.contract import PointContext
+from d5pipe.levels.contract import PointContext, run_closers
 from d5pipe.levels.level3.launch import usable_cores
 from d5pipe.levels.level3.point import run_point
 from d5pipe.rundir.record import Metric, PointOutcome
 
 HOSTILE = "x; touch owned"
+
+
+_CACHES: list[dict[str, Any]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_rank_sessions() -> Iterator[None]:
+    """A shard closes its rank sessions when it ends; a test calling run_point directly must too
+    (idle Horovod ranks keep polling, and would take CPU from the rest of the suite)."""
+    yield
+    while _CACHES:
+        run_closers(_CACHES.pop())
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +51,10 @@ def _ctx(tmp_path: Path, data_dir: Path, **dist: Any) -> PointContext:
     }
     work = tmp_path / HOSTILE / "work"  # a hostile directory name travels in the spec path
     work.mkdir(parents=True)
-    return PointContext(HOSTILE, "level3", "pt", {}, config, 77, tmp_path, work, data_dir, {"name": "local"})
+    cache: dict[str, Any] = {}
+    _CACHES.append(cache)
+    return PointContext(HOSTILE, "level3", "pt", {}, config, 77, tmp_path, work, data_dir, {"name": "local"},
+                        cache=cache)
 
 
 def _metric(out: PointOutcome, name: str) -> Metric:
@@ -68,6 +84,12 @@ def test_two_ranks_train_identically(backend: str, tmp_path: Path, data_dir: Pat
     ranks = [json.loads(p.read_text()) for p in sorted((ctx.work_dir / "ranks").glob("rank*.json"))]
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["backend"] == backend for r in ranks)
     assert all(r["experiment"] == HOSTILE for r in ranks)  # arrived intact, as data
+    # mlp [32] on digits, per-rank batch 16: forward, two weight gradients, one input gradient
+    assert _metric(out, "flops_per_sample").value == 2 * (64 * 32 + 32 * 10) + 2 * 64 * 32 + 4 * 32 * 10
+    gflops = float(_metric(out, "gflops").value)  # type: ignore[arg-type]
+    assert gflops == pytest.approx(float(_metric(out, "samples_per_s").value)  # type: ignore[arg-type]
+                                   * float(_metric(out, "flops_per_sample").value) / 1e9)  # type: ignore[arg-type]
+    assert float(_metric(out, "pct_peak_flops").value) > 0  # type: ignore[arg-type]
     _assert_nothing_owned(tmp_path)
 
 

@@ -68,3 +68,21 @@ def test_torch_compile_point_records_compile_time(tmp_path: Path) -> None:
     m = values(out)
     assert m["compile_inference_s"].kind == "info" and m["compile_inference_s"].value > 0
     assert m["inference_latency"].value > 0 and m["fwd_bwd_time"].value > 0
+
+
+def test_flops_per_sample_are_counted_and_read_against_the_measured_peak(tmp_path: Path) -> None:
+    # digits: 64 features, 10 classes; mlp hidden [64] = Linear(64, 64) -> ReLU -> Linear(64, 10)
+    out = run_point(make_ctx(tmp_path, {"name": "mlp", "hidden": [64]}, {"batch_size": 32}))
+    m = values(out)
+    forward = 2 * (64 * 64 + 64 * 10)
+    assert m["flops_per_sample_inference"].value == forward
+    # backward: weight gradients of both layers, the input gradient of the second only
+    assert m["flops_per_sample_fwd_bwd"].value == forward + 2 * 64 * 64 + 2 * (2 * 64 * 10)
+    for mode, rate in (("inference", "inference_throughput"), ("fwd_bwd", "train_throughput")):
+        g = m[f"gflops_{mode}"]
+        assert g.value == pytest.approx(m[rate].value * m[f"flops_per_sample_{mode}"].value / 1e9)
+        assert g.ci_low <= g.value <= g.ci_high
+        assert m[f"pct_peak_flops_{mode}"].value == pytest.approx(100 * g.value / m["peak_gflops"].value)
+    assert "FlopCounterMode" in out.extra["flops"]
+    off = values(run_point(make_ctx(tmp_path, {"name": "mlp", "hidden": [64]}, {"batch_size": 32, "peak": False})))
+    assert "flops_per_sample_inference" in off and "pct_peak_flops_inference" not in off

@@ -98,3 +98,13 @@ def test_bad_train_config_is_a_user_error(tmp_path: Path) -> None:
         run_point(make_ctx(tmp_path, {"optimizer": "lbfgs"}))
     with pytest.raises(D5PipeError, match="train.schedule"):
         run_point(make_ctx(tmp_path, {"schedule": "linear"}))
+
+
+def test_flops_per_sample_of_a_training_step_and_pct_of_peak(tmp_path: Path) -> None:
+    out = run_point(make_ctx(tmp_path, {"epochs": 1}))
+    # Linear(64, 32) -> ReLU -> Linear(32, 10): forward, both weight gradients, one input gradient
+    forward = 2 * (64 * 32 + 32 * 10)
+    assert metric(out, "flops_per_sample").value == forward + 2 * 64 * 32 + 2 * (2 * 32 * 10)
+    g = metric(out, "gflops")
+    assert g.value == pytest.approx(metric(out, "samples_per_s").value * metric(out, "flops_per_sample").value / 1e9)
+    assert metric(out, "pct_peak_flops").value == pytest.approx(100 * g.value / metric(out, "peak_gflops").value)

@@ -6,6 +6,6 @@ measured peak, and checks the forward result and the gradients against a float64
 
 Modules: ``schema`` (the ``operators`` section), ``validate`` (checks before any job), ``spec``
 (what an operator is), ``operators`` (built-ins, FLOP/byte conventions), ``registry`` (lookup,
-custom operators), ``correctness`` (tolerances), ``peak`` (machine peak), ``point`` (one point),
+custom operators), ``correctness`` (tolerances), ``point`` (one point; the machine peak is d5pipe.measure.peak),
 ``testing_ops`` (deliberately broken operators for tests).
 """

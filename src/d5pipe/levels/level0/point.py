@@ -18,13 +18,13 @@ from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.level0.backward import time_backward
 from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
 from d5pipe.levels.level0.operators import complete
-from d5pipe.levels.level0.peak import machine_peak
 from d5pipe.levels.level0.registry import resolve_operator
 from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.device import check_device
+from d5pipe.measure.peak import machine_peak
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
 from d5pipe.rundir.record import Metric, PointOutcome

@@ -12,6 +12,9 @@ stop rule, raw samples kept):
   ``max_memory_allocated`` delta on GPUs, torch CPU allocator events on the CPU);
 * with ``impl: compile``: ``compile_inference_s`` and ``compile_fwd_bwd_s``, the first call of
   each mode (includes compilation), kind ``info``;
+* ``flops_per_sample_inference`` / ``_fwd_bwd`` (counted, d5pipe.measure.flops), ``gflops_*``
+  (achieved FLOP/s at the measured throughput) and, with ``level1.peak``, ``pct_peak_flops_*``
+  against the machine's measured matmul peak in the same dtype;
 * ``output_check`` (verdict ``pass``/``fail``/``undetectable``) with ``output_err_l2`` and
   ``output_err_max_rel``: the outputs against the float64 eager reference on the same batch
   (d5pipe.levels.level1.output_check; ``level1.output_check: false`` turns it off).
@@ -26,6 +29,7 @@ take the dataset's input shape.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +45,9 @@ from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.device import check_device, synchronize, torch_dtype
+from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory
+from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import Measurement, measure
 from d5pipe.rundir.record import Metric, PointOutcome
@@ -136,7 +142,16 @@ def run_point(ctx: PointContext) -> PointOutcome:
         loss = loss_fn(runner(x).float(), y)
         loss.backward()
 
-    extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": []}
+    def infer_eager() -> None:  # the FLOPs are counted on the eager model: the same mathematics
+        with torch.inference_mode():
+            model(x)
+
+    def fwd_bwd_eager() -> None:
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x).float(), y).backward()
+
+    extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
+                             "flops": FLOPS_NOTE}
     metrics: list[Metric] = []
     samples: dict[str, list[float]] = {}
     work = float(conf.batch_size)
@@ -155,7 +170,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
         samples[key] = list(m.samples)
         metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
         rate_name = "inference_throughput" if mode == "inference" else "train_throughput"
-        metrics.append(rate_metric(rate_name, work, m.summary, "samples/s", key))
+        throughput = rate_metric(rate_name, work, m.summary, "samples/s", key)
+        metrics.append(throughput)
+        eager = infer_eager if mode == "inference" else fwd_bwd_eager
+        counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
+        if counted is not None:
+            fpeak = flops_peak(ctx.cache, str(device), x.dtype, 0, m.config["budget_s"]) if conf.peak else None
+            metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
         extra[f"timer_{mode}"] = m.info()
         extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
         if conf.measure_memory:
@@ -167,3 +188,4 @@ def run_point(ctx: PointContext) -> PointOutcome:
         check_metrics, extra["output_check"] = output_check.run_check(check, model, runner, x, conf)
         metrics += check_metrics
     return PointOutcome(metrics=metrics, samples=samples, extra=extra)
+

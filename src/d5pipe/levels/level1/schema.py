@@ -26,6 +26,9 @@ class Level1Conf:
     layout: str = choice("contiguous", LAYOUTS)
     """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""
     measure_memory: bool = True
+    peak: bool = True
+    """Measure the machine's matmul FLOP/s in ``dtype`` once per shard process and report the
+    model's achieved FLOP/s as ``pct_peak_flops_*`` (FLOPs are counted either way)."""
     output_check: bool = True
     """Compare the outputs with the float64 eager reference on the same batch (``output_check``)."""
     output_tol_l2: Optional[float] = at_least(None, 0.0)  # noqa: UP045

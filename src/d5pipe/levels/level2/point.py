@@ -12,7 +12,10 @@ evaluated on the training split), ``best_test_accuracy``,
 ``epochs_to_target`` is compared as a number), ``samples_per_s`` (all training samples over
 all training time = the harmonic mean of the per-epoch rates, weighted by samples),
 ``step_time`` (median with 95% CI over every step), ``train_time_s`` and ``weights_sha256``
-(sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``).
+(sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``),
+``flops_per_sample`` (forward + backward of one training batch, counted; d5pipe.measure.flops),
+``gflops`` (achieved at ``samples_per_s``) and, with ``train.peak``, ``pct_peak_flops`` against
+the machine's measured float32 matmul peak.
 
 Plug-ins (d5pipe.levels.targets): the model, dataset, optimizer (``train.optimizer``) and LR
 scheduler (``train.schedule``) are built-ins or user targets; ``train.metrics`` adds metrics
@@ -53,6 +56,8 @@ from d5pipe.levels.optim import make_scheduler as build_scheduler
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.device import check_device, state_dict_sha256
+from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
+from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import summarize
 from d5pipe.rundir.record import Metric, PointOutcome
 
@@ -151,6 +156,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
         checked: tuple[list[Metric], dict[str, Any]] = ([], {})
         if initial is not None:
             checked = check_optimizer(initial, data, asdict(conf), conf, ctx.seed, device)
+        flop_warnings: list[str] = []
+        counted = safe_count(lambda: training_step_flops(
+            model, data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device)), flop_warnings)
     curves = result.curves
     total_time = sum(result.epoch_train_time_s)
     total_samples = sum(result.epoch_samples)
@@ -163,6 +171,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         )
     if not conf.deterministic:
         notes.append("train.deterministic is false: weights_sha256 is informational only")
+    throughput = Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
+                        samples="epoch_samples_per_s")
     metrics = [
         Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
         Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
@@ -173,8 +183,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         Metric("time_to_target_s", _nan_if_none(result.time_to_target_s), "s", "timing",
                samples="step_time_s"),
         Metric("epochs_to_target", _nan_if_none(result.epochs_to_target), "epochs", "numerical"),
-        Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
-               samples="epoch_samples_per_s"),
+        throughput,
         Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
         *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
         Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
@@ -183,6 +192,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
         *added,
         *checked[0],
     ]
+    if counted is not None:
+        n = min(conf.batch_size, len(data.y_train))
+        peak = flops_peak(ctx.cache, str(device), torch.float32, 0, 0.5) if conf.peak else None
+        metrics += flop_metrics("", counted / n, throughput, peak)
     return PointOutcome(
         metrics=metrics,
         samples={
@@ -200,7 +213,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
                       "and logging excluded; a step spans zero_grad to the end of optimizer.step() "
                       + ("(cuda timing events)" if device.type == "cuda" else "(perf_counter_ns)"),
             "notes": notes,
-            "warnings": list(step_summary.warnings),
+            "warnings": [*step_summary.warnings, *flop_warnings],
+            "flops": FLOPS_NOTE,
             "step_log": "steps.jsonl",
             **({"optimizer_check": checked[1]} if checked[1] else {}),
         },

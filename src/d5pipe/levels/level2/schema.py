@@ -36,6 +36,9 @@ class TrainConf:
     """Test accuracy whose first crossing gives ``time_to_target_s``; null disables it."""
     num_workers: int = at_least(0, 0)
     device: str = "cpu"
+    peak: bool = True
+    """Measure the machine's matmul FLOP/s once per shard process and report ``pct_peak_flops``
+    of the training throughput (FLOPs per sample are counted either way)."""
     log_every: int = at_least(1, 1)
     """Write every n-th step to ``steps.jsonl``."""
     reference_optimizer: str = ""

@@ -247,4 +247,34 @@ def run_point(ctx: PointContext) -> PointOutcome:
     if dist_cfg.get("serial_check", True) and deterministic and data_path is not None:
         serial = serial_comparison(spec, data_path, out_dir, float(dist_cfg.get("tolerance", 1e-4)))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
-    return outcome.train_outcome(spec, rank_results, launch_info, serial)
+    result = outcome.train_outcome(spec, rank_results, launch_info, serial)
+    if data_path is not None:
+        peak = bool(cfg["train"].get("peak", True))
+        add_flop_metrics(result, spec, data_path, ctx.cache if peak else None, len({str(r["hostname"]) for r in rank_results}) or 1)
+    return result
+
+
+def add_flop_metrics(out: PointOutcome, spec: dict[str, Any], data_path: Path, cache: dict[str, Any] | None,
+                     nodes: int) -> None:
+    """``flops_per_sample`` of one training step (counted on rank 0's model in this process),
+    ``gflops`` of all ranks together at the global ``samples_per_s`` and, when ``cache`` is given,
+    ``pct_peak_flops`` against the measured matmul peak of one node times the ``nodes`` used."""
+    from d5pipe.levels.datasets import load
+    from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
+    from d5pipe.measure.peak import Peak, flops_peak
+
+    data = load(data_path)
+    model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][0]))
+    n = min(int(spec["per_rank_batch"]), len(data.y_train))
+    warnings: list[str] = out.extra.setdefault("warnings", [])
+    counted = safe_count(lambda: training_step_flops(model, data.x_train[:n], data.y_train[:n]), warnings)
+    if counted is None:
+        return
+    device = str(spec.get("device", "cpu"))
+    node_peak = None if cache is None else flops_peak(cache, "cuda" if device.startswith("cuda") else "cpu",
+                                                      torch.float32, 0, 0.5)
+    peak = None if node_peak is None else Peak(node_peak.best * nodes, node_peak.median * nodes, node_peak.work,
+                                               f"{node_peak.what} x {nodes} node(s)")
+    throughput = next(m for m in out.metrics if m.name == "samples_per_s")
+    out.metrics += flop_metrics("", counted / n, throughput, peak)
+    out.extra["flops"] = FLOPS_NOTE + "; peak: one node's measured matmul rate times the nodes used"

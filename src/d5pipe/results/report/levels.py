@@ -6,6 +6,7 @@ never the section.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -126,7 +127,24 @@ def level1(data: RunData) -> Section:
         blocks += figure(rows, metric, layout)
         if notes_at is None and metric in timed:
             notes_at = len(blocks)  # variation / CI-target notes under the first time figure
+    blocks += upper_bounds(rows, [("inference_throughput", "_inference"), ("train_throughput", "_fwd_bwd")])
     return _finish(data, "level1", blocks, notes_at)
+
+
+def upper_bounds(rows: pd.DataFrame, modes: Sequence[tuple[str, str]]) -> list[Block]:
+    """A table of the counted FLOPs per sample, the achieved GFLOP/s and the share of the measured
+    peak, next to the throughput they derive from; ``modes`` are ``(throughput metric, suffix)``."""
+    present = set(metric_names(rows))
+    metrics = [m for rate, sfx in modes
+               for m in (rate, f"flops_per_sample{sfx}", f"gflops{sfx}", f"pct_peak_flops{sfx}") if m in present]
+    if not any(m.startswith("flops_per_sample") for m in metrics):
+        return []
+    cols, body, total = wide_table(rows, [*metrics, *(["peak_gflops"] if "peak_gflops" in present else [])],
+                                   varying_axes(rows))
+    more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
+    return [Table(cols, body, "Upper bounds: model FLOPs per sample (counted with FlopCounterMode: matmul, "
+                  "convolution, attention; elementwise work not counted, so these are lower bounds), achieved "
+                  f"GFLOP/s and % of the measured matmul peak{more}")]
 
 
 def level2(data: RunData) -> Section:
@@ -155,6 +173,7 @@ def level2(data: RunData) -> Section:
     acc = [n for n in metric_names(rows) if n.startswith("acceptance:")]
     if acc:
         blocks += verdict_table(data, "level2", rows, acc, varying_axes(rows), "Acceptance thresholds of the recipe")
+    blocks += upper_bounds(rows, [("samples_per_s", "")])
     return _finish(data, "level2", blocks)
 
 
@@ -223,5 +242,6 @@ def level3(data: RunData) -> Section:
     if busbw:
         bw_layout = choose_layout(rows, ["distributed.message_bytes"], ["distributed.backend"])
         blocks += figure(rows, busbw, bw_layout, title="bus bandwidth")
+    blocks += upper_bounds(rows[~rows["point_id"].astype(str).str.startswith("scaling-")], [("samples_per_s", "")])
     return _finish(data, "level3", blocks, notes_at)
 

@@ -88,13 +88,22 @@ def machine_peak(
     The FLOP peak is ``None`` when matmul does not run in ``dtype`` on this device. Each peak is
     timed within ``budget_s`` (capped at 1.5 s, at least 0.2 s).
     """
-    fkey = f"machine_peak:flops:{device}:{dtype}:{matmul_size}"
     bkey = f"machine_peak:bw:{device}:{copy_mb}"
+    if bkey not in cache:
+        cache[bkey] = peak_bandwidth(device, copy_mb, budget_s)
+    return flops_peak(cache, device, dtype, matmul_size, budget_s), cache[bkey]
+
+
+def flops_peak(
+    cache: dict[str, Any], device: str, dtype: torch.dtype, matmul_size: int = 0, budget_s: float = 1.5
+) -> Peak | None:
+    """The matmul FLOP/s peak in ``dtype``, measured on first use and cached in ``cache``; None
+    when matmul does not run in ``dtype`` on this device."""
+    fkey = f"machine_peak:flops:{device}:{dtype}:{matmul_size}"
     if fkey not in cache:
         try:
             cache[fkey] = peak_flops(device, dtype, matmul_size, budget_s)
         except (RuntimeError, NotImplementedError):
             cache[fkey] = None
-    if bkey not in cache:
-        cache[bkey] = peak_bandwidth(device, copy_mb, budget_s)
-    return cache[fkey], cache[bkey]
+    peak: Peak | None = cache[fkey]
+    return peak
