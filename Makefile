@@ -41,9 +41,9 @@ horovod: $(STAMP)
 run: install
 	$(VENV)/bin/d5pipe run quickstart
 
-# Two pytest-xdist workers: one runs the SLURM tests (they mostly wait on SLURM), the other the rest.
+# Two pytest processes side by side: the SLURM tests (they mostly wait on SLURM) and the rest.
 test: install-test lint
-	$(VENV)/bin/pytest -q -n 2 --dist loadgroup
+	PYTEST=$(VENV)/bin/pytest bash scripts/run_tests.sh
 
 # The suite without the SLURM cluster, MPI ranks or the browser (minutes, not tens of minutes).
 test-fast: install-test

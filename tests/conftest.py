@@ -30,14 +30,16 @@ def cli():
     return d5pipe
 
 
+CLUSTER_FIXTURES = frozenset({"slurm_cluster", "multinode_cluster"})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """All SLURM tests go to one pytest-xdist worker (group ``slurm``: the clusters share
-    /etc/slurm/slurm.conf and the bridge), and within it the multi-node ones run last: the 3-node
-    cluster takes /etc/slurm/slurm.conf over from the one-node cluster, which is stopped then
-    (see tests/multinode_fixture.py). The SLURM tests mostly wait on SLURM's polling, so the
-    other worker runs the rest of the suite meanwhile."""
+    """Every test that uses a SLURM test cluster is marked ``slurm`` (``make test`` runs those in a
+    process of their own, scripts/run_tests.sh: the clusters share /etc/slurm/slurm.conf and may
+    not overlap), and the multi-node ones run last: the 3-node cluster takes /etc/slurm/slurm.conf
+    over from the one-node cluster, which is stopped then (see tests/multinode_fixture.py)."""
     for item in items:
-        if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group(name="slurm"))
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slurm") is None:
+            item.add_marker(pytest.mark.slurm)
     items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))

@@ -52,7 +52,8 @@ def _record(pid: str, size: int, rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _write_manifest(run: Path, record: dict[str, Any] | None = None) -> None:
-    env = envinfo.environment_record() if record is None else record
+    # the submitting environment, recorded as d5pipe run records it (without importing torch)
+    env = envinfo.environment_record(light=True) if record is None else record
     (run / "manifest.json").write_text(json.dumps(
         {"schema_version": 1, "experiment": "demo", "seed": 0, "environment": env,
          "env_hash": envinfo.env_hash(env)}))
@@ -178,7 +179,7 @@ def test_archive_bundle_is_extracted_and_reproduced(bundle_dir: Path, tmp_path: 
 
 
 def test_environment_difference_warns_or_refuses(bundle_dir: Path, tmp_path: Path) -> None:
-    other = copy.deepcopy(envinfo.environment_record())
+    other = copy.deepcopy(envinfo.environment_record(light=True))
     other["packages"]["numpy"] = "0.0.1"
     _write_manifest(bundle_dir, other)
     bundle.write_checksums(bundle_dir)  # a bundle published from another environment

@@ -4,6 +4,7 @@ The runs start together in one module fixture (they mostly wait on SLURM's polli
 
 * ``multinode_l3``: 4 ranks on 2 nodes for DDP, Horovod and mpi4py in one shard job;
 * ``multinode_sweep``: 12 level-0 points in 6 shards, submitted as a job array;
+* ``nodes``: two level-0 points on each of the three nodes (``placement.node``);
 
 and the tests then check SLURM's own accounting (sacct) against d5pipe's records.
 """
@@ -23,6 +24,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from d5pipe.execute.placement import natural_key
 from multinode_fixture import MultiNodeCluster
 from slurm_fixture import TEST_PROFILE
 
@@ -85,11 +87,12 @@ def _sacct(env: dict[str, str], *args: str) -> list[dict[str, str]]:
 def mn_runs(multinode_cluster: MultiNodeCluster, tmp_path_factory: pytest.TempPathFactory
             ) -> dict[str, Future[Finished]]:
     base = tmp_path_factory.mktemp("multinode")
-    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mn-run")
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="mn-run")
     started = time.monotonic()
     futures = {
         "l3": pool.submit(_run, multinode_cluster, "multinode_l3", base / "l3"),
         "sweep": pool.submit(_run, multinode_cluster, "multinode_sweep", base / "sweep"),
+        "nodes": pool.submit(_run, multinode_cluster, "nodes", base / "nodes"),
     }
     yield futures
     pool.shutdown(wait=True)
@@ -126,6 +129,24 @@ def test_a_stage_of_six_shards_is_one_job_array(mn_runs: dict[str, Future[Finish
     assert len({j["JobID"].split("_")[0] for j in shard_tasks}) == 1, "one sbatch for the level-0 stage"
     task_ids = {r["provenance"]["slurm_job_id"] for r in recs.values()}
     assert task_ids <= {j["JobIDRaw"] for j in shard_tasks}
+
+
+def test_the_same_point_runs_on_each_of_three_distinct_nodes(mn_runs: dict[str, Future[Finished]]) -> None:
+    res = mn_runs["nodes"].result(timeout=RUN_CEILING_S + 60)
+    assert res.rc == 0, res.output[-4000:]
+    recs = _records(res.run_dir, "level0")
+    assert len(recs) == 6 and {r["status"] for r in recs.values()} == {"ok"}
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, env=res.env,
+                           timeout=30, check=True).stdout.split()
+    names = sorted(set(nodes), key=natural_key)
+    for rec in recs.values():  # node k is the k-th node of the partition, and only that one
+        assert rec["provenance"]["slurm_nodelist"] == names[rec["params"]["placement.node"] - 1], rec["provenance"]
+    per_size = {}
+    for rec in recs.values():
+        per_size.setdefault(rec["params"]["operators.size"], set()).add(rec["provenance"]["slurm_nodelist"])
+    assert all(len(v) == 3 for v in per_size.values())
+    report = (res.run_dir / "report.md").read_text()
+    assert "Node-to-node variability" in report and "spread between nodes" in report
 
 
 def test_sacct_accounting_reaches_the_results_and_the_report(mn_runs: dict[str, Future[Finished]]) -> None:

@@ -66,6 +66,16 @@ class ShardsConf:
     point is recorded ``failed`` instead of being tried again."""
 
 
+@dataclass
+class PlacementConf:
+    node: int = at_least(0, 0)
+    """Which node a point runs on. 0 (default): wherever the scheduler puts it. k >= 1: the k-th
+    distinct node of the stage's SLURM partition (``sinfo``, in natural name order), so the axis
+    ``placement.node: [1, 2, 3]`` runs every point on each of three distinct nodes and the report
+    sets the spread between nodes next to the CI within a node (d5pipe.execute.placement).
+    A local run has one node: points with k >= 2 are skipped there."""
+
+
 RESOURCE_DEFAULTS: dict[str, Any] = {
     "partition": "", "account": "", "runtime_min": 30, "nodes": 1, "tasks": 1,
     "cpus_per_task": 1, "mem_mb": 2048, "gpus": 0,
@@ -134,6 +144,7 @@ class D5Config:
     level1: Level1Conf = field(default_factory=Level1Conf)
     train: TrainConf = field(default_factory=TrainConf)
     distributed: DistributedConf = field(default_factory=DistributedConf)
+    placement: PlacementConf = field(default_factory=PlacementConf)
     executor: ExecutorConf = field(default_factory=ExecutorConf)
     report: ReportConf = field(default_factory=ReportConf)
 

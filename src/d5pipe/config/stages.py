@@ -28,7 +28,8 @@ class Stage:
     title: str
     """Human title (report headings, ``d5pipe plan``)."""
     sections: tuple[str, ...]
-    """Config sections a point of this stage reads; its point ID hashes exactly these."""
+    """Config sections a point of this stage reads; its point ID hashes exactly these (``placement``
+    only where it differs from its default, so IDs without node placement stay as they were)."""
     point: str
     """``module:function`` of ``run_point(ctx: PointContext) -> PointOutcome``."""
     validate: str
@@ -44,19 +45,19 @@ class Stage:
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
-        Stage("level0", "L0 operators", ("operators", "timer"),
+        Stage("level0", "L0 operators", ("operators", "timer", "placement"),
               point="d5pipe.levels.level0.point:run_point",
               validate="d5pipe.levels.level0.validate:check_point",
               report="d5pipe.results.report.levels:level0"),
-        Stage("level1", "L1 network processing", ("model", "dataset", "level1", "timer"),
+        Stage("level1", "L1 network processing", ("model", "dataset", "level1", "timer", "placement"),
               point="d5pipe.levels.level1.point:run_point",
               validate="d5pipe.levels.level1.validate:check_point",
               report="d5pipe.results.report.levels:level1", needs_data=True),
-        Stage("level2", "L2 training", ("model", "dataset", "train", "timer"),
+        Stage("level2", "L2 training", ("model", "dataset", "train", "timer", "placement"),
               point="d5pipe.levels.level2.point:run_point",
               validate="d5pipe.levels.level2.validate:check_point",
               report="d5pipe.results.report.levels:level2", needs_data=True),
-        Stage("level3", "L3 distributed", ("model", "dataset", "train", "distributed", "timer"),
+        Stage("level3", "L3 distributed", ("model", "dataset", "train", "distributed", "timer", "placement"),
               point="d5pipe.levels.level3.point:run_point",
               validate="d5pipe.levels.level3.validate:check_point",
               report="d5pipe.results.report.levels:level3", needs_data=True,
@@ -69,6 +70,9 @@ STAGE_NAMES: tuple[str, ...] = tuple(STAGES)
 
 SWEEPABLE_SECTIONS: frozenset[str] = frozenset(s for st in STAGES.values() for s in st.sections)
 """Config sections a sweep axis may name."""
+
+NODE_AXIS = "placement.node"
+"""The axis that pins points to distinct nodes (d5pipe.execute.placement)."""
 
 RESOURCE_ENTRIES: tuple[str, ...] = ("default", "prepare_data", *STAGE_NAMES)
 """Keys of ``executor.resources``: a default, the data preparation jobs, one per stage."""

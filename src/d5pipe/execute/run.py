@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,11 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
             return RunOutcome(run_dir, finish(run_dir, 0))
         extra = list(snakemake_args or [])
         if slurm:
-            extra = slurm_args(executor, dry_run) + extra
+            from d5pipe.execute.placement import check_nodes, placed_stages
+
+            if not dry_run:
+                check_nodes(plan)  # a node index beyond the partition: one line, before any job
+            extra = slurm_args(executor, dry_run, placed_stages(plan)) + extra
         cmd = build_command(run_dir, executor, jobs, extra, dry_run=dry_run)
         t0 = time.perf_counter()
         try:
@@ -148,9 +153,10 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         return RunOutcome(run_dir, verdict)
 
 
-def slurm_args(executor: dict[str, Any], dry_run: bool = False) -> list[str]:
+def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collection[str] = ()) -> list[str]:
     """Snakemake arguments for SLURM: a status source that works here, and job arrays for every
-    stage whose shards all ask for the same resources (not level 3: tasks follow the ranks)."""
+    stage whose shards all ask for the same resources (not level 3: tasks follow the ranks; not
+    the ``placed`` stages, whose shards are pinned to different nodes)."""
     from d5pipe.config.stages import STAGES
     from d5pipe.execute.slurm_watch import status_args
     from d5pipe.execute.snakemake import profile_dirs
@@ -159,7 +165,7 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False) -> list[str]:
     if out:
         print(f"d5pipe: SLURM job status from {out[-1]}", flush=True)
     if executor.get("arrays", True):
-        rules = ["prepare_data", *(s for s, st in STAGES.items() if not st.tasks_from_ranks)]
+        rules = ["prepare_data", *(s for s, st in STAGES.items() if not st.tasks_from_ranks and s not in placed)]
         out += ["--slurm-array-jobs", ",".join(rules),
                 "--slurm-array-limit", str(int(executor.get("array_limit", 1000) or 1000))]
     return out

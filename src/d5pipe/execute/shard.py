@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.config.stages import STAGES, load_target
+from d5pipe.execute.placement import skip_reason
 from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.plan.build import point_config, stage_base
@@ -96,6 +97,9 @@ def run_point_record(ctx: PointContext, env_hash: str, runner: Any | None = None
     error = None
     outcome = PointOutcome()
     try:
+        reason = skip_reason(ctx.config, ctx.executor)
+        if reason:
+            raise PointSkipped(reason)
         outcome = runner(ctx)
     except PointSkipped as exc:
         status, error = "skipped", str(exc) or "skipped"

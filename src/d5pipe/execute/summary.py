@@ -65,7 +65,9 @@ def _submissions(plan: Plan, stage: str, jobs: int) -> int:
     ex = plan.config.get("executor") or {}
     if ex.get("name") != "slurm":
         return 0
-    if jobs <= 1 or not ex.get("arrays", True) or STAGES[stage].tasks_from_ranks:
+    from d5pipe.execute.placement import placed_stages
+
+    if jobs <= 1 or not ex.get("arrays", True) or STAGES[stage].tasks_from_ranks or stage in placed_stages(plan):
         return jobs
     return math.ceil(jobs / int(ex.get("array_limit", 1000) or 1000))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.config.resources import merged_resources
-from d5pipe.config.stages import RESOURCE_ENTRIES, STAGE_NAMES, STAGES
+from d5pipe.config.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
 PLAN_INDEX_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "plan_index.schema.yaml"
@@ -128,11 +128,34 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     from d5pipe.execute.resources import snakemake_resources
 
     out = snakemake_resources(merged_resources(ex, stage))
+    if stage in STAGES and _placed(run_dir, stage):
+        partition = str(merged_resources(ex, stage).get("partition") or "")
+        out["slurm_extra"] = lambda wildcards: shard_nodelist(run_dir, stage, str(wildcards.shard), partition)
     if stage in STAGES and STAGES[stage].tasks_from_ranks:
         out["tasks"] = lambda wildcards: shard_tasks(run_dir, stage, str(wildcards.shard))
         out["mpi"] = lambda wildcards: shard_mpi(run_dir, stage, str(wildcards.shard))
         out["nodes"] = lambda wildcards: shard_nodes(run_dir, stage, str(wildcards.shard))
     return out
+
+
+def _placed(run_dir: str | Path, stage: str) -> bool:
+    from d5pipe.execute.placement import node_of
+
+    rd = _run(run_dir)
+    return NODE_AXIS in (rd.index["stages"].get(stage) or {}).get("axes", []) or node_of(rd.config) > 0
+
+
+def shard_nodelist(run_dir: str | Path, stage: str, shard: str, partition: str) -> str:
+    """``--nodelist=<node>`` for a shard whose points are pinned to a node (d5pipe.execute.placement)."""
+    from d5pipe import D5PipeError
+    from d5pipe.execute.placement import node_of, nodelist_option
+
+    rd = _run(run_dir)
+    fixed = node_of(rd.config)
+    indices = {int(p["params"].get(NODE_AXIS, fixed) or 0) for p in rd.shard_spec(stage, shard)["points"]}
+    if len(indices) != 1:
+        raise D5PipeError(f"plan/{stage}/{shard}.json: a shard mixes nodes {sorted(indices)} (re-plan the run)")
+    return nodelist_option(indices.pop(), partition)
 
 
 def _shard_distributed(run_dir: str | Path, stage: str, shard: str, key: str) -> list[int]:

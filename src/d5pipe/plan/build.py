@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d5pipe import D5PipeError
-from d5pipe.config.stages import STAGES, load_target
+from d5pipe.config.stages import NODE_AXIS, STAGES, load_target
 from d5pipe.config.validate import check_sweep
 from d5pipe.plan.canonical import canonical_json, digest, normalise
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost, point_cost_s
@@ -109,7 +109,9 @@ def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """The part of the config a stage reads (its sections, plus name and root seed)."""
-    base = {s: config[s] for s in STAGES[stage].sections}
+    base = {s: config[s] for s in STAGES[stage].sections if s in config}
+    if base.get("placement") in ({"node": 0}, None, {}):  # the default: not part of the point's identity
+        base.pop("placement", None)
     base["name"] = config["name"]
     base["seed"] = config["seed"]
     return base
@@ -172,6 +174,41 @@ def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5Pipe
     return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))
 
 
+def by_node(axes: tuple[str, ...], points: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``points`` stably ordered by their ``placement.node`` value (unchanged without that axis)."""
+    if NODE_AXIS not in axes:
+        return points
+    i = axes.index(NODE_AXIS)
+    return sorted(points, key=lambda p: int(p[i]))
+
+
+def node_groups(axes: tuple[str, ...], points: list[tuple[Any, ...]]) -> list[int]:
+    """Lengths of the runs of equal ``placement.node`` in (ordered) ``points``: one group without it."""
+    if NODE_AXIS not in axes or not points:
+        return [len(points)]
+    i = axes.index(NODE_AXIS)
+    sizes: list[int] = []
+    for k, p in enumerate(points):
+        if k == 0 or p[i] != points[k - 1][i]:
+            sizes.append(0)
+        sizes[-1] += 1
+    return sizes
+
+
+def shard_bounds(costs: list[float], groups: list[int], pps: int, target_s: float, max_jobs: int) -> list[int]:
+    """Shard boundaries packed within each group (a shard never mixes nodes); ``max_jobs`` is
+    shared out among the groups by their number of points."""
+    bounds = [0]
+    start = 0
+    for size in groups:
+        part = costs[start:start + size]
+        jobs = max(1, max_jobs * size // max(1, len(costs))) if max_jobs > 0 else 0
+        local = fixed_bounds(size, pps, jobs) if pps > 0 else pack_by_cost(part, target_s, jobs)
+        bounds += [start + b for b in local[1:]]
+        start += size
+    return bounds
+
+
 def build_plan(config: dict[str, Any]) -> Plan:
     """Expand the sweep of a resolved config into per-stage points and shards.
 
@@ -208,6 +245,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         keep = [a for a in axes if a.split(".", 1)[0] in sections]
         sub_axes, sub_points = project(axes, points, keep)
         base = normalise(stage_base(config, stage))
+        sub_points = by_node(sub_axes, sub_points)  # a shard runs on one node: its points are consecutive
         ids: list[str] = []
         seeds: list[int] = []
         dkeys: list[str] = []
@@ -241,8 +279,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
                 dkeys.append("")
         if len(set(ids)) != len(ids):
             raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
-        bounds = (fixed_bounds(len(ids), pps, max_jobs) if pps > 0
-                  else pack_by_cost(costs, target_s, max_jobs))
+        bounds = shard_bounds(costs, node_groups(sub_axes, sub_points), pps, target_s, max_jobs)
         stages[stage] = StagePlan(stage, sub_axes, ids, sub_points, seeds, bounds, dkeys, mods, costs=costs)
     check_unique(all_seeds)
     return Plan(

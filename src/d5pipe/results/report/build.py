@@ -10,6 +10,7 @@ from d5pipe.results.report.checks import failures, overview, warnings
 from d5pipe.results.report.html import render_html
 from d5pipe.results.report.loader import RunData, load_run
 from d5pipe.results.report.markdown import render_markdown
+from d5pipe.results.report.node_section import node_variability
 from d5pipe.results.report.sections import provenance, stage_table
 from d5pipe.results.report.slurm_section import slurm_jobs
 from d5pipe.rundir.atomic import write_text
@@ -29,6 +30,9 @@ def build_sections(data: RunData) -> Report:
         level = load_target(entry.report)(data) if entry is not None else Section(stage, stage)
         level.subsections.append(stage_table(data, stage))
         sections.append(level)
+    nodes = node_variability(data)
+    if nodes is not None:
+        sections.append(nodes)
     jobs = slurm_jobs(data)
     if jobs is not None:
         sections.append(jobs)
