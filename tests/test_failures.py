@@ -26,7 +26,7 @@ from tests.conftest import TEST_CONF, d5pipe
 pytestmark = pytest.mark.slow
 
 FAULTS = ["--config-dir", str(TEST_CONF)]
-SLOW_TINY = ["tiny", "--config-dir", str(TEST_CONF), "timer.budget_s=3", "timer.target_ci_pct=0.001",
+SLOW_TINY = ["tiny", "--config-dir", str(TEST_CONF), "timer.budget_s=2", "timer.target_ci_pct=0.001",
              "timer.max_samples=100000"]
 
 
