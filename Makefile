@@ -41,7 +41,7 @@ horovod: $(STAMP)
 run: install
 	$(VENV)/bin/d5pipe run quickstart
 
-# Two pytest processes side by side: the SLURM tests (they mostly wait on SLURM) and the rest.
+# Three pytest processes side by side (scripts/run_tests.sh): the SLURM tests, the long modules, the rest.
 test: install-test lint
 	PYTEST=$(VENV)/bin/pytest bash scripts/run_tests.sh
 

@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# The whole suite as `make test` runs it: two pytest processes side by side on a 2-core machine.
-#   * the SLURM tests (-m slurm), which mostly wait on the scheduler's polling, serially, in one
-#     process (the one-node and the three-node test clusters share /etc/slurm and may not overlap);
-#   * everything else in the other.
-# Their outputs are kept apart (the SLURM log is printed after the rest) and the exit code is
-# non-zero when either fails. Extra arguments go to both (e.g. --durations=30).
+# The whole suite as `make test` runs it: three pytest processes side by side. The tests spend much
+# of their time waiting (on SLURM's polling, on launched ranks, on timeouts they provoke), so one
+# process leaves a 2-core machine half idle.
+#   1. the SLURM tests (-m slurm), serially: the one-node and the three-node test clusters share
+#      /etc/slurm and may not overlap;
+#   2. the long failure-injection, bring-your-own-code and strategy modules (HEAVY below);
+#   3. everything else.
+# Each has its own --basetemp. Lane 3 prints as it goes, the others' logs follow it; the exit code
+# is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
-log=$(mktemp "${TMPDIR:-/tmp}/d5pipe-slurm-tests.XXXXXX")
-trap 'rm -f "$log"' EXIT
-"$PYTEST" -q -m slurm -p no:cacheprovider "$@" >"$log" 2>&1 &
-slurm_pid=$!
-trap 'kill -TERM "$slurm_pid" 2>/dev/null; rm -f "$log"' EXIT INT TERM
-echo "== tests without SLURM (the SLURM tests run alongside; their log follows)"
-"$PYTEST" -q -m "not slurm" -p no:cacheprovider "$@"
+HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py)
+work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$work"; }
+trap cleanup EXIT INT TERM
+ignore=()
+for f in "${HEAVY[@]}"; do ignore+=("--ignore=$f"); done
+
+"$PYTEST" -q -m slurm -p no:cacheprovider --basetemp="$work/slurm" "$@" >"$work/slurm.log" 2>&1 &
+pids+=($!)
+"$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/heavy" "$@" "${HEAVY[@]}" >"$work/heavy.log" 2>&1 &
+pids+=($!)
+echo "== tests (the SLURM tests and ${HEAVY[*]} run alongside; their logs follow)"
+"$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/rest" "$@" "${ignore[@]}"
 rc_rest=$?
-wait "$slurm_pid"
-rc_slurm=$?
+wait "${pids[0]}"; rc_slurm=$?
+wait "${pids[1]}"; rc_heavy=$?
+echo "== ${HEAVY[*]}"
+cat "$work/heavy.log"
 echo "== SLURM tests"
-cat "$log"
-echo "== exit: tests without SLURM $rc_rest, SLURM tests $rc_slurm"
-[ "$rc_rest" -eq 0 ] && [ "$rc_slurm" -eq 0 ]
+cat "$work/slurm.log"
+echo "== exit: rest $rc_rest, heavy modules $rc_heavy, SLURM tests $rc_slurm"
+[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_slurm" -eq 0 ]

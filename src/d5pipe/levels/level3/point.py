@@ -32,7 +32,7 @@ from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
 from d5pipe.levels.level3 import outcome, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
-from d5pipe.levels.level3.session import RankSession, close_sessions, session_for
+from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, session_for
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.process import die_with_parent
@@ -210,6 +210,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         raise PointSkipped(f"distributed.nodes={dist_cfg['nodes']} needs the slurm executor "
                            "(a local run has one node)")
     timeout_s = float(spec["timeout_s"])
+    retries: list[str] = []
     if dist_cfg.get("reuse_ranks", True):
         key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)
         root = Path(ctx.run_dir).resolve() / "work" / ctx.stage / "_sessions" / key
@@ -219,11 +220,18 @@ def run_point(ctx: PointContext) -> PointOutcome:
             return RankSession(plan, root, int(spec["ranks"]))
 
         register_closer(ctx.cache, close_sessions)
-        session = session_for(ctx.cache, key, make)
-        plan = session.plan
-        spec["threads_per_rank"] = plan.threads_per_rank
-        write_json(work / "spec.json", spec)
-        rank_results = session.run(spec, out_dir, timeout_s)
+        for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+            session = session_for(ctx.cache, key, make)  # a new launch when the last one died
+            plan = session.plan
+            spec["threads_per_rank"] = plan.threads_per_rank
+            write_json(work / "spec.json", spec)
+            try:
+                rank_results = session.run(spec, out_dir, timeout_s)
+                break
+            except LaunchDied as exc:
+                if attempt == LAUNCH_ATTEMPTS:
+                    raise
+                retries.append(f"launch {attempt} died before the first point: {str(exc).splitlines()[0]}")
     else:
         plan = build_launch(spec_path=work / "spec.json", **options)
         spec["threads_per_rank"] = plan.threads_per_rank
@@ -239,6 +247,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         "hosts": sorted({str(r["hostname"]) for r in rank_results}),
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
         "ranks_reused": bool(dist_cfg.get("reuse_ranks", True)),
+        "launch_retries": retries,
     }
     if spec["benchmark"] == "collective":
         return outcome.collective_outcome(spec, rank_results, launch_info)

@@ -7,6 +7,10 @@ writes ``DIR/point-<k>.json`` (atomically); every rank runs it -- fresh model, s
 slice from that spec, exactly as a one-point launch would -- and writes its result (or its error)
 into the point's own output directory, then waits for point *k+1* or ``DIR/stop``.
 
+A launch whose ranks die before they finish the first point (a crash while the process group or
+MPI wires up, seen with Open MPI over TCP between network namespaces) is retried once
+(:data:`LAUNCH_ATTEMPTS`); the point's record says so (``extra.launch.launch_retries``).
+
 A failing point fails alone: when every rank raises, each writes ``rank<r>.error.json`` and the
 session goes on; when the ranks stop answering (one rank raised inside a collective and the
 others wait, or a rank died), the parent kills the session's process group after
@@ -30,6 +34,10 @@ from d5pipe.measure.process import die_with_parent
 from d5pipe.rundir.atomic import write_json
 
 POLL_S = 0.005
+CLOSE_WAIT_S = 3.0
+"""How long closing ranks may take to finalise before they are killed (nothing is measured then)."""
+LAUNCH_ATTEMPTS = 2
+"""Launches of a session whose ranks die before finishing their first point (then: the point fails)."""
 LOG_TAIL_CHARS = 3000
 INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
 
@@ -39,6 +47,11 @@ def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
         return path.read_text(encoding="utf-8", errors="replace")[-chars:]
     except FileNotFoundError:
         return ""
+
+
+class LaunchDied(RuntimeError):
+    """The ranks died before they finished the first point of their session (a crash while the
+    process group or MPI wires up): nothing was measured, so the launch may be retried."""
 
 
 class RankSession:
@@ -77,12 +90,12 @@ class RankSession:
         self.proc = None
 
     def close(self) -> None:
-        """Ask the ranks to stop; kill them if they do not within 10 s."""
+        """Ask the ranks to stop; kill them if they do not within :data:`CLOSE_WAIT_S`."""
         if self.alive():
             assert self.proc is not None
             (self.root / "stop").write_text("stop\n")
             try:
-                self.proc.wait(10)
+                self.proc.wait(CLOSE_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass
         self.kill()
@@ -104,7 +117,8 @@ class RankSession:
             if not self.alive():
                 rc = self.proc.returncode if self.proc is not None else None
                 self.kill()
-                raise RuntimeError(f"{self.plan.launcher} exited with {rc}: {tail(self.log)}")
+                died = LaunchDied if index == 0 and not any(p.exists() for p in results) else RuntimeError
+                raise died(f"{self.plan.launcher} exited with {rc}: {tail(self.log)}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"{self.plan.launcher} ranks exceeded distributed.timeout_s={timeout_s:g} "

@@ -1,0 +1,56 @@
+"""Rank sessions: a launch that dies before its first point is retryable, a later death is not."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from d5pipe.levels.level3.launch import LaunchPlan
+from d5pipe.levels.level3.session import LaunchDied, RankSession
+
+# a stand-in for the ranks: answers point 0 (when told to) and then dies
+FAKE = """
+import json, os, sys, time
+from pathlib import Path
+root, answer = Path(sys.argv[1]), sys.argv[2] == "1"
+spec = root / "point-0.json"
+while not spec.exists():
+    time.sleep(0.01)
+if not answer:
+    os._exit(3)
+out = Path(json.loads(spec.read_text())["out_dir"])
+(out / "rank0.json").write_text(json.dumps({"rank": 0}))
+while not (root / "point-1.json").exists():
+    time.sleep(0.01)
+os._exit(4)
+"""
+
+
+def _session(tmp_path: Path, answer: bool) -> RankSession:
+    root = tmp_path / "session"
+    plan = LaunchPlan("fake", [sys.executable, "-c", FAKE, str(root), "1" if answer else "0"], {}, 1, False, 1)
+    session = RankSession(plan, root, 1)
+    session.start()
+    return session
+
+
+def test_ranks_dying_before_the_first_point_are_a_retryable_launch_failure(tmp_path: Path) -> None:
+    session = _session(tmp_path, answer=False)
+    out = tmp_path / "p0"
+    out.mkdir()
+    with pytest.raises(LaunchDied, match="fake exited with 3"):
+        session.run({"out_dir": str(out)}, out, 60)
+    assert not session.alive()
+
+
+def test_ranks_dying_after_a_point_fail_that_point_only(tmp_path: Path) -> None:
+    session = _session(tmp_path, answer=True)
+    first, second = tmp_path / "p0", tmp_path / "p1"
+    first.mkdir()
+    second.mkdir()
+    assert session.run({"out_dir": str(first)}, first, 60) == [{"rank": 0}]
+    with pytest.raises(RuntimeError, match="fake exited with 4") as info:
+        session.run({"out_dir": str(second)}, second, 60)
+    assert not isinstance(info.value, LaunchDied)
