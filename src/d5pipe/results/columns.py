@@ -62,3 +62,15 @@ def load_results(run_dir: str | Path) -> pd.DataFrame:
 
     path = Path(run_dir)
     return pd.read_parquet(path / RESULTS_FILE if path.is_dir() else path)
+
+
+def is_missing(v: Any) -> bool:
+    """None, NaN, ``pd.NA`` or ``NaT``: a cell of the results table without a value."""
+    if v is None:
+        return True
+    import pandas as pd
+
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False

@@ -20,7 +20,7 @@ import pandas as pd
 
 from d5pipe import D5PipeError
 from d5pipe.provenance.bundle import opened_bundle
-from d5pipe.results.columns import axis_columns
+from d5pipe.results.columns import axis_columns, is_missing
 from d5pipe.results.metric_compare import (
     ComparePolicy,
     Comparison,
@@ -62,21 +62,12 @@ class RunComparison:
     only_new: list[tuple[str, str]]
 
 
-def _missing(v: Any) -> bool:
-    if v is None:
-        return True
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
-
-
 def _opt_float(v: Any) -> float | None:
-    return None if _missing(v) else float(v)
+    return None if is_missing(v) else float(v)
 
 
 def _plain(v: Any) -> Any:
-    if _missing(v):
+    if is_missing(v):
         return None
     return v.item() if hasattr(v, "item") else v
 
@@ -127,18 +118,18 @@ def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
             seed = row.get("seed")
             point = PointData(
                 stage=key[0], point_id=key[1], status=str(row["status"]),
-                error=None if _missing(row.get("error")) else str(row.get("error")),
-                seed=None if _missing(seed) else int(seed),
-                params={c: _plain(row[c]) for c in axis_cols if not _missing(row[c])},
+                error=None if is_missing(row.get("error")) else str(row.get("error")),
+                seed=None if is_missing(seed) else int(seed),
+                params={c: _plain(row[c]) for c in axis_cols if not is_missing(row[c])},
             )
             points[key] = point
         name = str(row["metric"])
         if name == STATUS_METRIC:  # the placeholder row of a failed/skipped/metric-less point
             continue
-        kind = "numerical" if _missing(row.get("kind")) else str(row["kind"])
+        kind = "numerical" if is_missing(row.get("kind")) else str(row["kind"])
         value: float | str | None = _opt_float(row["value"])
         text = row.get("text")
-        has_text = not _missing(text) and str(text) != ""
+        has_text = not is_missing(text) and str(text) != ""
         if has_text and (value is None or kind == "verdict"):
             # A verdict is its text ("pass"/"fail"); an acceptance row's value is the metric it judged,
             # compared (with its own kind) under that metric's name.
@@ -147,7 +138,7 @@ def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
         if kind == "timing":
             samples = _samples_for(_record_samples(run_dir, key[0], key[1], records), name)
         point.metrics[name] = MetricValue(
-            value=value, unit="" if _missing(row.get("unit")) else str(row["unit"]), kind=kind,
+            value=value, unit="" if is_missing(row.get("unit")) else str(row["unit"]), kind=kind,
             ci_low=_opt_float(row.get("ci_low")), ci_high=_opt_float(row.get("ci_high")), samples=samples,
         )
     return points

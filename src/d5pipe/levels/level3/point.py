@@ -23,7 +23,7 @@ import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,6 +40,9 @@ from d5pipe.plan.canonical import digest
 from d5pipe.plan.seeds import derive_seed
 from d5pipe.rundir.atomic import write_json
 from d5pipe.rundir.record import PointOutcome
+
+if TYPE_CHECKING:
+    from d5pipe.levels.datasets import Dataset
 
 LOG_TAIL_CHARS = 3000
 INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
@@ -130,11 +133,8 @@ def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
     return [json.loads((out_dir / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(ranks)]
 
 
-def serial_comparison(spec: dict[str, Any], data_path: Path, out_dir: Path, tolerance: float) -> dict[str, Any]:
+def serial_comparison(spec: dict[str, Any], data: Dataset, out_dir: Path, tolerance: float) -> dict[str, Any]:
     """Train the serial reference and compare rank 0's final parameters with it."""
-    from d5pipe.levels.datasets import load
-
-    data = load(data_path)
     reference, _ = training.train_serial(spec, data.x_train, data.y_train, data.input_shape, data.n_classes)
     rank0 = torch.load(out_dir / "params_rank0.pt")
     diff = float((rank0 - reference).abs().max()) if rank0.numel() else 0.0
@@ -238,41 +238,43 @@ def run_point(ctx: PointContext) -> PointOutcome:
         write_json(work / "spec.json", spec)
         _launch(plan, work, work / "launch.log", timeout_s)
         rank_results = _read_ranks(out_dir, int(spec["ranks"]))
+    hosts = sorted({str(r["hostname"]) for r in rank_results})
     launch_info = {
         "launcher": plan.launcher,
         "argv": plan.argv,
         "env": {k: v for k, v in plan.env.items() if k != "PATH"},
         "oversubscribed": plan.oversubscribed,
         "threads_per_rank": plan.threads_per_rank,
-        "hosts": sorted({str(r["hostname"]) for r in rank_results}),
+        "hosts": hosts,
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
         "ranks_reused": bool(dist_cfg.get("reuse_ranks", True)),
         "launch_retries": retries,
     }
     if spec["benchmark"] == "collective":
         return outcome.collective_outcome(spec, rank_results, launch_info)
+    from d5pipe.levels.datasets import load
+
+    assert data_path is not None  # a training point always has its prepared dataset
+    data = load(data_path)  # once: for the serial reference and for counting FLOPs
     serial = None
     deterministic = bool(cfg["train"].get("deterministic", True)) and float(cfg["model"].get("dropout", 0.0)) == 0.0
-    if dist_cfg.get("serial_check", True) and deterministic and data_path is not None:
-        serial = serial_comparison(spec, data_path, out_dir, float(dist_cfg.get("tolerance", 1e-4)))
+    if dist_cfg.get("serial_check", True) and deterministic:
+        serial = serial_comparison(spec, data, out_dir, float(dist_cfg.get("tolerance", 1e-4)))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
-    if data_path is not None:
-        peak = bool(cfg["train"].get("peak", True))
-        add_flop_metrics(result, spec, data_path, ctx.cache if peak else None, len({str(r["hostname"]) for r in rank_results}) or 1)
+    peak = bool(cfg["train"].get("peak", True))
+    add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result
 
 
-def add_flop_metrics(out: PointOutcome, spec: dict[str, Any], data_path: Path, cache: dict[str, Any] | None,
+def add_flop_metrics(out: PointOutcome, spec: dict[str, Any], data: Dataset, cache: dict[str, Any] | None,
                      nodes: int) -> None:
     """``flops_per_sample`` of one training step (counted on rank 0's model in this process),
     ``gflops`` of all ranks together at the global ``samples_per_s`` and, when ``cache`` is given,
     ``pct_peak_flops`` against the measured matmul peak of one node times the ``nodes`` used."""
-    from d5pipe.levels.datasets import load
     from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
     from d5pipe.measure.peak import Peak, flops_peak
 
-    data = load(data_path)
     model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][0]))
     n = min(int(spec["per_rank_batch"]), len(data.y_train))
     warnings: list[str] = out.extra.setdefault("warnings", [])

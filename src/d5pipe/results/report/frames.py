@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from d5pipe.results.columns import NON_AXIS_COLUMNS
+from d5pipe.results.columns import NON_AXIS_COLUMNS, is_missing
 from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from d5pipe.results.report.units import natural_key, number, quantity, quantity_ci
 
@@ -63,18 +63,9 @@ def label_of(row: pd.Series, axes: Sequence[str]) -> str:
     return ", ".join(f"{a.rsplit('.', 1)[-1]}={fmt_plain(row[a])}" for a in axes) or str(fallback)
 
 
-def _missing(v: Any) -> bool:
-    if v is None:
-        return True
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
-
-
 def fmt_plain(v: Any) -> str:
     """An axis value: integers without ``.0`` (also from a float column), floats with 4 digits."""
-    if _missing(v):
+    if is_missing(v):
         return ""
     if isinstance(v, bool):
         return str(v).lower()
@@ -86,12 +77,12 @@ def fmt_plain(v: Any) -> str:
 
 def fmt_value(value: Any, ci_low: Any = None, ci_high: Any = None, unit: str = "", text: Any = None) -> str:
     """``49.83 [49.1, 50.2] µs`` (SI/binary prefixes, see units.py) or the text value."""
-    if isinstance(text, str) and text and _missing(value):
+    if isinstance(text, str) and text and is_missing(value):
         return text
-    if _missing(value):
+    if is_missing(value):
         return ""
-    unit = "" if _missing(unit) else str(unit)
-    if _missing(ci_low) or _missing(ci_high):
+    unit = "" if is_missing(unit) else str(unit)
+    if is_missing(ci_low) or is_missing(ci_high):
         return quantity(float(value), unit)
     return quantity_ci(float(value), float(ci_low), float(ci_high), unit)
 
@@ -99,10 +90,10 @@ def fmt_value(value: Any, ci_low: Any = None, ci_high: Any = None, unit: str = "
 def fmt_cell(row: dict[str, Any]) -> str:
     """A table cell of one metric row: a check shows its verdict first (``fail (0.622)``)."""
     text = row.get("text")
-    unit = "" if _missing(row.get("unit")) else str(row.get("unit"))
+    unit = "" if is_missing(row.get("unit")) else str(row.get("unit"))
     if row.get("kind") == "verdict" and isinstance(text, str) and text:
         value = row.get("value")
-        return text if _missing(value) else f"{text} ({fmt_value(value, unit=unit)})"
+        return text if is_missing(value) else f"{text} ({fmt_value(value, unit=unit)})"
     return fmt_value(row.get("value"), row.get("ci_low"), row.get("ci_high"), unit, text)
 
 
@@ -127,7 +118,7 @@ def metric_frame(
         if not cols:
             return pd.Series([""] * len(m), index=m.index)
         return m[list(cols)].apply(lambda r: ", ".join(f"{c.rsplit('.', 1)[-1]}={fmt_plain(r[c])}"
-                                                        for c in cols if not _missing(r[c])), axis=1)
+                                                        for c in cols if not is_missing(r[c])), axis=1)
 
     return pd.DataFrame({
         "x": m[x] if x in m.columns else m["point_id"],
