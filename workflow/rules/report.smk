@@ -1,4 +1,16 @@
 # Results and the report, in one job: records -> results.parquet (checks, verdicts) -> report.
+# A local rule run in a thread of Snakemake's own process (`run:` with --force-use-threads): no
+# new interpreter, and its libraries are imported in the background while the shards run
+# (d5pipe.execute.jobs.preload_report, started once the DAG is built). Under SLURM it also runs where Snakemake runs.
+import d5pipe.execute.jobs as d5jobs
+
+
+onstart:
+    d5jobs.preload_report(workflow.is_main_process)
+
+
+localrules:
+    report,
 
 
 rule report:
@@ -10,9 +22,7 @@ rule report:
         html=report("report.html", caption="../report/report_html.rst", category="Report"),
         md=report("report.md", caption="../report/report_md.rst", category="Report"),
         verdict="verdict.json",
-    conda:
-        "../envs/d5pipe.yaml"
     log:
         "logs/report/report.log",
-    script:
-        "../scripts/report.py"
+    run:
+        d5jobs.report_in_process(output, log)

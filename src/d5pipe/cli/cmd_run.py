@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from subprocess import Popen
 
 from d5pipe.cli.arguments import positive_float, positive_int
 from d5pipe.cli.cmd_plan import add_allow_argument, apply_allow, code_stale
@@ -62,6 +63,16 @@ def _run(args: argparse.Namespace) -> RunOutcome:
     The run directory is claimed (and locked) before the code is copied into it, so another
     experiment's directory is refused before anything is written; stale points are named.
     """
+    from d5pipe.execute.driver import discard, start_snakemake
+
+    started = start_snakemake()  # imports Snakemake on another core while this process plans
+    try:
+        return _plan_and_run(args, started)
+    finally:
+        discard(started)
+
+
+def _plan_and_run(args: argparse.Namespace, started: Popen[str]) -> RunOutcome:
     from d5pipe.config.code_dir import write_code
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim
 
@@ -79,7 +90,7 @@ def _run(args: argparse.Namespace) -> RunOutcome:
         print(f"d5pipe: user code of {len(plan.code)} module(s) kept in {out / 'code'}", flush=True)
     ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
     return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
-                        dry_run=args.dry_run, force=args.force, verbose=args.verbose)
+                        dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
 
 
 def main(args: argparse.Namespace) -> int:

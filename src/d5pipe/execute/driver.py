@@ -17,6 +17,7 @@ Cleanup, whatever ends the driver:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -129,23 +130,55 @@ def _throttle(array_id: str, limit: int, env: dict[str, str]) -> None:
                        capture_output=True, timeout=20, env=env, check=False)
 
 
-def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None = None,
-                 verbose: bool = False, array_throttle: int = 0) -> tuple[int, Console]:
-    """Run Snakemake to completion (see module docstring); returns its exit code and the console."""
-    from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
-
-    log_path = rd.root / "logs" / "snakemake.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+def snakemake_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if "SLURM_CONF" in env:  # the SLURM plugin deletes SLURM_* inside its job steps
         env["D5PIPE_SLURM_CONF"] = env["SLURM_CONF"]
+    return env
+
+
+def start_snakemake() -> subprocess.Popen[str]:
+    """A Snakemake process that imports Snakemake now and runs once it is given its arguments
+    (d5pipe.execute.snakemake_main); ``run_workflow`` gives them, ``discard`` ends it unused."""
+    return subprocess.Popen([sys.executable, "-m", "d5pipe.execute.snakemake_main"], env=snakemake_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1, start_new_session=True, preexec_fn=die_with_parent)
+
+
+def discard(proc: subprocess.Popen[str] | None) -> None:
+    """End a Snakemake process from ``start_snakemake`` that was never given its arguments."""
+    if proc is not None and proc.poll() is None:
+        _kill_session(proc)
+
+
+def _give_args(proc: subprocess.Popen[str], cmd: list[str]) -> None:
+    if cmd[1:3] != ["-m", "snakemake"]:
+        raise ValueError(f"not a snakemake command line: {cmd[:3]}")
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(cmd[3:]) + "\n")
+    proc.stdin.close()
+
+
+def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None = None,
+                 verbose: bool = False, array_throttle: int = 0,
+                 started: subprocess.Popen[str] | None = None) -> tuple[int, Console]:
+    """Run Snakemake to completion (see module docstring); returns its exit code and the console.
+
+    ``cmd`` is ``build_command``'s list; ``started`` a process from ``start_snakemake`` (one is
+    started here otherwise), which is given ``cmd``'s arguments.
+    """
+    from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
+
+    log_path = rd.root / "logs" / "snakemake.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     since = datetime.now()
     console = Console(rd, verbose, sys.stdout)
+    proc = started if started is not None and started.poll() is None else start_snakemake()
+    env = snakemake_env()
     watch = SlurmWatch(env) if slurm else None
     throttled: set[str] = set()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, start_new_session=True, preexec_fn=die_with_parent)
+    _give_args(proc, cmd)
     reaper = _start_reaper(rd, since, proc.pid) if slurm else None
     stop: list[int] = []
     in_main = threading.current_thread() is threading.main_thread()
@@ -185,7 +218,10 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
                 except StatusLost as exc:
                     reason = Interrupted(str(exc), 1)
                     break
-            time.sleep(0.2)
+            try:
+                proc.wait(0.2)
+            except subprocess.TimeoutExpired:
+                pass
         if reason is not None:
             _kill_session(proc)
             if slurm:

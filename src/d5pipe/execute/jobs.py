@@ -65,13 +65,54 @@ def prepare_data_job(smk: Any) -> None:
         print(f"prepared dataset {key}: {meta.get('checksum')}")
 
 
-def report_job(smk: Any) -> None:
-    """Records -> results.parquet (checks, verdicts), report.html/.md and verdict.json (``report`` rule)."""
+REPORT_MODULES = ("pyarrow.parquet", "matplotlib.figure", "matplotlib.backends.backend_agg",
+                  "d5pipe.results.finalize", "d5pipe.results.report", "d5pipe.results.report.build")
+
+
+def preload_report(main_process: bool) -> None:
+    """In the Snakemake process that will run the ``report`` rule (a ``run:`` local rule): import
+    the report's libraries in a background thread while the shard jobs run, so the report starts
+    at once when they are done. Nothing in remote or job processes."""
+    if not main_process:
+        return
+    import threading
+
+    def load() -> None:
+        import importlib
+
+        from d5pipe.config.stages import STAGES, load_target
+
+        try:
+            for name in REPORT_MODULES:
+                importlib.import_module(name)
+            for spec in STAGES.values():  # each level's report section (and its plots)
+                load_target(spec.report)
+        except Exception:  # noqa: BLE001 - the report job itself reports any problem
+            pass
+
+    threading.Thread(target=load, name="d5pipe-report-preload", daemon=True).start()
+
+
+def report_in_process(output: Any, log: Any) -> None:
+    """Records -> results.parquet (checks, verdicts), report.html/.md and verdict.json: the body
+    of the ``report`` rule, run in a thread of the Snakemake process (no new interpreter, no
+    imports; see :func:`preload_report`). Its log gets one line, or the traceback of a failure."""
+    import time
+    import traceback
+
     from d5pipe.results.finalize import finalize_results, write_verdict
     from d5pipe.results.report import build_report
 
-    with _logged(smk):
-        finalize_results(Path("."), Path(str(smk.output.results)))
-        build_report(Path("."))
+    log_path = Path(str(log[0]))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        finalize_results(Path("."), Path(str(output.results)))
+        build_report(Path("."), checked=True)
         write_verdict(Path("."))
-    _fast_exit()
+    except BaseException:
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(traceback.format_exc())
+        raise
+    with open(log_path, "a", encoding="utf-8") as fh:
+        fh.write(f"results, report and verdict written in {time.perf_counter() - t0:.3f} s\n")

@@ -6,6 +6,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import Popen
 from typing import Any
 
 from d5pipe import WorkflowFailed
@@ -104,8 +105,12 @@ class RunOutcome:
 def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int | None = None,
                  retry_failed: bool = False, snakemake_args: list[str] | None = None,
                  timeout: float | None = None, dry_run: bool = False, force: bool = False,
-                 verbose: bool = False) -> RunOutcome:
-    """Claim and lock ``run_dir``, write the plan, run Snakemake, always leave results + report."""
+                 verbose: bool = False, started: Popen[str] | None = None) -> RunOutcome:
+    """Claim and lock ``run_dir``, write the plan, run Snakemake, always leave results + report.
+
+    ``started``: a Snakemake process from d5pipe.execute.driver.start_snakemake, already importing
+    Snakemake; it is used for the run (or ended when none is needed).
+    """
     from d5pipe.execute.driver import Interrupted, run_workflow, snakemake_log
     from d5pipe.execute.snakemake import build_command
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim, clear_stale_snakemake_locks
@@ -137,7 +142,7 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         t0 = time.perf_counter()
         try:
             rc, _console = run_workflow(cmd, RunDir(run_dir), slurm, timeout, verbose or dry_run,
-                                        int(executor.get("array_throttle", 0) or 0))
+                                        int(executor.get("array_throttle", 0) or 0), started)
         except Interrupted:
             if not dry_run:
                 finish(run_dir, 1)  # what finished is in the results and the report
@@ -196,7 +201,7 @@ def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
         from d5pipe.results.report import build_report
 
         finalize_results(rd.root, rd.results_path)  # what the failed jobs left, and what never ran
-        build_report(rd.root)
+        build_report(rd.root, checked=True)
         write_verdict(rd.root)
         verdict = read_verdict(rd.root)
         assert verdict is not None

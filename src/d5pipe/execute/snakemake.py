@@ -63,6 +63,9 @@ def build_command(
         "mtime",
         "input",
         "--keep-going",
+        "--scheduler",  # shards are independent and only ask for cores: no ILP solve per round
+        "greedy",
+        "--force-use-threads",  # the report rule's `run:` body runs in Snakemake's process
     ]
     if name == "local":
         # each job slot gets the threads of the widest stage (executor.resources.*.cpus_per_task)

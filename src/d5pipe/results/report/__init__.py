@@ -26,8 +26,9 @@ def build_sections(data: RunData) -> Report:
     return build(data)
 
 
-def build_report(run_dir: Path) -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths."""
+def build_report(run_dir: Path, checked: bool = False) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths.
+    ``checked``: results.parquet was just written with the current checks (not re-checked)."""
     from d5pipe.results.report.build import build_report as build
 
-    return build(run_dir)
+    return build(run_dir, checked)

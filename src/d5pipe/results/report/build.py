@@ -49,10 +49,11 @@ def build_sections(data: RunData) -> Report:
     return Report(title or f"d5pipe report: {name}", subtitle, sections)
 
 
-def build_report(run_dir: Path) -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths."""
+def build_report(run_dir: Path, checked: bool = False) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths.
+    ``checked``: see d5pipe.results.report.loader.load_run."""
     run_dir = Path(run_dir)
-    report = build_sections(load_run(run_dir))
+    report = build_sections(load_run(run_dir, checked))
     rd = RunDir(run_dir)
     html_path, md_path = rd.report_html, rd.report_md
     write_text(html_path, render_html(report))

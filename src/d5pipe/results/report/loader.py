@@ -112,8 +112,11 @@ def _read_results(path: Path) -> pd.DataFrame:
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
-def load_run(run_dir: Path) -> RunData:
-    """Load results.parquet, manifest.json, config.yaml, reproduce.json and the side tables."""
+def load_run(run_dir: Path, checked: bool = False) -> RunData:
+    """Load results.parquet, manifest.json, config.yaml, reproduce.json and the side tables.
+
+    ``checked``: results.parquet was just written with this config's checks (the report job,
+    right after d5pipe.results.finalize.finalize_results): not re-checked."""
     rd = RunDir(run_dir)
     run_dir = rd.root
     results_path = rd.results_path
@@ -126,7 +129,8 @@ def load_run(run_dir: Path) -> RunData:
         config = yaml.safe_load(config_text) or {}
     except yaml.YAMLError as exc:
         raise D5PipeError(f"{config_path} is not valid YAML: {exc}") from exc
-    results = with_checks(results, config if isinstance(config, dict) else {})
+    if not checked:
+        results = with_checks(results, config if isinstance(config, dict) else {})
     if rd.side_table("warnings").exists() and rd.side_table("curves").exists():
         warnings = pd.read_parquet(rd.side_table("warnings"))
         curves = pd.read_parquet(rd.side_table("curves"))

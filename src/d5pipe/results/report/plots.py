@@ -1,4 +1,4 @@
-"""Matplotlib (Agg) figures as PNG bytes, to be embedded in the report.
+"""Matplotlib figures (Agg canvas, no pyplot) as PNG bytes, to be embedded in the report.
 
 Rules (DESIGN.md section 3): error bars / bands from the recorded CI of the median; lines connect
 points only along a numeric sweep axis; a categorical x axis gets markers only.
@@ -10,18 +10,16 @@ import io
 import math
 from typing import Literal
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.axis import XAxis, YAxis
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.artist import Artist  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator  # noqa: E402
-
-from d5pipe.results.report.units import axis_label, axis_scale, bytes_tick, natural_key, number  # noqa: E402
+from d5pipe.results.report.units import axis_label, axis_scale, bytes_tick, natural_key, number
 
 MAX_PANELS = 6
 MAX_SERIES = 10
@@ -30,27 +28,37 @@ Ideal = Literal["linear", "one"] | None
 
 def to_png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
+    fig.savefig(buf, format="png", dpi=90)  # constrained layout fits labels and the legend: one draw
     return buf.getvalue()
 
 
 def _grid(n_panels: int, width: float = 4.3, height: float = 3.2) -> tuple[Figure, list[Axes]]:
     ncols = min(3, max(1, n_panels))
     nrows = math.ceil(n_panels / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
-                             layout="constrained")
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")  # no pyplot: no global state
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     flat = list(axes.ravel())
     for ax in flat[n_panels:]:
         ax.set_visible(False)
     return fig, flat[:n_panels]
 
 
+def _log_minor(axis: XAxis | YAxis, lo: float, hi: float) -> None:
+    """Minor ticks of a log axis labelled (2, 3, 4, 6 x 10^k) when less than ~2 decades show;
+    over more decades none (the major ticks suffice, and hundreds of minor ticks cost a
+    noticeable part of a second to lay out)."""
+    if lo > 0 and hi / lo > 100:
+        axis.set_minor_locator(NullLocator())
+    else:
+        axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+
+
 def _plain_y(ax: Axes) -> None:
     """Tick labels as plain numbers (``0.5``, ``200``), never ``10^2`` or ``1e-05``."""
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: number(float(v), 3)))
-    if ax.get_yscale() == "log":  # label minor ticks (2, 3, 4, 6 x 10^k) when less than ~2 decades show
-        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+    if ax.get_yscale() == "log":
+        _log_minor(ax.yaxis, *ax.get_ylim())
 
 
 def _legend(fig: Figure, axes: list[Axes]) -> None:
@@ -60,8 +68,7 @@ def _legend(fig: Figure, axes: list[Axes]) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label[:48], handle)
     if seen:
-        fig.legend(list(seen.values()), list(seen), fontsize=8, loc="upper left",
-                   bbox_to_anchor=(1.0, 0.98), frameon=False)
+        fig.legend(list(seen.values()), list(seen), fontsize=8, loc="outside right upper", frameon=False)
 
 
 def _yerr(df: pd.DataFrame) -> np.ndarray | None:
@@ -204,10 +211,10 @@ def roofline(frame: pd.DataFrame, peak_gflops: float | None, peak_gbps: float | 
     ax.set_yscale("log")
     _plain_y(ax)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: number(float(v), 3)))
-    ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.4)))
+    _log_minor(ax.xaxis, lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("GFLOP/s")
-    ax.grid(True, which="both", alpha=0.3)
+    ax.grid(True, which="major", alpha=0.3)
     _legend(fig, [ax])
     return to_png(fig)
 
