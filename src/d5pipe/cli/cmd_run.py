@@ -76,7 +76,7 @@ def _plan_and_run(args: argparse.Namespace, started: Popen[str]) -> RunOutcome:
     from d5pipe.config.code_dir import write_code
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim
 
-    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)
+    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, args.out)
     out = Path(args.out) if args.out else default_out(plan)
     check_out_dir(out)
     rd = RunDir(out)

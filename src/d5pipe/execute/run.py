@@ -23,12 +23,20 @@ def load_plan(
     overrides: list[str],
     config_dirs: list[str] | None = None,
     executor: str | None = None,
+    run_dir: Path | None = None,
 ) -> Plan:
-    """Compose, validate and expand; nothing is written."""
+    """Compose, validate and expand; nothing is written.
+
+    ``run_dir`` (``d5pipe run``'s ``--out``; ``runs/<name>`` when None): the plan it remembers
+    is used when it was made from this very config (d5pipe.plan.cache), else a full plan."""
+    from d5pipe.plan import cache
+
     ov = list(overrides)
     if executor:
         ov.append(f"executor={executor}")
-    return build_plan(compose_plain(experiment, ov, list(config_dirs or [])))
+    config = compose_plain(experiment, ov, list(config_dirs or []))
+    where = Path(run_dir) if run_dir is not None else Path("runs") / str(config["name"])
+    return cache.load(where, config) or build_plan(config)
 
 
 def default_out(plan: Plan) -> Path:
@@ -41,13 +49,16 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     Returns what is done and what is left. Records kept from an earlier run of ``run_dir`` made
     in another environment are announced (they are not re-measured).
     """
+    from d5pipe.plan import cache
     from d5pipe.provenance.environment import env_hash, environment_record
     from d5pipe.rundir.manifest import build_manifest, read_manifest, write_manifest
 
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = read_manifest(run_dir).get("submit_env_hash")
     write_plan(run_dir, plan, overrides)
-    env = environment_record(light=True)  # the submitter imports neither torch nor Horovod
+    cache.store(run_dir, plan)
+    # the submitter imports neither torch nor Horovod; the static parts are cached per run
+    env = environment_record(cache_dir=RunDir(run_dir).env_dir / "cache", light=True)
     current = env_hash(env)
     write_manifest(run_dir, build_manifest(plan, env, current))
     if retry_failed:

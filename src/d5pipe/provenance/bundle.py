@@ -37,7 +37,8 @@ CHECKSUMS_NAME = CHECKSUMS_FILE
 CHECKSUMS_SCHEMA_VERSION = 1
 _HEADER = f"# d5pipe checksums schema_version {CHECKSUMS_SCHEMA_VERSION}"
 EXCLUDED_DIRS = frozenset({".snakemake", "logs", "work", "data", "tmp", "__pycache__", "cache"})
-EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock", ".d5pipe-hashes.json"})
+EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock", ".d5pipe-hashes.json",
+                            ".d5pipe-plan.json"})
 """Root files that are not part of what a run means (the driver's lock is machine-local)."""
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 _CHUNK = 1 << 20
@@ -60,23 +61,30 @@ def bundle_files(run_dir: Path) -> list[str]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise D5PipeError(f"{run_dir}: not a run directory")
-    found: list[str] = []
-    for root, dirs, files in os.walk(run_dir):
-        dirs[:] = sorted(d for d in dirs if d not in EXCLUDED_DIRS)
-        rel_root = Path(root).relative_to(run_dir)
-        for name in files:
-            if name in EXCLUDED_FILES and rel_root == Path("."):
-                continue
-            if (name.startswith(".") and name.endswith(".tmp")) or name.endswith(".attempts"):
-                continue  # interrupted writes; a shard's machine-local crash accounting
-            path = Path(root) / name
-            if path.is_symlink() or not path.is_file():
-                continue
-            rel = (rel_root / name).as_posix()
-            if "\n" in rel or "\\" in rel:
-                raise D5PipeError(f"{path}: file name with a newline or backslash cannot be bundled")
-            found.append(rel)
-    return sorted(found)
+    return sorted(rel for rel, _st in _walk(run_dir, Path(".")))
+
+
+def _walk(base: Path, rel_dir: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """(relative path, lstat) of the bundle's regular files under ``base / rel_dir``: one
+    ``scandir`` per directory and one ``lstat`` per file (a 10,000-point run has 10,000 records)."""
+    with os.scandir(base / rel_dir) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    top = rel_dir == Path(".")
+    for e in entries:
+        name = e.name
+        if e.is_dir(follow_symlinks=False):
+            if name not in EXCLUDED_DIRS:
+                yield from _walk(base, rel_dir / name)
+            continue
+        if (name in EXCLUDED_FILES and top) or (name.startswith(".") and name.endswith(".tmp")) \
+                or name.endswith(".attempts"):
+            continue  # interrupted writes; a shard's machine-local crash accounting
+        if not e.is_file(follow_symlinks=False):
+            continue  # symlinks and special files are not part of a bundle
+        rel = name if top else f"{rel_dir.as_posix()}/{name}"
+        if "\n" in rel or "\\" in rel:
+            raise D5PipeError(f"{base / rel}: file name with a newline or backslash cannot be bundled")
+        yield rel, e.stat(follow_symlinks=False)
 
 
 def compute_checksums(run_dir: Path) -> dict[str, str]:
@@ -106,8 +114,9 @@ def write_checksums(run_dir: Path) -> Path:
         cache = {}
     sums: dict[str, str] = {}
     fresh: dict[str, list[Any]] = {}
-    for rel in bundle_files(run_dir):
-        st = (run_dir / rel).stat()
+    if not run_dir.is_dir():
+        raise D5PipeError(f"{run_dir}: not a run directory")
+    for rel, st in sorted(_walk(run_dir, Path("."))):
         hit = cache.get(rel)
         if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             sums[rel] = str(hit[2])
