@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,13 @@ def test_two_ranks_train_identically(backend: str, tmp_path: Path, data_dir: Pat
     assert gflops == pytest.approx(float(_metric(out, "samples_per_s").value)  # type: ignore[arg-type]
                                    * float(_metric(out, "flops_per_sample").value) / 1e9)  # type: ignore[arg-type]
     assert float(_metric(out, "pct_peak_flops").value) > 0  # type: ignore[arg-type]
+    launch = out.extra["launch"]
+    assert launch["ranks_reused"] and launch["launch_s"] > 0 and launch["rank_wall_s"] > 0  # it waited for its ranks
+    work2 = ctx.work_dir.parent / "work2"
+    work2.mkdir()
+    again = run_point(dataclasses.replace(ctx, point_id="pt2", work_dir=work2))
+    assert _metric(again, "matches_serial").value == "pass"
+    assert again.extra["launch"]["launch_s"] == 0.0 and again.extra["launch"]["rank_wall_s"] > 0  # same ranks
     _assert_nothing_owned(tmp_path)
 
 

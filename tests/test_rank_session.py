@@ -54,3 +54,33 @@ def test_ranks_dying_after_a_point_fail_that_point_only(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="fake exited with 4") as info:
         session.run({"out_dir": str(second)}, second, 60)
     assert not isinstance(info.value, LaunchDied)
+
+
+READY = """
+import json, sys, time
+from pathlib import Path
+root = Path(sys.argv[1])
+while not (root / "point-0.json").exists():
+    time.sleep(0.01)
+time.sleep(0.3)  # "importing torch and joining the process group"
+(root / "ready.json").write_text("{}")
+out = Path(json.loads((root / "point-0.json").read_text())["out_dir"])
+(out / "rank0.json").write_text(json.dumps({"rank": 0}))
+while not (root / "stop").exists():
+    time.sleep(0.01)
+"""
+
+
+def test_the_wait_for_the_ranks_to_launch_is_timed_apart_from_the_point(tmp_path: Path) -> None:
+    import time
+
+    root = tmp_path / "session"
+    session = RankSession(LaunchPlan("fake", [sys.executable, "-c", READY, str(root)], {}, 1, False, 1), root, 1)
+    out = tmp_path / "p0"
+    out.mkdir()
+    t0 = time.monotonic()
+    session.start()
+    assert session.run({"out_dir": str(out)}, out, 60) == [{"rank": 0}]
+    whole = time.monotonic() - t0
+    session.close()
+    assert session.launch_s is not None and 0.3 <= session.launch_s <= whole

@@ -225,8 +225,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
             plan = session.plan
             spec["threads_per_rank"] = plan.threads_per_rank
             write_json(work / "spec.json", spec)
+            launched = session.next_index == 0  # this point waits for the ranks to come up
             try:
                 rank_results = session.run(spec, out_dir, timeout_s)
+                launch_s = (session.launch_s or 0.0) if launched else 0.0
                 break
             except LaunchDied as exc:
                 if attempt == LAUNCH_ATTEMPTS:
@@ -238,6 +240,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         write_json(work / "spec.json", spec)
         _launch(plan, work, work / "launch.log", timeout_s)
         rank_results = _read_ranks(out_dir, int(spec["ranks"]))
+        launch_s = 0.0  # one launch per point: not told apart from the point's own time
     hosts = sorted({str(r["hostname"]) for r in rank_results})
     launch_info = {
         "launcher": plan.launcher,
@@ -249,6 +252,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
         "ranks_reused": bool(dist_cfg.get("reuse_ranks", True)),
         "launch_retries": retries,
+        "launch_s": launch_s,
+        "rank_wall_s": max(float(r.get("wall_s", 0.0)) for r in rank_results),
     }
     if spec["benchmark"] == "collective":
         return outcome.collective_outcome(spec, rank_results, launch_info)

@@ -62,12 +62,18 @@ class RankSession:
         self.log = root / "launch.log"
         self.next_index = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+        self.launch_s: float | None = None
+        """Seconds from starting the launcher to the ranks' process group being up (the worker's
+        ``ready.json``); part of the first point's duration, not of its work."""
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         for stale in self.root.glob("point-*.json"):
             stale.unlink()
         (self.root / "stop").unlink(missing_ok=True)
+        (self.root / "ready.json").unlink(missing_ok=True)
+        self.started, self.launch_s = time.monotonic(), None
         # rank variables of an enclosing launch must not leak into the workers' rank detection
         env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
         env.update(self.plan.env)
@@ -111,6 +117,8 @@ class RankSession:
         results = [out_dir / f"rank{r}.json" for r in range(self.ranks)]
         errors = [out_dir / f"rank{r}.error.json" for r in range(self.ranks)]
         while True:
+            if self.launch_s is None and (self.root / "ready.json").exists():
+                self.launch_s = time.monotonic() - self.started
             done = [p.exists() or e.exists() for p, e in zip(results, errors, strict=True)]
             if all(done):
                 break

@@ -147,6 +147,8 @@ def run_session(session: Path) -> int:
     _, _, local_rank = rank_from_env()
     device = _device(first, local_rank)
     backend = make_backend(str(first["backend"]), device, float(first.get("timeout_s", 300.0)))
+    if backend.rank == 0:  # the process group is up: the launch is over (the session times it)
+        write_json(session / "ready.json", {"rank": 0, "pid": os.getpid()})
     index = 0
     spec: dict[str, Any] | None = first
     while spec is not None:
