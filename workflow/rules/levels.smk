@@ -1,5 +1,5 @@
 # One rule per planned stage, generated from d5pipe's stage registry (d5pipe.config.stages):
-# a job runs one shard of that stage's points in one process (d5pipe.execute.shard). Point
+# a job runs one shard of that stage's points in one process (d5pipe.execute.jobs -> .shard). Point
 # records (points/<stage>/<id>.json) are written by the job as each point finishes; the declared
 # output is the shard's completion marker.
 
@@ -22,5 +22,5 @@ for _stage in d5api.enabled_stages("."):
             f"logs/{_stage}/{{shard}}.log",
         resources:
             **d5api.stage_resources(".", _stage),
-        script:
-            "../scripts/run_shard.py"
+        shell:
+            d5api.shard_shell()

@@ -25,3 +25,26 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{value:g} must be > 0")
     return value
+
+
+ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "
+              "$D5PIPE_ALLOW and ~/.config/d5pipe/allow.yaml; d5pipe is always allowed)")
+
+
+def add_allow_argument(p: argparse.ArgumentParser) -> None:
+    """``--allow PREFIX`` (repeatable): the runner's allow-list for plug-in imports."""
+    p.add_argument("--allow", action="append", default=[], metavar="PREFIX", help=ALLOW_HELP)
+
+
+def apply_allow(prefixes: list[str]) -> None:
+    """Put ``--allow`` into ``$D5PIPE_ALLOW`` of this process (Snakemake's jobs inherit it), and
+    make ``$PYTHONPATH`` absolute: the jobs run in the run directory and the level-3 ranks in
+    their session directory, where a relative entry (``PYTHONPATH=examples/byo``) means nothing."""
+    import os
+
+    from d5pipe.config.plugins import allow
+
+    allow(prefixes)
+    entries = os.environ.get("PYTHONPATH", "")
+    if entries:
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) if e else e for e in entries.split(os.pathsep))

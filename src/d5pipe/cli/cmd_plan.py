@@ -12,32 +12,12 @@ import json
 import time
 from pathlib import Path
 
+from d5pipe.cli.arguments import add_allow_argument, apply_allow
 from d5pipe.execute.run import default_out, load_plan
 from d5pipe.execute.summary import format_summary, summarize
 from d5pipe.plan.build import Plan
 
-ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "
-              "$D5PIPE_ALLOW and ~/.config/d5pipe/allow.yaml; d5pipe is always allowed)")
-
-
-def add_allow_argument(p: argparse.ArgumentParser) -> None:
-    """``--allow PREFIX`` (repeatable): the runner's allow-list for plug-in imports."""
-    p.add_argument("--allow", action="append", default=[], metavar="PREFIX", help=ALLOW_HELP)
-
-
-def apply_allow(prefixes: list[str]) -> None:
-    """Put ``--allow`` into ``$D5PIPE_ALLOW`` of this process (Snakemake's jobs inherit it), and
-    make ``$PYTHONPATH`` absolute: the jobs run in the run directory and the level-3 ranks in
-    their session directory, where a relative entry (``PYTHONPATH=examples/byo``) means nothing."""
-    import os
-
-    from d5pipe.config.plugins import allow
-
-    allow(prefixes)
-    entries = os.environ.get("PYTHONPATH", "")
-    if entries:
-        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) if e else e for e in entries.split(os.pathsep))
-
+__all__ = ["add_allow_argument", "apply_allow", "code_stale"]
 
 def code_stale(plan: Plan, run_dir: Path) -> list[str]:
     """Why points of ``plan`` are stale in ``run_dir`` because user code changed (one line each)."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from subprocess import Popen
+from typing import TYPE_CHECKING
 
-from d5pipe.cli.arguments import positive_float, positive_int
-from d5pipe.cli.cmd_plan import add_allow_argument, apply_allow, code_stale
-from d5pipe.execute.run import RunOutcome, default_out, execute_plan, load_plan
+from d5pipe.cli.arguments import add_allow_argument, apply_allow, positive_float, positive_int
 from d5pipe.rundir.layout import RunDir
+
+if TYPE_CHECKING:  # planning imports Hydra: only once the Snakemake process is on its way
+    from d5pipe.execute.run import RunOutcome
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -73,7 +75,9 @@ def _run(args: argparse.Namespace) -> RunOutcome:
 
 
 def _plan_and_run(args: argparse.Namespace, started: Popen[str]) -> RunOutcome:
+    from d5pipe.cli.cmd_plan import code_stale
     from d5pipe.config.code_dir import write_code
+    from d5pipe.execute.run import default_out, execute_plan, load_plan
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim
 
     plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, args.out)

@@ -1,13 +1,18 @@
-"""The bodies of the Snakemake jobs; ``workflow/scripts/*.py`` call these with the ``snakemake`` object.
+"""The bodies of the Snakemake jobs, with stdout and stderr sent to the rule's log file.
 
-Each function reads wildcards/inputs/outputs/log from that object and calls one typed d5pipe
-function, with stdout and stderr sent to the rule's log file.
+* shard jobs (``level0``..``level3`` rules): ``python -m d5pipe.execute.jobs STAGE SHARD MARKER LOG``
+  from the rule's ``shell:`` (d5pipe.execute.workflow_api.shard_shell) -- no Snakemake import in
+  the job, which a ``script:`` job pays;
+* ``prepare_data``: ``workflow/scripts/prepare_data.py`` calls :func:`prepare_data_job` with the
+  ``snakemake`` object;
+* ``report``: :func:`report_in_process`, in Snakemake's own process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +21,17 @@ from typing import Any
 
 @contextlib.contextmanager
 def _logged(smk: Any) -> Iterator[None]:
+    with _logged_to(Path(str(smk.log[0])) if len(smk.log) else None):
+        yield
+
+
+@contextlib.contextmanager
+def _logged_to(log: Path | None) -> Iterator[None]:
     from d5pipe.measure.process import exit_with_parent
 
     exit_with_parent()  # a job never outlives the Snakemake (and so the d5pipe run) that started it
     if "D5PIPE_SLURM_CONF" in os.environ:  # srun/squeue in the job talk to the run's cluster
         os.environ.setdefault("SLURM_CONF", os.environ["D5PIPE_SLURM_CONF"])
-    log = Path(str(smk.log[0])) if len(smk.log) else None
     if log is None:
         yield
         return
@@ -43,13 +53,23 @@ def _fast_exit() -> None:
     os._exit(0)
 
 
-def shard_job(smk: Any) -> None:
-    """Run one shard (``level0``..``level3`` rules)."""
+SHARD_NAME = re.compile(r"^s[0-9]{5}$")
+
+
+def shard_main(argv: list[str]) -> int:
+    """``STAGE SHARD MARKER LOG``: run one shard in the run directory (the job's cwd)."""
+    from d5pipe.config.stages import STAGES
+
+    if len(argv) != 4 or argv[0] not in STAGES or not SHARD_NAME.match(argv[1]):
+        print(f"usage: python -m d5pipe.execute.jobs STAGE sNNNNN MARKER LOG (got {argv!r})", file=sys.stderr)
+        return 2
+    stage, shard, marker, log = argv
     from d5pipe.execute.shard import run_shard
 
-    with _logged(smk):
-        run_shard(Path("."), str(smk.params.stage), str(smk.wildcards.shard), Path(str(smk.output[0])))
+    with _logged_to(Path(log)):
+        run_shard(Path("."), stage, shard, Path(marker))
     _fast_exit()
+    return 0  # not reached
 
 
 def prepare_data_job(smk: Any) -> None:
@@ -116,3 +136,7 @@ def report_in_process(output: Any, log: Any) -> None:
         raise
     with open(log_path, "a", encoding="utf-8") as fh:
         fh.write(f"results, report and verdict written in {time.perf_counter() - t0:.3f} s\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(shard_main(sys.argv[1:]))

@@ -143,6 +143,9 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
     points: list[dict[str, Any]] = list(spec["points"])
     base = stage_base(rd.config, stage)
     executor = dict(rd.executor)
+    from d5pipe.provenance.environment import prefetch
+
+    prefetch(rd.env_dir / "cache")  # the MPI probe of an uncached record runs while torch is imported
     load_target(STAGES[stage].point)  # the stage's code (torch) first: the record reads its threads
     env_hash = process_env_hash(rd.root)
     statuses: dict[str, str] = {}

@@ -20,12 +20,15 @@ import sys
 def warm() -> None:
     """Import and initialise what every Snakemake run of d5pipe needs; errors surface later."""
     try:
+        import jsonschema  # noqa: F401  (the Snakefile validates plan/index.json)
         import smart_open  # noqa: F401  (Snakemake's source cache)
         import snakemake.cli
 
-        import d5pipe.execute.workflow_api  # noqa: F401  (workflow/rules/common.smk)
+        import d5pipe.execute.jobs  # noqa: F401  (workflow/rules/report.smk)
+        import d5pipe.execute.workflow_api as api
 
         snakemake.cli.parse_args(["--cores", "1"])  # plugin registries are collected once per process
+        api.plan_index_schema()
     except Exception:  # noqa: BLE001 - the real run below reports any problem in full
         pass
 

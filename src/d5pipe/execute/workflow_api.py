@@ -8,6 +8,7 @@ creates one rule per planned stage of the registry (d5pipe.config.stages) from t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,20 @@ def load_config(run_dir: str | Path = ".") -> dict[str, Any]:
     return _run(run_dir).config
 
 
-def plan_index_schema() -> dict[str, Any]:
-    """``workflow/schemas/plan_index.schema.yaml`` with its stage names taken from the registry."""
-    import yaml
+@functools.lru_cache(maxsize=1)
+def _schema_file() -> dict[str, Any]:
+    from d5pipe.rundir.yamlio import safe_load
 
     with open(PLAN_INDEX_SCHEMA, encoding="utf-8") as fh:
-        schema: dict[str, Any] = yaml.safe_load(fh)
+        schema: dict[str, Any] = safe_load(fh)
+    return schema
+
+
+def plan_index_schema() -> dict[str, Any]:
+    """``workflow/schemas/plan_index.schema.yaml`` with its stage names taken from the registry."""
+    import copy
+
+    schema = copy.deepcopy(_schema_file())
     schema["properties"]["stages"]["propertyNames"] = {"enum": list(STAGE_NAMES)}
     return schema
 
@@ -77,6 +86,19 @@ def shard_datasets(run_dir: str | Path, stage: str, shard: str) -> list[str]:
     spec = _run(run_dir).shard_spec(stage, shard)
     keys = sorted({p["dataset"] for p in spec["points"] if p.get("dataset")})
     return [f"data/{k}.npz" for k in keys]
+
+
+def shard_shell() -> str:
+    """The ``shell:`` of every stage's rule: this Python runs ``d5pipe.execute.jobs`` on the job's
+    shard. Only names d5pipe made reach the shell: the stage (``params.stage``, from the
+    registry), the shard (``sNNNNN`` wildcard), marker and log paths built from those; the job
+    checks them again. (Snakemake evaluates a ``shell:`` expression when the job runs, so the
+    stage comes from the rule's params, not from the loop variable that created the rule.)"""
+    import shlex
+    import sys
+
+    return (f"{shlex.quote(sys.executable)} -m d5pipe.execute.jobs {{params.stage:q}} {{wildcards.shard:q}} "
+            "{output:q} {log:q}")
 
 
 def shard_data_input(run_dir: str | Path, stage: str) -> Callable[[Any], list[str]]:

@@ -124,8 +124,19 @@ def _fingerprint() -> str:
                    "exe": sys.executable, "paths": [(p, os.stat(p).st_mtime_ns) for p in paths]}, 16)
 
 
+_EARLY_PROBE: list[Any] = []
+"""An MPI probe started by :func:`prefetch` (at most one), taken by the first full record."""
+
+
+def prefetch(cache_dir: Path) -> None:
+    """Start the MPI probe now when the full record's static parts are not cached yet, so it runs
+    while the caller imports torch (a shard job calls this first; the probe takes most of a second)."""
+    if not (Path(cache_dir) / f"{_fingerprint()}.json").exists() and not _EARLY_PROBE:
+        _EARLY_PROBE.append(envprobe.start_mpi_probe())
+
+
 def _static_parts(light: bool) -> dict[str, Any]:
-    probe = None if light else envprobe.start_mpi_probe()  # runs while torch is imported
+    probe = None if light else (_EARLY_PROBE.pop() if _EARLY_PROBE else envprobe.start_mpi_probe())
     parts: dict[str, Any] = {
         "python": envprobe.python_info(),
         "packages": envprobe.packages(),

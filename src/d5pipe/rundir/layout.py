@@ -166,9 +166,11 @@ class RunDir:
         """``config.yaml`` (the composed, resolved config)."""
         import yaml
 
+        from d5pipe.rundir.yamlio import safe_load
+
         try:
             with open(self.config_path, encoding="utf-8") as fh:
-                data = yaml.safe_load(fh)
+                data = safe_load(fh)
         except FileNotFoundError:
             raise D5PipeError(f"{self.root}: no config.yaml (not a d5pipe run directory)") from None
         except yaml.YAMLError as exc:

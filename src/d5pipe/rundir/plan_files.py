@@ -12,12 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from d5pipe.plan.build import PLAN_SCHEMA_VERSION, Plan
 from d5pipe.rundir.atomic import write_if_changed
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
+from d5pipe.rundir.yamlio import safe_dump
 
 
 def plan_index(plan: Plan) -> dict[str, Any]:
@@ -65,11 +64,11 @@ def write_plan(run_dir: Path, plan: Plan, overrides: list[str]) -> None:
     rd.root.mkdir(parents=True, exist_ok=True)
     write_if_changed(
         rd.config_path,
-        yaml.safe_dump(plan.config, sort_keys=False, default_flow_style=None).encode(),
+        safe_dump(plan.config, sort_keys=False, default_flow_style=None).encode(),
     )
     write_if_changed(
         rd.overrides_path,
-        yaml.safe_dump({"experiment": plan.experiment, "overrides": list(overrides)}).encode(),
+        safe_dump({"experiment": plan.experiment, "overrides": list(overrides)}).encode(),
     )
     for stage, sp in plan.stages.items():
         for i, name in enumerate(sp.shard_names()):

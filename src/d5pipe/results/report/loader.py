@@ -23,6 +23,7 @@ from d5pipe.results.report.frames import NON_AXIS_COLUMNS
 from d5pipe.results.verdicts import point_verdicts
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
+from d5pipe.rundir.yamlio import safe_load
 
 
 @dataclass
@@ -126,7 +127,7 @@ def load_run(run_dir: Path, checked: bool = False) -> RunData:
     config_path = rd.config_path
     config_text = config_path.read_text(encoding="utf-8") if config_path.exists() else ""
     try:
-        config = yaml.safe_load(config_text) or {}
+        config = safe_load(config_text) or {}
     except yaml.YAMLError as exc:
         raise D5PipeError(f"{config_path} is not valid YAML: {exc}") from exc
     if not checked:
