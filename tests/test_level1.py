@@ -32,7 +32,9 @@ def test_cpu_point_reports_latency_throughput_and_positive_peak_memory(tmp_path:
     lat, thr = m["inference_latency"], m["inference_throughput"]
     assert lat.kind == "timing" and lat.value > 0 and lat.ci_low <= lat.value <= lat.ci_high
     assert thr.value == pytest.approx(32 / lat.value)
-    assert len(out.samples["inference_latency_s"]) == m["inference_latency_n_samples"].value >= 5
+    # every sample is kept; how many fit the 0.15 s budget depends on the machine's load (the
+    # budget outranks min_samples, tests/test_timer.py), so only "at least one" is certain here
+    assert len(out.samples["inference_latency_s"]) == m["inference_latency_n_samples"].value >= 1
     assert m["fwd_bwd_time"].value > 0 and m["train_throughput"].value > 0
     for name in ("peak_memory_inference", "peak_memory_fwd_bwd"):
         assert m[name].unit == "B" and m[name].value > 0

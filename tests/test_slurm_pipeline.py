@@ -49,7 +49,7 @@ SLURM_OVERRIDES: tuple[str, ...] = (
     "executor.resources.default.mem_mb=256",
     "executor.arrays=false",  # one job per shard here; arrays: tests/test_slurm_multinode.py
 )
-MIXED_JOBS = 6  # prepare_data, level0 x2, level2, level3, report (results and report: one job)
+MIXED_JOBS = 5  # prepare_data, level0 x2, level2, level3 (results and report: a local rule, no SLURM job)
 
 
 # ------------------------------------------------------------------------------ helpers
