@@ -29,6 +29,9 @@ def figure(
     frame = metric_frame(rows, metric, x, series, facets)
     if frame.empty:
         return []
+    if not numeric and len(frame) == 1:  # one marker over one category compares nothing
+        return [Text(f"{title or metric}: a single point, so no figure; its value and CI are in the table.",
+                     "note")]
     xs = frame["x"].astype(float) if numeric else None
     logx = bool(numeric and xs is not None and (xs > 0).all() and xs.max() / xs.min() >= 8)
     png, left_out = plots.metric_vs_axis(
