@@ -17,7 +17,6 @@ from d5pipe.execute.run import default_out, load_plan
 from d5pipe.execute.summary import format_summary, summarize
 from d5pipe.plan.build import Plan
 
-__all__ = ["add_allow_argument", "apply_allow", "code_stale"]
 
 def code_stale(plan: Plan, run_dir: Path) -> list[str]:
     """Why points of ``plan`` are stale in ``run_dir`` because user code changed (one line each)."""

@@ -113,6 +113,16 @@ def preload_report(main_process: bool) -> None:
     threading.Thread(target=load, name="d5pipe-report-preload", daemon=True).start()
 
 
+def write_outputs(run_dir: Path, results: Path) -> None:
+    """results.parquet (checks, verdicts), then report.html/.md from it, then verdict.json."""
+    from d5pipe.results.finalize import finalize_results, write_verdict
+    from d5pipe.results.report import build_report
+
+    finalize_results(run_dir, results)
+    build_report(run_dir, checked=True)  # the results were just checked with this config
+    write_verdict(run_dir)
+
+
 def report_in_process(output: Any, log: Any) -> None:
     """Records -> results.parquet (checks, verdicts), report.html/.md and verdict.json: the body
     of the ``report`` rule, run in a thread of the Snakemake process (no new interpreter, no
@@ -120,16 +130,11 @@ def report_in_process(output: Any, log: Any) -> None:
     import time
     import traceback
 
-    from d5pipe.results.finalize import finalize_results, write_verdict
-    from d5pipe.results.report import build_report
-
     log_path = Path(str(log[0]))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     try:
-        finalize_results(Path("."), Path(str(output.results)))
-        build_report(Path("."), checked=True)
-        write_verdict(Path("."))
+        write_outputs(Path("."), Path(str(output.results)))
     except BaseException:
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(traceback.format_exc())

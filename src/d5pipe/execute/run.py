@@ -208,12 +208,9 @@ def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
     rd = RunDir(run_dir)
     verdict = read_verdict(rd.root) if snakemake_rc == 0 else None
     if verdict is None or not rd.report_html.exists():
-        from d5pipe.results.finalize import finalize_results, write_verdict
-        from d5pipe.results.report import build_report
+        from d5pipe.execute.jobs import write_outputs
 
-        finalize_results(rd.root, rd.results_path)  # what the failed jobs left, and what never ran
-        build_report(rd.root, checked=True)
-        write_verdict(rd.root)
+        write_outputs(rd.root, rd.results_path)  # what the failed jobs left, and what never ran
         verdict = read_verdict(rd.root)
         assert verdict is not None
     write_checksums(rd.root)  # the run directory is a bundle: seal it

@@ -58,10 +58,14 @@ def file_sha256(path: Path) -> str:
 
 def bundle_files(run_dir: Path) -> list[str]:
     """Relative POSIX paths of the files that belong to the bundle, sorted."""
-    run_dir = Path(run_dir)
+    return [rel for rel, _st in _entries(Path(run_dir))]
+
+
+def _entries(run_dir: Path) -> list[tuple[str, os.stat_result]]:
+    """(relative path, lstat) of every bundle file of ``run_dir``, sorted by path."""
     if not run_dir.is_dir():
         raise D5PipeError(f"{run_dir}: not a run directory")
-    return sorted(rel for rel, _st in _walk(run_dir, Path(".")))
+    return sorted(_walk(run_dir, Path(".")), key=lambda entry: entry[0])
 
 
 def _walk(base: Path, rel_dir: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -114,9 +118,7 @@ def write_checksums(run_dir: Path) -> Path:
         cache = {}
     sums: dict[str, str] = {}
     fresh: dict[str, list[Any]] = {}
-    if not run_dir.is_dir():
-        raise D5PipeError(f"{run_dir}: not a run directory")
-    for rel, st in sorted(_walk(run_dir, Path("."))):
+    for rel, st in _entries(run_dir):
         hit = cache.get(rel)
         if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             sums[rel] = str(hit[2])

@@ -128,10 +128,14 @@ _EARLY_PROBE: list[Any] = []
 """An MPI probe started by :func:`prefetch` (at most one), taken by the first full record."""
 
 
+def _static_cache_path(cache_dir: Path, light: bool) -> Path:
+    return Path(cache_dir) / f"{'light-' if light else ''}{_fingerprint()}.json"
+
+
 def prefetch(cache_dir: Path) -> None:
     """Start the MPI probe now when the full record's static parts are not cached yet, so it runs
     while the caller imports torch (a shard job calls this first; the probe takes most of a second)."""
-    if not (Path(cache_dir) / f"{_fingerprint()}.json").exists() and not _EARLY_PROBE:
+    if not _static_cache_path(cache_dir, light=False).exists() and not _EARLY_PROBE:
         _EARLY_PROBE.append(envprobe.start_mpi_probe())
 
 
@@ -153,7 +157,7 @@ def _static_parts(light: bool) -> dict[str, Any]:
 def _cached_static(cache_dir: Path | None, light: bool) -> dict[str, Any]:
     if cache_dir is None:
         return _static_parts(light)
-    path = Path(cache_dir) / f"{'light-' if light else ''}{_fingerprint()}.json"
+    path = _static_cache_path(cache_dir, light)
     try:
         cached: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         if set(cached) == set(STATIC_PARTS):

@@ -225,10 +225,17 @@ class RunDir:
     def existing_records(self, stage: str) -> set[str]:
         """Point IDs whose record file exists (one directory listing, not one stat per point)."""
         try:
-            return {n[:-5] for n in os.listdir(self.points_dir / stage)
-                    if n.endswith(".json") and not n.startswith(".")}
+            return {n[:-5] for n in os.listdir(self.points_dir / stage) if _is_record(n)}
         except FileNotFoundError:
             return set()
+
+    def record_mtimes(self, stage: str) -> dict[str, int]:
+        """Point ID -> mtime (ns) of its record file (one directory scan)."""
+        try:
+            with os.scandir(self.points_dir / stage) as it:
+                return {e.name[:-5]: e.stat().st_mtime_ns for e in it if _is_record(e.name)}
+        except FileNotFoundError:
+            return {}
 
     @property
     def executor(self) -> dict[str, Any]:
@@ -238,3 +245,8 @@ class RunDir:
     @property
     def experiment(self) -> str:
         return str(self.index.get("experiment") or self.config.get("name") or "")
+
+
+def _is_record(name: str) -> bool:
+    """A point record's file name (``<id>.json``; dot files are interrupted writes)."""
+    return name.endswith(".json") and not name.startswith(".")

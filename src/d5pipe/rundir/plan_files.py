@@ -8,7 +8,6 @@ Shard markers whose points lack a record are removed, so Snakemake re-runs exact
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +93,7 @@ def invalidate_stale_markers(run_dir: Path, plan: Plan) -> list[str]:
     rd = RunDir(run_dir)
     removed = []
     for stage, sp in plan.stages.items():
-        mtimes = _record_mtimes(rd, stage)
+        mtimes = rd.record_mtimes(stage)
         for i, name in enumerate(sp.shard_names()):
             marker = rd.marker(stage, name)
             try:
@@ -107,16 +106,6 @@ def invalidate_stale_markers(run_dir: Path, plan: Plan) -> list[str]:
                 marker.unlink()
                 removed.append(f"{stage}/{name}")
     return removed
-
-
-def _record_mtimes(rd: RunDir, stage: str) -> dict[str, int]:
-    """Point ID -> mtime of its record file (one directory scan)."""
-    try:
-        with os.scandir(rd.points_dir / stage) as it:
-            return {e.name[:-5]: e.stat().st_mtime_ns for e in it
-                    if e.name.endswith(".json") and not e.name.startswith(".")}
-    except FileNotFoundError:
-        return {}
 
 
 def _corrupt(rd: RunDir, stage: str, pid: str) -> bool:
