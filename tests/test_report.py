@@ -3,6 +3,7 @@ side-by-side comparisons, warnings once per cause, escaping, no external URLs.""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from html import unescape
@@ -272,3 +273,28 @@ def test_tolerates_missing_metrics_manifest_and_side_tables(tmp_path: Path) -> N
 def test_missing_results_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(D5PipeError, match="results.parquet"):
         build_report(tmp_path)
+
+
+def _one_point_report(tmp_path: Path, peaks: bool) -> str:
+    make_run_dir(tmp_path, RunSpec(levels=("level0",), failed=0, hostile=False, reproduce=False,
+                                   grids={"level0": {"operators.size": [64], "operators.impl": ["eager"]}}))
+    if not peaks:  # as a run with the peak measurement off records it
+        for path in (tmp_path / "points").glob("*/*.json"):
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            rec["metrics"] = [m for m in rec["metrics"] if "peak" not in m["name"]]
+            path.write_text(json.dumps(rec), encoding="utf-8")
+    aggregate(tmp_path)
+    return section(build_report(tmp_path)[0].read_text(encoding="utf-8"), "level0")
+
+
+def test_one_point_gets_notes_instead_of_one_marker_figures(tmp_path: Path) -> None:
+    html = _one_point_report(tmp_path / "bare", peaks=False)
+    assert "data:image/png" not in html
+    assert "time: a single point, so no figure" in html
+    assert "Roofline: a single point and no measured peak, so no figure" in html
+    assert any("gflops" in head for head, _ in tables(html))  # the value is still reported
+
+
+def test_one_point_with_a_measured_peak_keeps_its_roofline(tmp_path: Path) -> None:
+    html = _one_point_report(tmp_path / "peak", peaks=True)
+    assert html.count("data:image/png") == 1 and "Roofline: achieved GFLOP/s" in html

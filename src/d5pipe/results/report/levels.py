@@ -102,9 +102,13 @@ def level0(data: RunData) -> Section:
             })
             peak_f = _peak(rows, "peak_gflops", "gflops", "pct_peak_flops")
             peak_b = _peak(rows, "peak_gbps", "gbps", "pct_peak_bw")
-            blocks.append(Figure(plots.roofline(frame, peak_f, peak_b), "roofline",
-                                 "Roofline: achieved GFLOP/s vs arithmetic intensity; dashed/dotted: the "
-                                 "machine's measured peak compute and bandwidth."))
+            if len(w) > 1 or peak_f or peak_b:
+                blocks.append(Figure(plots.roofline(frame, peak_f, peak_b), "roofline",
+                                     "Roofline: achieved GFLOP/s vs arithmetic intensity; dashed/dotted: the "
+                                     "machine's measured peak compute and bandwidth."))
+            else:  # one marker and no roof to read it against
+                blocks.append(Text("Roofline: a single point and no measured peak, so no figure; its GFLOP/s "
+                                   "is in the table.", "note"))
     checks = [n for n in names if n in ("correct", "correctness", "gradcheck", "backward_correct")
               or rows.loc[rows["metric"] == n, "kind"].eq("verdict").any() or "err" in n]
     if checks:
