@@ -93,6 +93,27 @@ def test_record_does_not_initialise_mpi(children: dict[str, dict[str, object]]) 
     assert isinstance(rec, dict) and "MPI" in rec["mpi"]["library"]
 
 
+def test_package_list_matches_the_full_metadata_parse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata as md
+
+    site = tmp_path / "site"
+    for folder, header in (("Weird_Pkg-1.0.dist-info", "Metadata-Version: 2.1\nName: Weird.Pkg\nVersion: 1.0"),
+                           ("old-0.1.egg-info", "Metadata-Version: 1.0\nName: old\nVersion: 0.1rc1"),
+                           ("nohead-1.dist-info", "Metadata-Version: 2.1\n")):
+        (site / folder).mkdir(parents=True)
+        name = "PKG-INFO" if folder.endswith("egg-info") else "METADATA"
+        body = "\n\nName: not-this\nVersion: 9\nlong description\n"
+        (site / folder / name).write_text(header + body, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    expected: dict[str, str] = {}
+    for dist in md.distributions():
+        if dist.metadata["Name"]:
+            expected.setdefault(dist.metadata["Name"].lower().replace("_", "-").replace(".", "-"), dist.version)
+    got = envprobe.packages()
+    assert got == dict(sorted(expected.items()))
+    assert got["weird-pkg"] == "1.0" and got["old"] == "0.1rc1" and "nohead" not in got and "torch" in got
+
+
 def test_changed_package_version_changes_hash_and_is_explained() -> None:
     rec = envinfo.environment_record()
     changed = copy.deepcopy(rec)

@@ -85,6 +85,8 @@ def prepare_data_job(smk: Any) -> None:
         print(f"prepared dataset {key}: {meta.get('checksum')}")
 
 
+_PRELOAD: Any = None
+"""The thread of :func:`preload_report`, which the report job waits for."""
 REPORT_MODULES = ("pyarrow.parquet", "matplotlib.figure", "matplotlib.backends.backend_agg",
                   "d5pipe.results.finalize", "d5pipe.results.report", "d5pipe.results.report.build")
 
@@ -93,6 +95,7 @@ def preload_report(main_process: bool) -> None:
     """In the Snakemake process that will run the ``report`` rule (a ``run:`` local rule): import
     the report's libraries in a background thread while the shard jobs run, so the report starts
     at once when they are done. Nothing in remote or job processes."""
+    global _PRELOAD
     if not main_process:
         return
     import threading
@@ -101,8 +104,12 @@ def preload_report(main_process: bool) -> None:
         import importlib
 
         from d5pipe.config.stages import STAGES, load_target
+        from d5pipe.execute.deferred_import import resolve
+        from d5pipe.execute.snakemake_main import DEFERRED
 
         try:
+            for name in DEFERRED:  # the real modules, before anything binds their stand-ins
+                resolve(name)
             for name in REPORT_MODULES:
                 importlib.import_module(name)
             for spec in STAGES.values():  # each level's report section (and its plots)
@@ -110,7 +117,8 @@ def preload_report(main_process: bool) -> None:
         except Exception:  # noqa: BLE001 - the report job itself reports any problem
             pass
 
-    threading.Thread(target=load, name="d5pipe-report-preload", daemon=True).start()
+    _PRELOAD = threading.Thread(target=load, name="d5pipe-report-preload", daemon=True)
+    _PRELOAD.start()
 
 
 def write_outputs(run_dir: Path, results: Path) -> None:
@@ -133,6 +141,8 @@ def report_in_process(output: Any, log: Any) -> None:
     log_path = Path(str(log[0]))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    if _PRELOAD is not None:
+        _PRELOAD.join()  # its imports are this job's; no second thread imports the same modules
     try:
         write_outputs(Path("."), Path(str(output.results)))
     except BaseException:

@@ -8,6 +8,10 @@ stdin: the JSON list of Snakemake's arguments (a list, never a shell string), or
 exit unused. It runs Snakemake's command line with them and exits with Snakemake's exit code as
 soon as Snakemake returns: ``os._exit``, because Snakemake's job-rate limiter leaves a
 non-daemon one-second timer thread that would otherwise hold the exit.
+
+pandas and numpy are deferred (d5pipe.execute.deferred_import): Snakemake's SLURM plugin imports
+them when Snakemake collects its executor plugins, but in this process only the report job uses
+them, and it imports them in the background while the shards run (d5pipe.execute.jobs.preload_report).
 """
 
 from __future__ import annotations
@@ -17,8 +21,15 @@ import os
 import sys
 
 
+DEFERRED = ("pandas", "numpy")
+"""Imported on first use in this process (see the module docstring)."""
+
+
 def warm() -> None:
     """Import and initialise what every Snakemake run of d5pipe needs; errors surface later."""
+    from d5pipe.execute.deferred_import import defer
+
+    defer(*DEFERRED)
     try:
         import jsonschema  # noqa: F401  (the Snakefile validates plan/index.json)
         import smart_open  # noqa: F401  (Snakemake's source cache)

@@ -44,12 +44,29 @@ def packages() -> dict[str, str]:
     """Installed distributions (normalised name -> version); the first on sys.path wins."""
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if not name:
+        name, version = _name_version(dist)
+        if not name or version is None:
             continue
         key = name.lower().replace("_", "-").replace(".", "-")
-        found.setdefault(key, dist.version)
+        found.setdefault(key, version)
     return dict(sorted(found.items()))
+
+
+def _name_version(dist: importlib.metadata.Distribution) -> tuple[str | None, str | None]:
+    """``Name`` and ``Version`` from the metadata's header (the lines before the first empty
+    one): the values ``dist.metadata`` gives, without parsing the whole file as an e-mail, which
+    for a few hundred distributions costs a quarter of a second."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    name = version = None
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        if key == "Name" and name is None:
+            name = value.strip()
+        elif key == "Version" and version is None:
+            version = value.strip()
+    return name, version
 
 
 def torch_info(light: bool = False) -> dict[str, Any] | None:
