@@ -20,7 +20,6 @@ import json
 import os
 import sys
 
-
 DEFERRED = ("pandas", "numpy")
 """Imported on first use in this process (see the module docstring)."""
 
