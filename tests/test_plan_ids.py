@@ -112,7 +112,7 @@ def test_fixed_key_cannot_be_swept() -> None:
 
 def test_planner_ids_equal_direct_ids() -> None:
     """The planner's pre-normalised fast path gives the same IDs as hashing each config whole."""
-    from d5pipe.plan.build import point_config, stage_base
+    from d5pipe.plan.point_config import point_config, stage_base
 
     cfg = _cfg(grid={"operators.size": [8, 16.0, 32]})
     plan = build_plan(cfg)

@@ -181,7 +181,7 @@ def shard_nodelist(run_dir: str | Path, stage: str, shard: str, partition: str) 
 
 
 def _shard_distributed(run_dir: str | Path, stage: str, shard: str, key: str) -> list[int]:
-    from d5pipe.plan.build import point_config, stage_base
+    from d5pipe.plan.point_config import point_config, stage_base
 
     rd = _run(run_dir)
     base = stage_base(rd.config, stage)

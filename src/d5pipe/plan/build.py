@@ -21,6 +21,7 @@ from d5pipe.config.stages import NODE_AXIS, STAGES, load_target
 from d5pipe.config.validate import check_sweep
 from d5pipe.plan.canonical import canonical_json, digest, normalise
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost, point_cost_s
+from d5pipe.plan.point_config import point_config, stage_base
 from d5pipe.plan.seeds import check_unique, point_seed
 from d5pipe.plan.sweep import expand, project
 
@@ -91,37 +92,6 @@ def dataset_key(dataset_cfg: dict[str, Any]) -> str:
     from d5pipe.levels.dataset_key import dataset_key as key
 
     return key(dataset_cfg)
-
-
-def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """Return a copy of ``cfg`` with ``key`` (dotted) set; copies only along the path."""
-    parts = key.split(".")
-    out = dict(cfg)
-    node = out
-    for p in parts[:-1]:
-        child = node.get(p)
-        child = dict(child) if isinstance(child, dict) else {}
-        node[p] = child
-        node = child
-    node[parts[-1]] = value
-    return out
-
-
-def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
-    """The part of the config a stage reads (its sections, plus name and root seed)."""
-    base = {s: config[s] for s in STAGES[stage].sections if s in config}
-    if base.get("placement") in ({"node": 0}, None, {}):  # the default: not part of the point's identity
-        base.pop("placement", None)
-    base["name"] = config["name"]
-    base["seed"] = config["seed"]
-    return base
-
-
-def point_config(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
-    cfg = base
-    for k, v in params.items():
-        cfg = set_dotted(cfg, k, v)
-    return cfg
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")

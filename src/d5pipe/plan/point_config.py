@@ -1,0 +1,43 @@
+"""One point's config from the composed config: the stage's sections with the axis values set.
+
+Plain dicts only, no OmegaConf and no validation imports: the planner (d5pipe.plan.build) and
+every shard job (d5pipe.execute.shard) build a point's config with these, and a shard job
+should not import the config schema to do so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from d5pipe.config.stages import STAGES
+
+
+def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """Return a copy of ``cfg`` with ``key`` (dotted) set; copies only along the path."""
+    parts = key.split(".")
+    out = dict(cfg)
+    node = out
+    for p in parts[:-1]:
+        child = node.get(p)
+        child = dict(child) if isinstance(child, dict) else {}
+        node[p] = child
+        node = child
+    node[parts[-1]] = value
+    return out
+
+
+def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """The part of the config a stage reads (its sections, plus name and root seed)."""
+    base = {s: config[s] for s in STAGES[stage].sections if s in config}
+    if base.get("placement") in ({"node": 0}, None, {}):  # the default: not part of the point's identity
+        base.pop("placement", None)
+    base["name"] = config["name"]
+    base["seed"] = config["seed"]
+    return base
+
+
+def point_config(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    cfg = base
+    for k, v in params.items():
+        cfg = set_dotted(cfg, k, v)
+    return cfg
