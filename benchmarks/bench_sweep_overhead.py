@@ -13,13 +13,13 @@ Per round (the order of the variants is rotated every round), for each N:
 * ``hydra`` (c, peer): a ``@hydra.main`` app, ``--multirun`` with the basic (sequential) launcher,
   each job running the point in-process (torch imported once), writing a JSON record.
 
-and once per round: the job start-up/exit cost of a shard job beyond ``import torch``, the fixed
-per-run cost of ``d5pipe run``, a level-3 run (8 DDP points at 2 ranks, 300 timed steps each) and ``d5pipe plan`` of
+and per round: ``--repeats`` times (default 3; each takes seconds) the job start-up/exit cost of a
+shard job beyond ``import torch`` and the fixed per-run cost of ``d5pipe run``; once a level-3 run (8 DDP points at 2 ranks, 300 timed steps each) and ``d5pipe plan`` of
 every shipped experiment; after the rounds, no-op re-runs of finished sweeps. Every number printed
 is measured in this run; ratios are medians of per-round paired ratios with an order-statistic
 CI (its coverage is printed: few rounds give [min, max]). Exit code 0 also when a check fails.
 
-Usage: python benchmarks/bench_sweep_overhead.py [--points 50,500,5000] [--rounds 3] [--skip-peers]
+Usage: python benchmarks/bench_sweep_overhead.py [--points 50,500,5000] [--rounds 3] [--repeats 3] [--skip-peers]
        [--noop-points 10000] [--quick] [--keep] [--timeout 3600]
 """
 
@@ -151,12 +151,12 @@ class Bench:
         return f"{dt:.3f} s wall, {1e3 * dt / n:.3f} ms/point ({done} records)"
 
     # ---- once per round -----------------------------------------------------------------------
-    def startup(self, r: int) -> str:
-        run = self.tmp / f"shard-{r}"
+    def startup(self, r: int, i: int = 0) -> str:
+        run = self.tmp / f"shard-{r}-{i}"
         self.d5run(self.names[1], run, "--dry-run")  # writes the plan; not timed
         torch_cmd = [PY, "-c", "import torch"]
         shard_cmd = [PY, "-m", "d5pipe.execute.shard", str(run), "level0", "s00000"]
-        if r % 2:
+        if (r + i) % 2:
             t_shard, _ = timed(shard_cmd, self.args.timeout)
             t_torch, _ = timed(torch_cmd, self.args.timeout)
         else:
@@ -169,9 +169,9 @@ class Bench:
         return (f"shard job {t_shard:.3f} s - point {dur:.4f} s - import torch {t_torch:.3f} s "
                 f"= {t_shard - dur - t_torch:.3f} s")
 
-    def fixed(self, r: int) -> str:
+    def fixed(self, r: int, i: int = 0) -> str:
         stamps: list[tuple[float, str]] = []
-        dt, _ = self.d5run(self.names[1], self.tmp / f"one-{r}", stamps=stamps)
+        dt, _ = self.d5run(self.names[1], self.tmp / f"one-{r}-{i}", stamps=stamps)
         self.put("run1_s", dt)
         at = {key: next((t for t, line in stamps if pat in line), NAN)
               for key, pat in (("plan", "points ("), ("level0", "level0 done"), ("report", "report done"),
@@ -215,17 +215,20 @@ class Bench:
             if not a.skip_peers and n <= PEER_MAX:
                 out.append((f"snakemake 1 job/point N={n}", lambda r, n=n: self.snakemake(n, r), (f"snakemake/{n}",)))
                 out.append((f"hydra multirun N={n}", lambda r, n=n: self.hydra(n, r), (f"hydra/{n}",)))
-        out += [("shard job start-up", self.startup, ("shard_s", "startup_s")),
-                ("1-point d5pipe run", self.fixed, ("run1_s",))]
+        for i in range(a.repeats):  # cheap: several paired values per round
+            out += [(f"shard job start-up ({i + 1}/{a.repeats})", lambda r, i=i: self.startup(r, i),
+                     ("shard_s", "startup_s")),
+                    (f"1-point d5pipe run ({i + 1}/{a.repeats})", lambda r, i=i: self.fixed(r, i), ("run1_s",))]
         if not a.skip_l3:
             out.append(("level 3, 8 DDP points x 2 ranks", self.level3, ("l3_wall", "l3_vs_work", "l3_vs_steps")))
         for exp in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
             out.append((f"d5pipe plan {exp}", lambda r, e=exp: self.plan(e, r), (f"plan/{exp}",)))
         return out
 
-    def attempt(self, label: str, fn: Callable[[], str], keys: tuple[str, ...], count: int) -> None:
-        """Run one measurement; a failed one leaves NaN in its series (``count`` values each) so that
-        the rounds stay paired."""
+    def attempt(self, label: str, fn: Callable[[], str], keys: tuple[str, ...]) -> None:
+        """Run one measurement, which adds one value to each of its series; a failed one adds NaN
+        instead, so that the series stay paired."""
+        before = {key: len(self.res.get(key, [])) for key in keys}
         try:
             print(f"  {label}: {fn()}", flush=True)
         except Failed as exc:
@@ -234,7 +237,7 @@ class Bench:
             print(f"  {label}: FAILED ({type(exc).__name__}: {exc})", flush=True)
         for key in keys:
             values = self.res.setdefault(key, [])
-            values += [NAN] * (count - len(values))
+            values += [NAN] * (before[key] + 1 - len(values))
 
     def rounds(self) -> None:
         tasks = self.tasks()
@@ -242,7 +245,7 @@ class Bench:
             k = r % len(tasks)
             print(f"round {r + 1}/{self.args.rounds}", flush=True)
             for label, fn, keys in tasks[k:] + tasks[:k]:
-                self.attempt(label, lambda fn=fn, r=r: fn(r), keys, r + 1)
+                self.attempt(label, lambda fn=fn, r=r: fn(r), keys)
 
     def noop(self) -> None:
         print("no-op re-runs (every point has its record, results up to date)", flush=True)
@@ -345,7 +348,7 @@ def summary(b: Bench) -> None:
     fixed = [x - y for x, y in zip(res.get("run1_s", []), res.get("shard_s", []))]
     fx = med(fixed)
     check(fx <= 3 if known(fx) else None, f"fixed per-run cost {fx:.3f} s <= 3 s (1-point d5pipe run "
-          f"{med(res.get('run1_s')):.3f} s minus its shard job alone, paired per round)")
+          f"{med(res.get('run1_s')):.3f} s minus its shard job alone, paired per measurement)")
     if a.skip_l3:
         check(None, "level 3 wall <= 3 x its points' own work (skipped)")
     else:
@@ -370,6 +373,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default="50,500,5000", help="comma-separated N")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="start-up and 1-point-run measurements per round (each a few seconds)")
     ap.add_argument("--skip-peers", action="store_true", help="no Snakemake/Hydra peers")
     ap.add_argument("--skip-l3", action="store_true", help="no level-3 run")
     ap.add_argument("--noop-points", type=int, default=0, help="also time no-op re-runs of a sweep of this size")
