@@ -59,13 +59,21 @@ class RunData:
     def _point_rows(self) -> pd.DataFrame:
         return self.results.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
 
+    @cached_property
+    def _axis_values(self) -> tuple[dict[tuple[str, str], int], list[str], Any]:
+        """(point key -> row, axis names, the points' axis values as one object array): one
+        lookup per :meth:`params_of` call instead of a pandas ``.loc``."""
+        axes = self.axis_columns
+        rows = self._point_rows
+        return ({key: i for i, key in enumerate(rows.index)}, axes, rows[axes].to_numpy(dtype=object))
+
     def params_of(self, stage: str, point_id: str) -> dict[str, object]:
         """The point's sweep-axis values (only the axes it has)."""
-        key = (stage, point_id)
-        if key not in self._point_rows.index:
+        index, axes, values = self._axis_values
+        i = index.get((stage, point_id))
+        if i is None:
             return {}
-        first = self._point_rows.loc[key]
-        return {a: first[a] for a in self.axis_columns if not pd.isna(first[a])}
+        return {a: v for a, v in zip(axes, values[i]) if not pd.isna(v)}
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
