@@ -87,8 +87,12 @@ def prepare_data_job(smk: Any) -> None:
 
 _PRELOAD: Any = None
 """The thread of :func:`preload_report`, which the report job waits for."""
-REPORT_MODULES = ("pyarrow.parquet", "matplotlib.figure", "matplotlib.backends.backend_agg",
-                  "d5pipe.results.finalize", "d5pipe.results.report", "d5pipe.results.report.build")
+REPORT_MODULES = ("pyarrow.parquet", "pyarrow.dataset", "pyarrow.pandas_compat", "matplotlib.figure",
+                  "matplotlib.backends.backend_agg", "PIL.PngImagePlugin",
+                  "d5pipe.results.finalize", "d5pipe.results.aggregate", "d5pipe.results.acceptance",
+                  "d5pipe.results.accounting", "d5pipe.results.report", "d5pipe.results.report.build")
+"""What the report job imports besides the levels' report sections (imported by
+:func:`preload_report` so that the job itself does not wait for them)."""
 
 
 def preload_report(main_process: bool) -> None:
