@@ -13,7 +13,7 @@ Per round (the order of the variants is rotated every round), for each N:
 * ``hydra`` (c, peer): a ``@hydra.main`` app, ``--multirun`` with the basic (sequential) launcher,
   each job running the point in-process (torch imported once), writing a JSON record.
 
-and per round: ``--repeats`` times (default 3; each takes seconds) the job start-up/exit cost of a
+after a warm-up that is not measured, per round: ``--repeats`` times (default 3; each takes seconds) the job start-up/exit cost of a
 shard job beyond ``import torch`` and the fixed per-run cost of ``d5pipe run``; once a level-3 run (8 DDP points at 2 ranks, 300 timed steps each) and ``d5pipe plan`` of
 every shipped experiment; after the rounds, no-op re-runs of finished sweeps. Every number printed
 is measured in this run; ratios are medians of per-round paired ratios with an order-statistic
@@ -239,8 +239,24 @@ class Bench:
             values = self.res.setdefault(key, [])
             values += [NAN] * (before[key] + 1 - len(values))
 
+    def warm_up(self) -> None:
+        """Not measured: one 1-point d5pipe run and one peer job, so that the first measured round
+        does not pay for reading torch, Snakemake and Hydra from a cold disk cache (after a big
+        install, a first ``import torch`` here takes seconds more than the next)."""
+        t0 = time.perf_counter()
+        self.d5run(self.names[1], self.tmp / "warm-up")
+        shutil.rmtree(self.tmp / "warm-up", ignore_errors=True)
+        if not self.args.skip_peers:
+            timed(T.snakemake_cmd(PY, self.tmp / "Snakefile", self.tmp / "warm-up-smk", 1), self.args.timeout)
+            timed(T.hydra_cmd(PY, HERE / "hydra_app.py", self.tmp / "hydra_conf", self.tmp / "warm-up-hydra", 1),
+                  self.args.timeout)
+            for name in ("warm-up-smk", "warm-up-hydra"):
+                shutil.rmtree(self.tmp / name, ignore_errors=True)
+        print(f"warm-up (not measured): {time.perf_counter() - t0:.1f} s", flush=True)
+
     def rounds(self) -> None:
         tasks = self.tasks()
+        self.warm_up()
         for r in range(self.args.rounds):
             k = r % len(tasks)
             print(f"round {r + 1}/{self.args.rounds}", flush=True)
