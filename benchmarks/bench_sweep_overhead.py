@@ -269,7 +269,7 @@ class Bench:
             n = max(self.last_run)
             for r in range(self.args.rounds):
                 self.attempt(f"d5pipe run into the finished {n}-point --out, {r + 1}",
-                             lambda n=n: self._noop_d5(n, self.last_run[n], f"noop/{n}"), (f"noop/{n}",), r + 1)
+                             lambda n=n: self._noop_d5(n, self.last_run[n], f"noop/{n}"), (f"noop/{n}",))
         m = self.args.noop_points
         if not m:
             return
@@ -288,7 +288,7 @@ class Bench:
                     (f"snakemake no-op over {m} finished one-point jobs, {r + 1}", lambda: self._noop_smk(m, smk),
                      f"smk_noop/{m}")]
             for label, fn, key in pair[r % 2:] + pair[:r % 2]:
-                self.attempt(label, fn, (key,), r + 1)
+                self.attempt(label, fn, (key,))
 
     def _noop_d5(self, n: int, out: Path, key: str) -> str:
         dt, text = self.d5run(self.names[n], out)
