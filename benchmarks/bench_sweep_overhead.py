@@ -13,9 +13,10 @@ Per round (the order of the variants is rotated every round), for each N:
 * ``hydra`` (c, peer): a ``@hydra.main`` app, ``--multirun`` with the basic (sequential) launcher,
   each job running the point in-process (torch imported once), writing a JSON record.
 
-after a warm-up that is not measured, per round: ``--repeats`` times (default 3; each takes seconds) the job start-up/exit cost of a
-shard job beyond ``import torch`` and the fixed per-run cost of ``d5pipe run``; once a level-3 run (8 DDP points at 2 ranks, 300 timed steps each) and ``d5pipe plan`` of
-every shipped experiment; after the rounds, no-op re-runs of finished sweeps. Every number printed
+after a warm-up that is not measured, per round: ``--repeats`` times (default 3; each takes
+seconds) the job start-up/exit cost of a shard job beyond ``import torch`` and the fixed per-run
+cost of ``d5pipe run``; once a level-3 run (8 DDP points at 2 ranks, 300 timed steps each) and
+``d5pipe plan`` of every shipped experiment; after the rounds, no-op re-runs of finished sweeps. Every number printed
 is measured in this run; ratios are medians of per-round paired ratios with an order-statistic
 CI (its coverage is printed: few rounds give [min, max]). Exit code 0 also when a check fails.
 
