@@ -16,9 +16,10 @@ Per round (the order of the variants is rotated every round), for each N:
 after a warm-up that is not measured, per round: ``--repeats`` times (default 3; each takes
 seconds) the job start-up/exit cost of a shard job beyond ``import torch`` and the fixed per-run
 cost of ``d5pipe run``; once a level-3 run (8 DDP points at 2 ranks, 300 timed steps each) and
-``d5pipe plan`` of every shipped experiment; after the rounds, no-op re-runs of finished sweeps. Every number printed
-is measured in this run; ratios are medians of per-round paired ratios with an order-statistic
-CI (its coverage is printed: few rounds give [min, max]). Exit code 0 also when a check fails.
+``d5pipe plan`` of every shipped experiment; after the rounds, no-op re-runs of finished sweeps.
+Every number printed is measured in this run; ratios are medians of per-round paired ratios with
+an order-statistic CI (its coverage is printed: few rounds give [min, max]). Exit code 0 also
+when a check fails.
 
 Usage: python benchmarks/bench_sweep_overhead.py [--points 50,500,5000] [--rounds 3] [--repeats 3] [--skip-peers]
        [--noop-points 10000] [--quick] [--keep] [--timeout 3600]
@@ -151,7 +152,7 @@ class Bench:
         self.put(f"hydra/{n}", 1e3 * dt / n)
         return f"{dt:.3f} s wall, {1e3 * dt / n:.3f} ms/point ({done} records)"
 
-    # ---- once per round -----------------------------------------------------------------------
+    # ---- per round, outside the per-N variants ---------------------------------------------------
     def startup(self, r: int, i: int = 0) -> str:
         run = self.tmp / f"shard-{r}-{i}"
         self.d5run(self.names[1], run, "--dry-run")  # writes the plan; not timed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from d5pipe.execute import deferred_import as di
 
 
 @pytest.fixture
-def slow_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def slow_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A module that counts its executions (in a file) and takes a moment to import."""
     name = f"d5_deferred_{tmp_path.name.replace('-', '_')}"
     count = tmp_path / "count"
@@ -41,6 +42,12 @@ def test_first_read_imports_once_and_later_imports_get_the_real_module(slow_modu
     assert real is not stand_in and real.VALUE == 42 and stand_in.VALUE == 42
     assert executions(slow_module) == 1
     assert di.resolve(slow_module) is real
+
+
+def test_resolve_all_imports_every_stand_in(slow_module: str) -> None:
+    di.defer(slow_module)
+    di.resolve_all()
+    assert not di.is_deferred(slow_module) and executions(slow_module) == 1
 
 
 def test_concurrent_first_reads_import_once(slow_module: str) -> None:

@@ -61,6 +61,12 @@ def resolve(name: str) -> types.ModuleType | None:
     return _real(mod) if isinstance(mod, _Deferred) else mod
 
 
+def resolve_all() -> None:
+    """Import the real module behind every stand-in still in ``sys.modules``."""
+    for mod in [m for m in list(sys.modules.values()) if isinstance(m, _Deferred)]:
+        _real(mod)
+
+
 def is_deferred(name: str) -> bool:
     """Whether ``name`` is still only a stand-in."""
     return isinstance(sys.modules.get(name), _Deferred)

@@ -16,7 +16,10 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import threading
 
 
 @contextlib.contextmanager
@@ -85,7 +88,7 @@ def prepare_data_job(smk: Any) -> None:
         print(f"prepared dataset {key}: {meta.get('checksum')}")
 
 
-_PRELOAD: Any = None
+_PRELOAD: threading.Thread | None = None
 """The thread of :func:`preload_report`, which the report job waits for."""
 REPORT_MODULES = ("pyarrow.parquet", "pyarrow.dataset", "pyarrow.pandas_compat", "matplotlib.figure",
                   "matplotlib.backends.backend_agg", "PIL.PngImagePlugin",
@@ -108,12 +111,10 @@ def preload_report(main_process: bool) -> None:
         import importlib
 
         from d5pipe.config.stages import STAGES, load_target
-        from d5pipe.execute.deferred_import import resolve
-        from d5pipe.execute.snakemake_main import DEFERRED
+        from d5pipe.execute.deferred_import import resolve_all
 
         try:
-            for name in DEFERRED:  # the real modules, before anything binds their stand-ins
-                resolve(name)
+            resolve_all()  # the real modules, before anything below binds their stand-ins
             for name in REPORT_MODULES:
                 importlib.import_module(name)
             for spec in STAGES.values():  # each level's report section (and its plots)
