@@ -5,8 +5,11 @@ therefore hold an expected ``shards.target_s`` seconds of work (default 60: with
 the scheduler and the resume granularity like) instead of a fixed count of points. The estimate
 is deliberately simple and documented, not measured:
 
-* every point: ``timer.warmup_s + timer.budget_s`` per timed call site, plus
-  :data:`POINT_FIXED_S` of set-up and checks;
+* every point: ``timer.warmup_s`` plus the timed part per timed call site, plus
+  :data:`POINT_FIXED_S` of set-up and checks. The timed part is ``timer.budget_s``, or
+  ``timer.max_samples x timer.min_block_s`` when that is less: blocks of calls shorter than
+  ``min_block_s`` last about ``min_block_s``, so a point with few samples of a fast operator stops
+  long before its budget (calls slower than a block make this an underestimate, capped by the budget);
 * level 0: one call site; ``impl: compile`` adds :data:`COMPILE_S`; the machine peak is measured
   once per shard (not per point);
 * level 1: two call sites (inference, forward+backward) and, with memory measurement, two more
@@ -36,7 +39,9 @@ DEFAULT_TRAIN_SAMPLES = 1500
 
 def _timed(cfg: Mapping[str, Any], sites: int) -> float:
     timer = cfg.get("timer") or {}
-    per_site = float(timer.get("warmup_s", 0.05) or 0) + float(timer.get("budget_s", 2.0) or 0)
+    budget = float(timer.get("budget_s", 2.0) or 0)
+    by_samples = float(timer.get("max_samples", 1000) or 0) * float(timer.get("min_block_s", 0.01) or 0)
+    per_site = float(timer.get("warmup_s", 0.05) or 0) + (min(budget, by_samples) if by_samples > 0 else budget)
     return sites * per_site
 
 
