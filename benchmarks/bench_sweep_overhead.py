@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -212,19 +213,19 @@ class Bench:
         a = self.args
         out: list[tuple[str, Callable[[int], str], tuple[str, ...]]] = []
         for n in a.points:
-            out.append((f"d5pipe N={n}", lambda r, n=n: self.d5pipe(n, r), (f"d5pipe/{n}",)))
-            out.append((f"floor N={n}", lambda r, n=n: self.floor(n, r), (f"floor/{n}",)))
+            out.append((f"d5pipe N={n}", partial(self.d5pipe, n), (f"d5pipe/{n}",)))
+            out.append((f"floor N={n}", partial(self.floor, n), (f"floor/{n}",)))
             if not a.skip_peers and n <= PEER_MAX:
-                out.append((f"snakemake 1 job/point N={n}", lambda r, n=n: self.snakemake(n, r), (f"snakemake/{n}",)))
-                out.append((f"hydra multirun N={n}", lambda r, n=n: self.hydra(n, r), (f"hydra/{n}",)))
+                out.append((f"snakemake 1 job/point N={n}", partial(self.snakemake, n), (f"snakemake/{n}",)))
+                out.append((f"hydra multirun N={n}", partial(self.hydra, n), (f"hydra/{n}",)))
         for i in range(a.repeats):  # cheap: several paired values per round
-            out += [(f"shard job start-up ({i + 1}/{a.repeats})", lambda r, i=i: self.startup(r, i),
+            out += [(f"shard job start-up ({i + 1}/{a.repeats})", partial(self.startup, i=i),
                      ("shard_s", "startup_s")),
-                    (f"1-point d5pipe run ({i + 1}/{a.repeats})", lambda r, i=i: self.fixed(r, i), ("run1_s",))]
+                    (f"1-point d5pipe run ({i + 1}/{a.repeats})", partial(self.fixed, i=i), ("run1_s",))]
         if not a.skip_l3:
             out.append(("level 3, 8 DDP points x 2 ranks", self.level3, ("l3_wall", "l3_vs_work", "l3_vs_steps")))
         for exp in sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")):
-            out.append((f"d5pipe plan {exp}", lambda r, e=exp: self.plan(e, r), (f"plan/{exp}",)))
+            out.append((f"d5pipe plan {exp}", partial(self.plan, exp), (f"plan/{exp}",)))
         return out
 
     def attempt(self, label: str, fn: Callable[[], str], keys: tuple[str, ...]) -> None:
@@ -263,7 +264,7 @@ class Bench:
             k = r % len(tasks)
             print(f"round {r + 1}/{self.args.rounds}", flush=True)
             for label, fn, keys in tasks[k:] + tasks[:k]:
-                self.attempt(label, lambda fn=fn, r=r: fn(r), keys)
+                self.attempt(label, partial(fn, r), keys)
 
     def noop(self) -> None:
         print("no-op re-runs (every point has its record, results up to date)", flush=True)
@@ -271,7 +272,7 @@ class Bench:
             n = max(self.last_run)
             for r in range(self.args.rounds):
                 self.attempt(f"d5pipe run into the finished {n}-point --out, {r + 1}",
-                             lambda n=n: self._noop_d5(n, self.last_run[n], f"noop/{n}"), (f"noop/{n}",))
+                             partial(self._noop_d5, n, self.last_run[n], f"noop/{n}"), (f"noop/{n}",))
         m = self.args.noop_points
         if not m:
             return

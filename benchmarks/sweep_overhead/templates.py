@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 TIMER = {"warmup_s": 0.0, "warmup_max_iters": 1, "min_block_s": 1.0e-5, "budget_s": 0.05,
@@ -28,7 +29,7 @@ def grid(n: int) -> tuple[int, int]:
     return nb, n // nb
 
 
-def _flow(d: dict[str, object]) -> str:
+def _flow(d: Mapping[str, object]) -> str:
     return json.dumps(d)  # JSON is YAML flow style
 
 
