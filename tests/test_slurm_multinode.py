@@ -3,7 +3,7 @@
 The runs start together in one module fixture (they mostly wait on SLURM's polling):
 
 * ``multinode_l3``: 4 ranks on 2 nodes for DDP, Horovod and mpi4py in one shard job;
-* ``multinode_sweep``: 12 level-0 points in 6 shards, submitted as a job array;
+* ``multinode_sweep``: 12 level-0 points in 6 shards, submitted as a job array throttled to 2;
 * ``nodes``: two level-0 points on each of the three nodes (``placement.node``);
 
 and the tests then check SLURM's own accounting (sacct) against d5pipe's records.
@@ -18,6 +18,7 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def _metrics(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sacct(env: dict[str, str], *args: str) -> list[dict[str, str]]:
-    fields = "JobID,JobIDRaw,JobName,State,NodeList,WorkDir"
+    fields = "JobID,JobIDRaw,JobName,State,NodeList,WorkDir,Start,End"
     out = subprocess.run(["sacct", "-n", "-X", "-P", "-o", fields, *args], capture_output=True, text=True,
                          env=env, timeout=30, check=True).stdout
     return [dict(zip(fields.split(","), line.split("|"), strict=True)) for line in out.splitlines() if line]
@@ -91,7 +92,7 @@ def mn_runs(multinode_cluster: MultiNodeCluster, tmp_path_factory: pytest.TempPa
     started = time.monotonic()
     futures = {
         "l3": pool.submit(_run, multinode_cluster, "multinode_l3", base / "l3"),
-        "sweep": pool.submit(_run, multinode_cluster, "multinode_sweep", base / "sweep"),
+        "sweep": pool.submit(_run, multinode_cluster, "multinode_sweep", base / "sweep", "executor.array_throttle=2"),
         "nodes": pool.submit(_run, multinode_cluster, "nodes", base / "nodes"),
     }
     yield futures
@@ -129,6 +130,11 @@ def test_a_stage_of_six_shards_is_one_job_array(mn_runs: dict[str, Future[Finish
     assert len({j["JobID"].split("_")[0] for j in shard_tasks}) == 1, "one sbatch for the level-0 stage"
     task_ids = {r["provenance"]["slurm_job_id"] for r in recs.values()}
     assert task_ids <= {j["JobIDRaw"] for j in shard_tasks}
+    # executor.array_throttle=2: never more than 2 of the 6 tasks running at once (sacct's times
+    # have one-second resolution; a task that starts in the second another ends does not overlap)
+    spans = [(datetime.fromisoformat(j["Start"]), datetime.fromisoformat(j["End"])) for j in shard_tasks]
+    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert most <= 2, sorted(spans)
 
 
 def test_the_same_point_runs_on_each_of_three_distinct_nodes(mn_runs: dict[str, Future[Finished]]) -> None:

@@ -177,3 +177,27 @@ def test_composed_resources_inherit_unset_fields() -> None:
     assert (level2["partition"], level2["runtime_min"], level2["cpus_per_task"]) == ("gpu", 120, 4)
     assert _stage_resource_conf(ex, "level0")["cpus_per_task"] == 1
     assert _stage_resource_conf(ex, "level1")["runtime_min"] == 30  # slurm.yaml's default entry
+
+
+def test_a_throttled_array_starts_after_its_grace_so_the_throttle_comes_first(monkeypatch) -> None:
+    """executor.array_throttle: SLURM's ArrayTaskThrottle is set by the driver after sbatch, so the
+    array's tasks are held back THROTTLE_GRACE_S seconds (--begin); level 3 and placed stages are
+    not arrays and get no delay."""
+    from d5pipe.execute import workflow_api as api
+
+    ex = {"name": "slurm", "arrays": True, "array_throttle": 2, "resources": {}}
+    monkeypatch.setattr(api, "executor_config", lambda run_dir: ex)
+    monkeypatch.setattr(api, "_placed", lambda run_dir, stage: False)
+    begin = f"--begin=now+{api.THROTTLE_GRACE_S}"
+    assert api.stage_resources(".", "level0")["slurm_extra"] == begin
+    assert api.stage_resources(".", "prepare_data")["slurm_extra"] == begin
+    assert "slurm_extra" not in api.stage_resources(".", "level3")
+    ex["array_throttle"] = 0
+    assert "slurm_extra" not in api.stage_resources(".", "level0")
+    ex.update(array_throttle=2, arrays=False)
+    assert "slurm_extra" not in api.stage_resources(".", "level0")
+    ex["arrays"] = True
+    monkeypatch.setattr(api, "_placed", lambda run_dir, stage: True)
+    monkeypatch.setattr(api, "shard_nodelist", lambda *a: "--nodelist=n2")
+    extra = api.stage_resources(".", "level0")["slurm_extra"]
+    assert callable(extra) and extra(type("W", (), {"shard": "s00000"})()) == "--nodelist=n2"

@@ -17,6 +17,10 @@ from d5pipe.config.resources import merged_resources
 from d5pipe.config.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
+THROTTLE_GRACE_S = 10
+"""With ``executor.array_throttle``, array tasks may start this many seconds after submission
+(``--begin=now+N``): the SLURM plugin cannot pass ``--array=A-B%N``, so the driver sets
+``ArrayTaskThrottle`` when the array's ID appears, before any task is eligible to start."""
 PLAN_INDEX_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "plan_index.schema.yaml"
 
 
@@ -153,11 +157,21 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     if stage in STAGES and _placed(run_dir, stage):
         partition = str(merged_resources(ex, stage).get("partition") or "")
         out["slurm_extra"] = lambda wildcards: shard_nodelist(run_dir, stage, str(wildcards.shard), partition)
+    elif array_throttled(ex, stage):
+        out["slurm_extra"] = f"--begin=now+{THROTTLE_GRACE_S}"
     if stage in STAGES and STAGES[stage].tasks_from_ranks:
         out["tasks"] = lambda wildcards: shard_tasks(run_dir, stage, str(wildcards.shard))
         out["mpi"] = lambda wildcards: shard_mpi(run_dir, stage, str(wildcards.shard))
         out["nodes"] = lambda wildcards: shard_nodes(run_dir, stage, str(wildcards.shard))
     return out
+
+
+def array_throttled(ex: dict[str, Any], stage: str) -> bool:
+    """Whether a stage's jobs go as a throttled job array (``executor.arrays`` and
+    ``executor.array_throttle`` > 0; level 3 and placed stages are never arrays)."""
+    if not ex.get("arrays", True) or int(ex.get("array_throttle", 0) or 0) <= 0:
+        return False
+    return not (stage in STAGES and STAGES[stage].tasks_from_ranks)
 
 
 def _placed(run_dir: str | Path, stage: str) -> bool:
