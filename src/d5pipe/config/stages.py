@@ -78,6 +78,13 @@ RESOURCE_ENTRIES: tuple[str, ...] = ("default", "prepare_data", *STAGE_NAMES)
 """Keys of ``executor.resources``: a default, the data preparation jobs, one per stage."""
 
 
+def array_job(entry: str, placed: bool) -> bool:
+    """Whether the jobs of ``entry`` (``prepare_data`` or a stage) go to SLURM as one job array:
+    not level 3 (its shards' task counts follow their ranks) and not a ``placed`` stage (its
+    shards are pinned to different nodes)."""
+    return not placed and not (entry in STAGES and STAGES[entry].tasks_from_ranks)
+
+
 def stage(name: str) -> Stage:
     """The registry entry of ``name`` (a one-line error naming the known stages otherwise)."""
     try:

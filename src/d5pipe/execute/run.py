@@ -173,7 +173,7 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collecti
     """Snakemake arguments for SLURM: a status source that works here, and job arrays for every
     stage whose shards all ask for the same resources (not level 3: tasks follow the ranks; not
     the ``placed`` stages, whose shards are pinned to different nodes)."""
-    from d5pipe.config.stages import STAGES
+    from d5pipe.config.stages import STAGES, array_job
     from d5pipe.execute.slurm_watch import status_args
     from d5pipe.execute.snakemake import profile_dirs
 
@@ -181,7 +181,7 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collecti
     if out:
         print(f"d5pipe: SLURM job status from {out[-1]}", flush=True)
     if executor.get("arrays", True):
-        rules = ["prepare_data", *(s for s, st in STAGES.items() if not st.tasks_from_ranks and s not in placed)]
+        rules = [e for e in ("prepare_data", *STAGES) if array_job(e, e in placed)]
         out += ["--slurm-array-jobs", ",".join(rules),
                 "--slurm-array-limit", str(int(executor.get("array_limit", 1000) or 1000))]
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.config.resources import merged_resources
-from d5pipe.config.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES
+from d5pipe.config.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES, array_job
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
 THROTTLE_GRACE_S = 10
@@ -154,10 +154,11 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     from d5pipe.execute.resources import snakemake_resources
 
     out = snakemake_resources(merged_resources(ex, stage))
-    if stage in STAGES and _placed(run_dir, stage):
+    placed = stage in STAGES and _placed(run_dir, stage)
+    if placed:
         partition = str(merged_resources(ex, stage).get("partition") or "")
         out["slurm_extra"] = lambda wildcards: shard_nodelist(run_dir, stage, str(wildcards.shard), partition)
-    elif array_throttled(ex, stage):
+    elif array_throttled(ex) and array_job(stage, placed):
         out["slurm_extra"] = f"--begin=now+{THROTTLE_GRACE_S}"
     if stage in STAGES and STAGES[stage].tasks_from_ranks:
         out["tasks"] = lambda wildcards: shard_tasks(run_dir, stage, str(wildcards.shard))
@@ -166,12 +167,9 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     return out
 
 
-def array_throttled(ex: dict[str, Any], stage: str) -> bool:
-    """Whether a stage's jobs go as a throttled job array (``executor.arrays`` and
-    ``executor.array_throttle`` > 0; level 3 and placed stages are never arrays)."""
-    if not ex.get("arrays", True) or int(ex.get("array_throttle", 0) or 0) <= 0:
-        return False
-    return not (stage in STAGES and STAGES[stage].tasks_from_ranks)
+def array_throttled(ex: dict[str, Any]) -> bool:
+    """Whether job arrays are on (``executor.arrays``) and throttled (``executor.array_throttle`` > 0)."""
+    return bool(ex.get("arrays", True)) and int(ex.get("array_throttle", 0) or 0) > 0
 
 
 def _placed(run_dir: str | Path, stage: str) -> bool:
