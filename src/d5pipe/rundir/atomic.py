@@ -26,11 +26,24 @@ _MODE = 0o666 & ~_current_umask()
 """What ``open()`` would create: mkstemp's 0600 would hide reports from colleagues."""
 
 
+_TEMP_SUFFIX = ".tmp"
+
+
+def _temp_prefix(name: str) -> str:
+    return f".{name}."
+
+
+def is_temp_of(name: str, candidate: str) -> bool:
+    """Whether ``candidate`` is a temp file :func:`write_bytes` made for a file called ``name``
+    (one a killed process left behind; a live writer's is renamed or removed at once)."""
+    return candidate.startswith(_temp_prefix(name)) and candidate.endswith(_TEMP_SUFFIX)
+
+
 def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that a kill leaves the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, _MODE)
         with os.fdopen(fd, "wb") as fh:

@@ -4,7 +4,8 @@
   for a file, a read-only place or an unwritable parent; never a traceback).
 * :func:`claim` — ``RUN/.d5pipe-owner.json`` records the experiment that owns the directory; a
   different experiment, or a non-empty directory that is not a d5pipe run, is refused unless
-  ``force``.
+  ``force`` (the temp file of an owner record whose writer was killed does not count: it is
+  removed).
 * :class:`RunLock` — the driver holds an exclusive ``flock`` on ``RUN/.d5pipe.lock`` while it
   runs. The kernel drops it when the driver dies by any signal, so a held lock always means a
   live run (its PID is in the file) and a free one means any Snakemake lock left in
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import write_json
+from d5pipe.rundir.atomic import is_temp_of, write_json
 from d5pipe.rundir.layout import RunDir
 
 OWNER_FILE = ".d5pipe-owner.json"
@@ -55,7 +56,12 @@ def claim(rd: RunDir, experiment: str, force: bool = False) -> None:
         raise D5PipeError(f"--out {rd.root}: belongs to experiment '{owner}', not '{experiment}'; "
                           "use another --out (or --force to take it over)")
     if owner is None and not force:
-        others = [p.name for p in rd.root.iterdir() if p.name not in (LOCK_FILE, OWNER_FILE)]
+        others = []
+        for p in rd.root.iterdir():
+            if is_temp_of(OWNER_FILE, p.name):  # a driver killed while claiming; we hold the lock
+                p.unlink(missing_ok=True)
+            elif p.name not in (LOCK_FILE, OWNER_FILE):
+                others.append(p.name)
         if others:
             raise D5PipeError(f"--out {rd.root}: not empty and not a d5pipe run directory "
                               f"(holds {others[0]!r}); use an empty or new directory (or --force)")
