@@ -21,6 +21,6 @@ for _stage in d5api.enabled_stages("."):
         log:
             f"logs/{_stage}/{{shard}}.log",
         resources:
-            **d5api.stage_resources(".", _stage),
+            **d5api.stage_resources(".", _stage, config.get("d5pipe_array_throttle")),
         shell:
             d5api.shard_shell()

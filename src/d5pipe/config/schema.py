@@ -102,7 +102,8 @@ class ResourcesConf:
 class ExecutorConf:
     name: str = choice("local", EXECUTORS)
     jobs: int = at_least(1, 1)
-    """Jobs in flight (local: parallel shard processes; slurm: submitted jobs)."""
+    """Jobs in flight (local: parallel shard processes; slurm: tasks of one job array running at once,
+    and non-array jobs submitted at once; d5pipe.execute.slurm_arrays)."""
     profile: str = ""
     """Snakemake profile directory (``profiles/slurm`` for SLURM)."""
     retries: int = at_least(0, 0)
@@ -111,7 +112,10 @@ class ExecutorConf:
     array_limit: int = at_least(1000, 1)
     """SLURM: most array tasks per sbatch call (bigger arrays are split)."""
     array_throttle: int = at_least(0, 0)
-    """SLURM: most tasks of an array running at once (0: no limit)."""
+    """SLURM: most tasks of an array running at once (0: ``jobs``; d5pipe.execute.slurm_arrays)."""
+    watchdog_s: int = at_least(300, 10)
+    """SLURM: stop the run (exit 75) when shards are pending, SLURM holds no job of the run and nothing
+    has changed for this long (d5pipe.execute.slurm_watchdog); above the plugin's 180 s status interval."""
     driver_runtime_min: int = at_least(1440, 1)
     """SLURM, ``d5pipe run --detach``: the driver job's time limit (minutes)."""
     resources: dict[str, ResourcesConf] = field(default_factory=dict)

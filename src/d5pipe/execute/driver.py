@@ -162,13 +162,18 @@ def _give_args(proc: subprocess.Popen[str], cmd: list[str]) -> None:
 
 def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None = None,
                  verbose: bool = False, array_throttle: int = 0,
-                 started: subprocess.Popen[str] | None = None) -> tuple[int, Console]:
+                 started: subprocess.Popen[str] | None = None,
+                 watchdog_s: float = 300.0) -> tuple[int, Console]:
     """Run Snakemake to completion (see module docstring); returns its exit code and the console.
 
     ``cmd`` is ``build_command``'s list; ``started`` a process from ``start_snakemake`` (one is
-    started here otherwise), which is given ``cmd``'s arguments.
+    started here otherwise), which is given ``cmd``'s arguments. Under SLURM a run whose pending
+    shards SLURM does not hold stops after ``watchdog_s`` without progress
+    (d5pipe.execute.slurm_watchdog), exit 75.
     """
+    from d5pipe.execute.slurm import run_jobs
     from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
+    from d5pipe.execute.slurm_watchdog import STALLED_EXIT, Stalled, Watchdog
 
     log_path = rd.root / "logs" / "snakemake.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,6 +182,8 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     proc = started if started is not None and started.poll() is None else start_snakemake()
     env = snakemake_env()
     watch = SlurmWatch(env) if slurm else None
+    dog = Watchdog(rd, lambda: run_jobs(rd.root, since=since, env=env), stall_s=watchdog_s,
+                   waiting_for=lambda: list(watch.jobs.copy().values()) if watch else []) if slurm else None
     throttled: set[str] = set()
     _give_args(proc, cmd)
     reaper = _start_reaper(rd, since, proc.pid) if slurm else None
@@ -215,9 +222,13 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
                     throttled.add(array_id)
                 try:
                     watch.check()
-                except StatusLost as exc:
-                    reason = Interrupted(str(exc), 1)
+                    notice = dog.check() if dog is not None else None
+                except (StatusLost, Stalled) as exc:
+                    reason = Interrupted(str(exc), STALLED_EXIT)
                     break
+                if notice:
+                    console.out.write(notice + "\n")
+                    console.out.flush()
             try:
                 proc.wait(0.2)
             except subprocess.TimeoutExpired:

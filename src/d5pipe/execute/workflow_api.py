@@ -18,9 +18,9 @@ from d5pipe.config.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGE
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
 THROTTLE_GRACE_S = 10
-"""With ``executor.array_throttle``, array tasks may start this many seconds after submission
-(``--begin=now+N``): the SLURM plugin cannot pass ``--array=A-B%N``, so the driver sets
-``ArrayTaskThrottle`` when the array's ID appears, before any task is eligible to start."""
+"""A throttled array's tasks may start this many seconds after submission (``--begin=now+N``):
+the SLURM plugin cannot pass ``--array=A-B%N``, so the driver sets ``ArrayTaskThrottle`` when
+the array's ID appears, before any task is eligible to start (d5pipe.execute.slurm_arrays)."""
 PLAN_INDEX_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "plan_index.schema.yaml"
 
 
@@ -142,12 +142,18 @@ def stage_threads(run_dir: str | Path, stage: str) -> int:
     return threads_of(executor_config(run_dir), stage)
 
 
-def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
+def stage_resources(run_dir: str | Path, stage: str, throttle: int | None = None) -> dict[str, Any]:
     """Snakemake resources of a stage's jobs (SLURM names; none for the local executor).
 
     For a stage whose shards need one task per rank (``tasks_from_ranks``), ``tasks`` and
-    ``mpi`` are functions of the shard (:func:`shard_tasks`, :func:`shard_mpi`).
+    ``mpi`` are functions of the shard (:func:`shard_tasks`, :func:`shard_mpi`). ``throttle``:
+    the tasks of one array that may run at once (Snakemake config from the driver,
+    d5pipe.execute.slurm_arrays); an array stage with more jobs than that starts after
+    :data:`THROTTLE_GRACE_S`, and a job that is not an array task takes one slot of
+    :data:`~d5pipe.execute.slurm_arrays.SLOTS`.
     """
+    from d5pipe.execute.slurm_arrays import SLOTS, arrays_on, needs_begin
+
     ex = executor_config(run_dir)
     if ex.get("name") != "slurm":
         return {}
@@ -158,8 +164,10 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     if placed:
         partition = str(merged_resources(ex, stage).get("partition") or "")
         out["slurm_extra"] = lambda wildcards: shard_nodelist(run_dir, stage, str(wildcards.shard), partition)
-    elif array_throttled(ex) and array_job(stage, placed):
+    elif array_job(stage, placed) and needs_begin(ex, _jobs_of(run_dir, stage), throttle):
         out["slurm_extra"] = f"--begin=now+{THROTTLE_GRACE_S}"
+    if arrays_on(ex) and not array_job(stage, placed):
+        out[SLOTS] = 1
     if stage in STAGES and STAGES[stage].tasks_from_ranks:
         out["tasks"] = lambda wildcards: shard_tasks(run_dir, stage, str(wildcards.shard))
         out["mpi"] = lambda wildcards: shard_mpi(run_dir, stage, str(wildcards.shard))
@@ -167,9 +175,12 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     return out
 
 
-def array_throttled(ex: dict[str, Any]) -> bool:
-    """Whether job arrays are on (``executor.arrays``) and throttled (``executor.array_throttle`` > 0)."""
-    return bool(ex.get("arrays", True)) and int(ex.get("array_throttle", 0) or 0) > 0
+def _jobs_of(run_dir: str | Path, entry: str) -> int:
+    """Planned jobs of ``entry``: a stage's shards, or ``prepare_data``'s datasets."""
+    rd = _run(run_dir)
+    if entry in STAGES:
+        return len(rd.shards(entry)) if entry in rd.index["stages"] else 0
+    return len(rd.index.get("datasets") or {})
 
 
 def _placed(run_dir: str | Path, stage: str) -> bool:
