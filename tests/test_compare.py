@@ -16,33 +16,41 @@ from d5pipe.results.compare import compare_runs, format_table, load_run, regress
 from d5pipe.rundir.record import Metric, record_path, write_record
 
 
-def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], seed: int) -> Path:
-    """A run dir with real records and a real aggregated results.parquet (synthetic timing samples)."""
+def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], seed: int, reps: int = 5,
+             params: dict[str, object] | None = None) -> Path:
+    """A run dir with real records and a real aggregated results.parquet (synthetic timing samples):
+    each size measured in ``reps`` repetitions (axis ``repeat``), each repetition's level drawn
+    around the size's time (between-process noise 5%), its samples around that (10%)."""
     run = root / name
     rng = np.random.default_rng(seed)
     for size in sizes:
-        pid = f"mm-{size}"
-        times = (slowdown * rng.lognormal(np.log(1e-4 * size), 0.1, size=40)).tolist()
-        metrics = [  # like level0: the rate metric points at the time samples
-            Metric("time", float(np.median(times)), "s", "timing", samples="time"),
-            Metric("gflops", 2.0 * size**3 / float(np.median(times)) / 1e9, "GFLOP/s", "timing", samples="time"),
-            Metric("checksum", f"c{size}", "", "deterministic"),
-        ]
-        write_record(record_path(run, "level0", pid), {
-            "experiment": "demo", "stage": "level0", "point_id": pid, "params": {"operators.size": size},
-            "seed": size, "status": "ok", "error": None, "metrics": [m.to_dict() for m in metrics],
-            "samples": {"time": times}, "extra": {}, "env_hash": "x", "provenance": {},
-        })
+        for rep in range(reps):
+            pid = f"mm-{size}" + (f"-r{rep}" if rep else "")
+            level = slowdown * 1e-4 * size * float(rng.lognormal(0.0, 0.05))
+            times = rng.lognormal(np.log(level), 0.1, size=40).tolist()
+            metrics = [  # like level0: the rate metric points at the time samples
+                Metric("time", float(np.median(times)), "s", "timing", samples="time"),
+                Metric("gflops", 2.0 * size**3 / float(np.median(times)) / 1e9, "GFLOP/s", "timing", samples="time"),
+                Metric("checksum", f"c{size}", "", "deterministic"),
+            ]
+            point_params = {"operators.size": size, **(params or {}), **({"repeat": rep} if reps > 1 else {})}
+            write_record(record_path(run, "level0", pid), {
+                "experiment": "demo", "stage": "level0", "point_id": pid, "params": point_params,
+                "seed": size * 100 + rep, "status": "ok", "error": None, "metrics": [m.to_dict() for m in metrics],
+                "samples": {"time": times}, "extra": {}, "env_hash": "x", "provenance": {},
+            })
     write_record(record_path(run, "level0", "mm-broken"), {
-        "experiment": "demo", "stage": "level0", "point_id": "mm-broken", "params": {"operators.size": 1},
+        "experiment": "demo", "stage": "level0", "point_id": "mm-broken",
+        "params": {"operators.size": 1, **(params or {}), **({"repeat": 0} if reps > 1 else {})},
         "seed": 1, "status": "failed", "error": "RuntimeError: boom", "metrics": [], "samples": {},
     })
     aggregate(run)
     (run / "manifest.json").write_text(json.dumps({"schema_version": 1, "experiment": "demo"}))
     (run / "plan").mkdir(exist_ok=True)
+    axes = ["operators.size", *(params or {}), *(["repeat"] if reps > 1 else [])]
     (run / "plan" / "index.json").write_text(json.dumps({
         "schema_version": 1, "experiment": "demo", "config_hash": "x", "datasets": {},
-        "stages": {"level0": {"shards": [], "points": len(sizes) + 1, "axes": ["operators.size"]}}}))
+        "stages": {"level0": {"shards": [], "points": len(sizes) * reps + 1, "axes": axes}}}))
     bundle.write_checksums(run)
     return run
 
@@ -51,7 +59,7 @@ def test_load_run_attaches_samples_and_params(tmp_path: Path) -> None:
     run = make_run(tmp_path, "a", 1.0, (8, 16), seed=1)
     points = load_run(run)
     p = points[("level0", "mm-8")]
-    assert p.params == {"operators.size": 8} and p.status == "ok"
+    assert p.params == {"operators.size": 8, "repeat": 0} and p.status == "ok"
     assert p.metrics["time"].samples is not None and len(p.metrics["time"].samples) == 40
     broken = points[("level0", "mm-broken")]
     assert broken.status == "failed" and broken.metrics == {} and "boom" in (broken.error or "")
@@ -62,14 +70,16 @@ def test_slowdown_is_a_significant_regression(tmp_path: Path) -> None:
     b = make_run(tmp_path, "b", 1.25, (8, 16, 64), seed=2)
     result = compare_runs(a, b)
     assert [p.point_id for p in result.points] == ["mm-16", "mm-8", "mm-broken"]
-    assert result.only_ref == [("level0", "mm-32")] and result.only_new == [("level0", "mm-64")]
+    assert result.only_ref[0] == ("level0", "mm-32") and len(result.only_ref) == 5  # every repetition
+    assert result.only_new[0] == ("level0", "mm-64") and len(result.only_new) == 5
     found = regressions(result, 10.0)
     assert sorted((p.point_id, c.metric) for p, c in found) == [
         ("mm-16", "gflops"), ("mm-16", "time"), ("mm-8", "gflops"), ("mm-8", "time")]
-    assert all(c.p_value is not None and c.p_value < 0.05 for _, c in found)
+    assert all(c.p_value is not None and c.p_value < 0.05 / 4 for _, c in found)  # Bonferroni over 4 timings
+    assert all(c.extra["n_ref"] == c.extra["n_new"] == 5 and c.extra["test"] == "welch_log" for _, c in found)
     assert regressions(result, 40.0) == []
     table = format_table(result)
-    assert "changed (higher)" in table and "changed (lower)" in table and "1 only in A" in table
+    assert "changed (higher)" in table and "changed (lower)" in table and "5 only in A" in table
 
 
 def test_same_distribution_is_no_regression(tmp_path: Path) -> None:
@@ -77,6 +87,32 @@ def test_same_distribution_is_no_regression(tmp_path: Path) -> None:
     result = compare_runs(a, a)
     assert regressions(result, 0.0) == []
     assert all(c.verdict in ("reproduced", "not_compared") for p in result.points for c in p.comparisons)
+
+
+def test_one_process_per_side_is_never_a_regression(tmp_path: Path) -> None:
+    """Without repetitions a timing is "not compared (one process per side)", however far apart."""
+    a = make_run(tmp_path, "a", 1.0, (8,), seed=1, reps=1)
+    b = make_run(tmp_path, "b", 3.0, (8,), seed=2, reps=1)
+    result = compare_runs(a, b)
+    assert regressions(result, 0.0) == []
+    [time] = [c for p in result.points for c in p.comparisons if c.metric == "time"]
+    assert time.verdict == "not_compared" and "one process per side" in time.detail
+
+
+def test_points_are_matched_by_parameters_not_ids(tmp_path: Path) -> None:
+    """Two configs of one experiment: IDs differ (another fixed value), the sweep parameters match."""
+    a = make_run(tmp_path, "a", 1.0, (8, 16), seed=1)
+    b = make_run(tmp_path, "b", 1.5, (8, 16), seed=2)
+    for rec in (b / "points" / "level0").glob("*.json"):  # other IDs, same parameters
+        data = json.loads(rec.read_text())
+        data["point_id"] = "other-" + data["point_id"]
+        rec.unlink()
+        write_record(record_path(b, "level0", data["point_id"]), data)
+    aggregate(b)
+    bundle.write_checksums(b)
+    result = compare_runs(a, b)
+    assert len(result.points) == 3 and result.only_ref == [] and result.only_new == []
+    assert {(p.point_id, c.metric) for p, c in regressions(result, 10.0)} >= {("mm-8", "time"), ("mm-16", "time")}
 
 
 def test_cli_fail_on_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,8 +123,12 @@ def test_cli_fail_on_regression(tmp_path: Path, capsys: pytest.CaptureFixture[st
     cmd_compare.add_arguments(parser)
     out_json = tmp_path / "cmp.json"
     args = parser.parse_args([str(a), str(archive_b), "--fail-on-regression", "10", "--json", str(out_json)])
-    assert cmd_compare.main(args) == 1
-    assert "regression: level0/mm-8 time" in capsys.readouterr().err
+    assert cmd_compare.main(args) == cmd_compare.REGRESSION_EXIT == 4
+    out = capsys.readouterr()
+    assert "regression: level0/mm-8 time" in out.err
+    last = out.out.splitlines()[-1]
+    assert last.startswith("compare: 4 regression(s) worse than 10%: ") and "level0/mm-8 time +" in last
     assert json.loads(out_json.read_text())["schema_version"] == 1
     assert cmd_compare.main(parser.parse_args([str(a), str(b), "--fail-on-regression", "40"])) == 0
     assert cmd_compare.main(parser.parse_args([str(b), str(a), "--fail-on-regression", "10"])) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("compare: no regression worse than 10% (4 timing(s)")

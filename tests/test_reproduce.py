@@ -33,8 +33,17 @@ from d5pipe.rundir.record import Metric, record_path, write_record
 POINTS = ("mm-64-a1b2c3", "mm-128-d4e5f6", "mm-256-0718ab")
 
 
-def _record(pid: str, size: int, rng: np.random.Generator) -> dict[str, Any]:
-    times = rng.lognormal(mean=np.log(1e-4 * size / 64), sigma=0.1, size=30).tolist()  # synthetic samples
+REPS = 3
+"""Each point measured in three repetitions (axis ``repeat``): timings are compared across them."""
+
+
+def _rep_id(pid: str, rep: int) -> str:
+    return pid if rep == 0 else f"{pid}-r{rep}"
+
+
+def _record(pid: str, size: int, rng: np.random.Generator, rep: int = 0) -> dict[str, Any]:
+    level = 1e-4 * size / 64 * float(rng.lognormal(0.0, 0.05))  # between-process noise
+    times = rng.lognormal(mean=np.log(level), sigma=0.1, size=30).tolist()  # synthetic samples
     metrics = [
         Metric("time", float(np.median(times)), "s", "timing", min(times), max(times), samples="time"),
         Metric("max_abs_error", 1e-7 * size, "", "numerical"),
@@ -44,8 +53,9 @@ def _record(pid: str, size: int, rng: np.random.Generator) -> dict[str, Any]:
         Metric("device", "cpu", "", "info"),
     ]
     return {
-        "experiment": "demo", "stage": "level0", "point_id": pid, "params": {"operators.size": size},
-        "seed": point_seed(0, "level0", pid), "status": "ok", "error": None,
+        "experiment": "demo", "stage": "level0", "point_id": _rep_id(pid, rep),
+        "params": {"operators.size": size, "repeat": rep},
+        "seed": point_seed(0, "level0", _rep_id(pid, rep)), "status": "ok", "error": None,
         "metrics": [m.to_dict() for m in metrics], "samples": {"time": times}, "extra": {},
         "env_hash": envinfo.current_env_hash(), "provenance": {"hostname": "test"},
     }
@@ -66,7 +76,8 @@ def make_bundle(root: Path) -> Path:
     _write_manifest(run)
     rng = np.random.default_rng(7)
     for pid, size in zip(POINTS, (64, 128, 256)):
-        write_record(record_path(run, "level0", pid), _record(pid, size, rng))
+        for rep in range(REPS):
+            write_record(record_path(run, "level0", _rep_id(pid, rep)), _record(pid, size, rng, rep))
     aggregate(run)
     (run / "report.html").write_text("<html>demo</html>")
     bundle.write_checksums(run)
@@ -117,12 +128,13 @@ def test_identical_rerun_is_reproduced(bundle_dir: Path, tmp_path: Path) -> None
 
 
 def _slower_and_wrong(rec: dict[str, Any]) -> None:
-    if rec["point_id"] == POINTS[1]:
+    """Every repetition of POINTS[1] 30% slower; its first repetition's checksum wrong."""
+    if rec["params"]["operators.size"] == 128:
         rec["samples"]["time"] = [1.3 * t for t in rec["samples"]["time"]]
         for m in rec["metrics"]:
             if m["name"] == "time":
                 m["value"] *= 1.3
-            if m["name"] == "checksum":
+            if m["name"] == "checksum" and rec["point_id"] == POINTS[1]:
                 m["value"] = "sha-other"
 
 
@@ -132,7 +144,7 @@ def test_perturbed_rerun_is_not_reproduced(bundle_dir: Path, tmp_path: Path) -> 
     assert len(verdict.failures) == 1  # the checksum; a timing change alone only fails with strict_timing
     assert any(" checksum:" in f and "sha-other" in f for f in verdict.failures)
     timing = verdict.timing_changes[0]
-    assert POINTS[1] in timing and " time: changed" in timing and "+30" in timing
+    assert POINTS[1] in timing and " time: changed" in timing and "ratio 1.300" in timing
     report = json.loads((tmp_path / "out" / "reproduce.json").read_text())
     by_point = {p["point_id"]: p["reproduced"] for p in report["points"]}
     assert by_point == {POINTS[0]: True, POINTS[1]: False, POINTS[2]: True}

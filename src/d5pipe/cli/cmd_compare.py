@@ -1,4 +1,9 @@
-"""``d5pipe compare A B``: shared points side by side, each metric's change with significance."""
+"""``d5pipe compare A B``: shared points side by side, each metric's change with significance.
+
+The output ends with one line, the verdict. Exit codes: 0 no regression (or no
+``--fail-on-regression``), :data:`REGRESSION_EXIT` (4) a significant slowdown beyond the threshold,
+2 a user error.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,30 @@ import argparse
 import sys
 from pathlib import Path
 
-from d5pipe.results.compare import compare_runs, format_table, regressions, to_json
+from d5pipe.results.compare import RunComparison, compare_runs, format_table, regressions, to_json
 from d5pipe.results.metric_compare import ComparePolicy
 from d5pipe.rundir.atomic import write_json
+
+REGRESSION_EXIT = 4
+"""``d5pipe compare --fail-on-regression``: a significant slowdown beyond the threshold."""
+
+
+def verdict_line(result: RunComparison, pct: float | None) -> str:
+    """The last line of ``d5pipe compare``: regressions, or how many timings were (not) compared."""
+    timings = [c for p in result.points for c in p.comparisons if c.kind == "timing"]
+    tested = [c for c in timings if c.verdict != "not_compared"]
+    changed = [c for c in tested if c.verdict == "changed"]
+    untested = len(timings) - len(tested)
+    counts = (f"{len(tested)} timing(s) compared across repetitions, {len(changed)} changed significantly"
+              + (f", {untested} not compared (one process per side or too few repetitions)" if untested else ""))
+    if pct is None:
+        return f"compare: {counts}"
+    found = regressions(result, pct)
+    if not found:
+        return f"compare: no regression worse than {pct:g}% ({counts})"
+    worst = ", ".join(f"{p.stage}/{p.point_id} {c.metric} {c.rel_change:+.1%}" for p, c in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return f"compare: {len(found)} regression(s) worse than {pct:g}%: {worst}{more} ({counts})"
 
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", type=Path, help="reference run directory or bundle archive")
     parser.add_argument("b", type=Path, help="candidate run directory or bundle archive")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                        help="exit 1 when a significant timing slowdown exceeds PCT percent")
+                        help=f"exit {REGRESSION_EXIT} when a significant timing slowdown exceeds PCT percent")
     parser.add_argument("--allow-different", action="store_true",
                         help="compare runs of two different experiments (they share no point IDs)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the comparison as JSON")
@@ -40,10 +66,8 @@ def main(args: argparse.Namespace) -> int:
     print(format_table(result))
     if args.json is not None:
         write_json(args.json, to_json(result))
-    if args.fail_on_regression is not None:
-        found = regressions(result, args.fail_on_regression)
-        for point, c in found:
-            print(f"regression: {point.stage}/{point.point_id} {c.metric}: {c.detail}", file=sys.stderr)
-        if found:
-            return 1
-    return 0
+    found = regressions(result, args.fail_on_regression) if args.fail_on_regression is not None else []
+    for point, c in found:
+        print(f"regression: {point.stage}/{point.point_id} {c.metric}: {c.detail}", file=sys.stderr)
+    print(verdict_line(result, args.fail_on_regression))
+    return REGRESSION_EXIT if found else 0

@@ -136,6 +136,11 @@ class D5Config:
     description: str = ""
     seed: int = 0
     """Root seed; per-point and per-rank seeds derive from it (d5pipe.plan.seeds)."""
+    repetitions: int = at_least(1, 1)
+    """Each point is measured this many times, each time in a separate shard job (a separate process,
+    later in time) with its own derived seed; the repetitions are the axis ``repeat``. Timings are
+    compared across runs by their repetitions' medians (d5pipe.results.repetitions): with one
+    repetition per side a timing is not compared."""
     stages: list[str] = field(default_factory=list)
     """Enabled levels: any of d5pipe.config.stages.STAGE_NAMES, in any order, at least one."""
     sweep: SweepConf = field(default_factory=SweepConf)

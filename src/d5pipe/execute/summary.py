@@ -38,6 +38,8 @@ class PlanSummary:
     slurm: bool = False
     shards_reset: int = 0
     """Shards whose completion marker was removed because a point lost its record."""
+    repetitions: int = 1
+    """Processes each point is measured in (config ``repetitions``); the points count them all."""
 
     def all_done(self) -> bool:
         return self.shards_reset == 0 and all(st.jobs_done == st.jobs and st.points_done == st.points
@@ -55,6 +57,7 @@ class PlanSummary:
             "stages": [s.__dict__ for s in self.stages],
             "other_jobs": self.other_jobs,
             "seconds": round(self.seconds, 3),
+            "repetitions": self.repetitions,
         }
 
 
@@ -97,7 +100,8 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
         )
     other = {"prepare_data": len(plan.datasets), "report": 1}
     slurm = (plan.config.get("executor") or {}).get("name") == "slurm"
-    return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm)
+    return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm,
+                       repetitions=int(plan.config.get("repetitions", 1) or 1))
 
 
 def format_summary(s: PlanSummary) -> str:
@@ -114,5 +118,11 @@ def format_summary(s: PlanSummary) -> str:
         lines.append("  (sbatch: submissions; a stage's shards go as job arrays, level 3 one job per shard)")
     for name, n in s.other_jobs.items():
         lines.append(f"  {name:<14}{'':>10}{'':>10}{n:>8}")
+    if s.repetitions > 1:
+        lines.append(f"  (repetitions: {s.repetitions}: every point is measured in {s.repetitions} separate shard "
+                     f"jobs, axis 'repeat'; {s.repetitions}x the work of one)")
+    else:
+        lines.append("  (repetitions: 1: timings are not compared across runs; repetitions=N measures each "
+                     "point in N processes)")
     lines.append(f"  (~s/job: expected work of the largest shard, d5pipe.plan.cost; planned in {s.seconds:.2f} s)")
     return "\n".join(lines)

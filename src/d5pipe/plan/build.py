@@ -21,7 +21,7 @@ from d5pipe.config.stages import NODE_AXIS, STAGES, load_target
 from d5pipe.config.validate import check_sweep
 from d5pipe.plan.canonical import canonical_json, digest, normalise
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost, point_cost_s
-from d5pipe.plan.point_config import point_config, stage_base
+from d5pipe.plan.point_config import REPEAT_AXIS, point_config, stage_base
 from d5pipe.plan.seeds import check_unique, point_seed
 from d5pipe.plan.sweep import expand, project
 
@@ -114,6 +114,12 @@ def readable_prefix(stage: str, params: dict[str, Any]) -> str:
     return text or stage
 
 
+def repetition_config(cfg: dict[str, Any], rep: int) -> dict[str, Any]:
+    """The config a repetition's ID hashes: the point's own for the first, plus ``repeat: r`` for
+    the others (so raising ``repetitions`` keeps every existing record as repetition 0)."""
+    return cfg if rep == 0 else {**cfg, REPEAT_AXIS: rep}
+
+
 def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised: bool = False,
              code: dict[str, str] | None = None) -> str:
     """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant).
@@ -196,6 +202,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
             raise D5PipeError("sweep.exclude: given but the sweep has no axes")
         axes, points = (), [()]
     root = int(config["seed"])
+    reps = int(config.get("repetitions", 1) or 1)
     shards_cfg = config.get("shards", {})
     pps = int(shards_cfg.get("points_per_shard", 0) or 0)
     target_s = float(shards_cfg.get("target_s", 60.0) or 60.0)
@@ -222,34 +229,44 @@ def build_plan(config: dict[str, Any]) -> Plan:
         costs: list[float] = []
         mods: list[tuple[str, ...]] = []
         dcache: dict[str, str] = {}
+        configs: list[tuple[dict[str, Any], dict[str, str]]] = []
         for values in sub_points:
             params = dict(zip(sub_axes, values))
             cfg = point_config(base, {k: normalise(v) for k, v in params.items()})
             try:
                 check_point(cfg)
-                code = _code_of(targets_fn, cfg, code_cache)
+                configs.append((cfg, _code_of(targets_fn, cfg, code_cache)))
             except D5PipeError as exc:
                 raise _point_error(stage, params, exc) from None
-            pid = point_id(stage, cfg, params, normalised=True, code=code)
-            mods.append(tuple(sorted(code)))
-            ids.append(pid)
-            costs.append(point_cost_s(stage, cfg))
-            s = point_seed(root, stage, pid)
-            seeds.append(s)
-            all_seeds.append((f"{stage}/{pid}", s))
-            if entry.needs_data:
-                dcanon = canonical_json(cfg["dataset"])
-                key = dcache.get(dcanon)
-                if key is None:
-                    key = dataset_key(cfg["dataset"])
-                    dcache[dcanon] = key
-                    datasets[key] = cfg["dataset"]
-                dkeys.append(key)
-            else:
-                dkeys.append("")
+        # repetition-major: every point once, then every point again (in other shards, so other
+        # processes, later in time)
+        for rep in range(reps):
+            for values, (cfg, code) in zip(sub_points, configs):
+                params = dict(zip(sub_axes, values))
+                pid = point_id(stage, repetition_config(cfg, rep), params, normalised=True, code=code)
+                mods.append(tuple(sorted(code)))
+                ids.append(pid)
+                costs.append(point_cost_s(stage, cfg))
+                s = point_seed(root, stage, pid)
+                seeds.append(s)
+                all_seeds.append((f"{stage}/{pid}", s))
+                if entry.needs_data:
+                    dcanon = canonical_json(cfg["dataset"])
+                    key = dcache.get(dcanon)
+                    if key is None:
+                        key = dataset_key(cfg["dataset"])
+                        dcache[dcanon] = key
+                        datasets[key] = cfg["dataset"]
+                    dkeys.append(key)
+                else:
+                    dkeys.append("")
+        groups = node_groups(sub_axes, sub_points) * reps  # a shard never holds two repetitions
+        if reps > 1:
+            sub_points = [(*values, rep) for rep in range(reps) for values in sub_points]
+            sub_axes = (*sub_axes, REPEAT_AXIS)
         if len(set(ids)) != len(ids):
             raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
-        bounds = shard_bounds(costs, node_groups(sub_axes, sub_points), pps, target_s, max_jobs)
+        bounds = shard_bounds(costs, groups, pps, target_s, max_jobs)
         stages[stage] = StagePlan(stage, sub_axes, ids, sub_points, seeds, bounds, dkeys, mods, costs=costs)
     check_unique(all_seeds)
     return Plan(

@@ -11,6 +11,11 @@ from typing import Any
 
 from d5pipe.config.stages import STAGES
 
+REPEAT_AXIS = "repeat"
+"""The axis a plan adds when ``repetitions`` > 1: the repetition index (0, 1, ...) of a point.
+Each repetition is measured in a separate shard job, with its own derived seed (its ID hashes the
+index); it is not a config key, so a repetition's config is its point's."""
+
 
 def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     """Return a copy of ``cfg`` with ``key`` (dotted) set; copies only along the path."""
@@ -39,5 +44,6 @@ def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
 def point_config(base: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     cfg = base
     for k, v in params.items():
-        cfg = set_dotted(cfg, k, v)
+        if k != REPEAT_AXIS:
+            cfg = set_dotted(cfg, k, v)
     return cfg

@@ -4,21 +4,30 @@ Also the loader both ``compare`` and ``reproduce`` use: :func:`load_run` reads `
 (one row per point and metric) and attaches each metric's raw samples from the point records
 (``points/<stage>/<point_id>.json``: ``metrics[].samples`` names a key of ``samples``).
 
+Points are matched by their stage and sweep parameters (the ``repeat`` axis aside), not by their
+IDs, so two configs of one experiment compare point by point. Non-timing metrics are compared
+repetition by repetition (:mod:`d5pipe.results.metric_compare`); a timing is compared across the
+repetitions of each side (:mod:`d5pipe.results.repetitions`: Welch's test on the repetitions'
+values, CI of the ratio, one rule, Bonferroni over the timings compared), and with one process
+per side it is not compared.
+
 A *regression* (``--fail-on-regression PCT``) is a timing metric whose change is statistically
-significant (Mann–Whitney U, see :mod:`d5pipe.results.metric_compare`) and worse by more than PCT percent:
-a median increase for times (unit s, ms, ...), a median decrease for rates (unit ``.../s``).
+significant and worse by more than PCT percent: an increase for times (unit s, ms, ...), a
+decrease for rates (unit ``.../s``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
 from d5pipe import D5PipeError
+from d5pipe.plan.canonical import canonical_json
+from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.provenance.bundle import opened_bundle
 from d5pipe.results.columns import axis_columns, is_missing
 from d5pipe.results.metric_compare import (
@@ -28,6 +37,7 @@ from d5pipe.results.metric_compare import (
     compare_metric,
     higher_is_worse,
 )
+from d5pipe.results.repetitions import family_alpha, ratio_test
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
 
@@ -144,8 +154,11 @@ def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
     return points
 
 
-def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_seeds: bool = False) -> list[Comparison]:
-    """All comparisons of one point: status, optionally seed, then each metric of the reference."""
+def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_seeds: bool = False,
+                  timings: bool = True) -> list[Comparison]:
+    """All comparisons of one point: status, optionally seed, then each metric of the reference
+    (``timings=False``: the timing metrics left out, for :func:`compare_loaded` to compare across
+    repetitions)."""
     out: list[Comparison] = []
     same_status = ref.status == new.status
     out.append(Comparison(
@@ -161,6 +174,8 @@ def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_s
             detail="" if same_seed else "the re-run used a different seed",
         ))
     for name, ref_metric in ref.metrics.items():
+        if not timings and ref_metric.kind == "timing":
+            continue
         new_metric = new.metrics.get(name)
         if new_metric is None:
             out.append(Comparison(metric=name, kind=ref_metric.kind, verdict="not_reproduced",
@@ -169,21 +184,104 @@ def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_s
         else:
             out.append(compare_metric(name, ref_metric, new_metric, policy))
     for name, new_metric in new.metrics.items():
-        if name not in ref.metrics:
+        if name not in ref.metrics and (timings or new_metric.kind != "timing"):
             out.append(Comparison(metric=name, kind=new_metric.kind, verdict="not_compared", reference=None,
                                   candidate=new_metric.value, unit=new_metric.unit,
                                   detail="metric only in the candidate run"))
     return out
 
 
+GroupKey = tuple[str, str]
+"""(stage, canonical JSON of the point's parameters without ``repeat``)."""
+
+
+def _groups(points: dict[tuple[str, str], PointData]) -> dict[GroupKey, dict[int, PointData]]:
+    """The repetitions of each configuration: (stage, parameters) -> repetition index -> point."""
+    out: dict[GroupKey, dict[int, PointData]] = {}
+    for (stage, _pid), point in points.items():
+        params = {k: v for k, v in point.params.items() if k != REPEAT_AXIS}
+        rep = int(point.params.get(REPEAT_AXIS, 0) or 0)
+        out.setdefault((stage, canonical_json(params)), {})[rep] = point
+    return out
+
+
+def _timing_values(reps: dict[int, PointData], name: str) -> list[float]:
+    """The metric's value in each repetition that ran (``ok``) and has it."""
+    out = []
+    for point in reps.values():
+        m = point.metrics.get(name)
+        if point.status == "ok" and m is not None and isinstance(m.value, (int, float)):
+            out.append(float(m.value))
+    return out
+
+
+def _timing_names(reps: dict[int, PointData]) -> dict[str, MetricValue]:
+    names: dict[str, MetricValue] = {}
+    for point in reps.values():
+        for name, m in point.metrics.items():
+            if m.kind == "timing":
+                names.setdefault(name, m)
+    return names
+
+
+def compare_timing(name: str, unit: str, ref: list[float], new: list[float], alpha: float,
+                   policy: ComparePolicy) -> Comparison:
+    """One timing across the repetitions of both sides (d5pipe.results.repetitions)."""
+    t = ratio_test(ref, new, alpha)
+    gm_ref = _geo(ref)
+    gm_new = _geo(new)
+    if t.reason:
+        return Comparison(metric=name, kind="timing", verdict="not_compared", reference=gm_ref, candidate=gm_new,
+                          unit=unit, rel_change=None if t.ratio is None else t.ratio - 1.0,
+                          detail=f"not compared: {t.reason}", extra={"n_ref": t.n_ref, "n_new": t.n_new})
+    assert t.ratio is not None and t.ci is not None and t.p_value is not None
+    rel = t.ratio - 1.0
+    changed = t.changed and abs(rel) >= policy.min_rel_change
+    direction: Literal["higher", "lower"] | None = ("higher" if rel > 0 else "lower") if changed else None
+    detail = (f"{gm_ref:.6g} -> {gm_new:.6g} {unit}: ratio {t.ratio:.3f} [{t.ci[0]:.3f}, {t.ci[1]:.3f}], "
+              f"Welch p={t.p_value:.3g} (alpha {alpha:.3g} for this comparison) over {t.n_ref}/{t.n_new} "
+              f"repetitions; {'changed' if changed else 'no significant difference'}")
+    return Comparison(metric=name, kind="timing", verdict="changed" if changed else "reproduced",
+                      reference=gm_ref, candidate=gm_new, unit=unit, rel_change=rel, direction=direction,
+                      p_value=t.p_value, ci_overlap=None, detail=detail,
+                      extra={"n_ref": t.n_ref, "n_new": t.n_new, "ratio_ci": list(t.ci), "test": "welch_log",
+                             "alpha": alpha})
+
+
+def _geo(values: list[float]) -> float | None:
+    pos = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in pos) / len(pos)) if pos else None
+
+
 def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, str], PointData],
                    policy: ComparePolicy, check_seeds: bool = False) -> RunComparison:
-    shared = [k for k in ref if k in new]
+    """Match points by (stage, parameters); compare each repetition pair, and each timing across
+    the repetitions (see module docstring)."""
+    ga, gb = _groups(ref), _groups(new)
+    shared = sorted(k for k in ga if k in gb)
+    testable = sum(1 for k in shared for name in _timing_names(ga[k])
+                   if len(_timing_values(ga[k], name)) >= 2 and len(_timing_values(gb[k], name)) >= 2)
+    alpha = family_alpha(policy.alpha, testable)
+    points = []
+    for key in shared:
+        reps_a, reps_b = ga[key], gb[key]
+        first = reps_a[min(reps_a)]
+        common = sorted(set(reps_a) & set(reps_b))
+        comps: list[Comparison] = []
+        for r in common:
+            for c in compare_point(reps_a[r], reps_b[r], policy, check_seeds, timings=False):
+                comps.append(c if r == 0 else replace(c, metric=f"{c.metric} [repeat {r}]"))
+        for name, m in _timing_names(reps_a).items():
+            comps.append(compare_timing(name, m.unit, _timing_values(reps_a, name), _timing_values(reps_b, name),
+                                        alpha, policy))
+        params = {k: v for k, v in first.params.items() if k != REPEAT_AXIS}
+        points.append(PointComparison(key[0], first.point_id, params, comps))
     return RunComparison(
-        points=[PointComparison(k[0], k[1], ref[k].params, compare_point(ref[k], new[k], policy, check_seeds))
-                for k in sorted(shared)],
-        only_ref=sorted(k for k in ref if k not in new),
-        only_new=sorted(k for k in new if k not in ref),
+        points=sorted(points, key=lambda p: (p.stage, p.point_id)),
+        only_ref=sorted((p.stage, p.point_id) for k, reps in ga.items() for r, p in reps.items()
+                        if r not in gb.get(k, {})),
+        only_new=sorted((p.stage, p.point_id) for k, reps in gb.items() for r, p in reps.items()
+                        if r not in ga.get(k, {})),
     )
 
 
