@@ -122,12 +122,12 @@ def test_reproduce_archive_reproduces_every_deterministic_metric(
     pd.testing.assert_series_equal(a.loc[det, "value"], b.loc[det, "value"])
     pd.testing.assert_series_equal(a.loc[det, "text"], b.loc[det, "text"])
     sha = a.xs("weights_sha256", level="metric")["text"]
-    assert len(sha) == 2 and all(len(str(v)) == 64 for v in sha)  # two repetitions, two seeds
-    # Timings: each judged across the two repetitions per side; changes reported but not failures.
+    assert len(sha) == 3 and all(len(str(v)) == 64 for v in sha)  # three repetitions, three seeds
+    # Timings: each judged across the three repetitions per side; changes reported but not failures.
     timings = [(pt, m) for pt, m in comps if m["kind"] == "timing"]
     assert len(timings) == report["timing"]["compared"] >= 10
     for pt, m in timings:
-        assert m["p_value"] is not None and "Welch p=" in m["detail"] and "over 2/2 repetitions" in m["detail"], (pt, m)
+        assert m["p_value"] is not None and "Welch p=" in m["detail"] and "over 3/3 repetitions" in m["detail"], (pt, m)
         assert m["verdict"] in ("reproduced", "changed"), (pt, m)
     assert report["timing"]["untestable"] == sum(m["verdict"] == "not_compared" for _, m in timings)
     slowed = {m["metric"]: m for pt, m in timings if pt.startswith("level0/throttled")}
