@@ -194,12 +194,18 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collecti
 
 def up_to_date(rd: RunDir, plan: Plan) -> bool:
     """Every shard marker exists and results, report and verdict are newer than everything they
-    are made from (what Snakemake would conclude, without paying for its start-up and DAG)."""
+    are made from (what Snakemake would conclude, without paying for its start-up and DAG).
+
+    The shard plans count: after the user's code changes back to a version whose points all have
+    records, only ``plan/<stage>/<shard>.json`` names the other point IDs; the markers, results and
+    verdict are still those of the version in between, so Snakemake must re-run the shards (each
+    finds its points done) and the results."""
     try:
         made = min(p.stat().st_mtime_ns for p in (rd.results_path, rd.report_html, rd.verdict_path))
         inputs = [rd.config_path, rd.checks_path, rd.index_path]
         for stage, sp in plan.stages.items():
             inputs += [rd.marker(stage, name) for name in sp.shard_names()]
+            inputs += [rd.shard_plan(stage, name) for name in sp.shard_names()]
         return all(p.stat().st_mtime_ns <= made for p in inputs)
     except FileNotFoundError:
         return False
