@@ -1,4 +1,5 @@
-"""Deliberately wrong user plug-ins (tests/test_verification.py): each must come out ``fail``.
+"""Deliberately wrong user plug-ins (tests/test_verification.py, tests/test_level2_sanity.py): each
+must come out ``fail``.
 
 Importable as ``byo_wrong`` with ``tests/plugin_fixtures`` on ``sys.path`` and ``byo_wrong`` in
 the runner's allow-list.
@@ -59,6 +60,29 @@ class SignMomentumSGD(torch.optim.Optimizer):
                 else:
                     state["v"].mul_(group["momentum"]).sub_(p.grad)
                 p.add_(state["v"], alpha=-group["lr"])
+        return None
+
+
+class FlippedLion(torch.optim.Optimizer):
+    """Lion (Chen et al. 2023) with the sign of its update flipped: ``p += lr * sign(...)``, so it
+    climbs the loss (the training loss rises every epoch, accuracy ends below chance)."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-4,
+                 betas: tuple[float, float] = (0.9, 0.99), weight_decay: float = 0.0) -> None:
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                m = self.state[p].setdefault("exp_avg", torch.zeros_like(p))
+                p.mul_(1.0 - group["lr"] * group["weight_decay"])
+                update = (m * beta1 + p.grad * (1.0 - beta1)).sign_()
+                p.add_(update, alpha=+group["lr"])  # the bug: Lion subtracts
+                m.mul_(beta2).add_(p.grad, alpha=1.0 - beta2)
         return None
 
 

@@ -7,6 +7,8 @@
 
 * ``value`` holds numbers (bools as 1.0/0.0); ``text`` holds string values (and "true"/"false"
   for bools), so a verdict ``pass`` is ``value=NaN, text="pass"``.
+* ``error`` is the point's error text, or, on a row whose metric has a ``detail`` (the evidence
+  of a check, d5pipe.rundir.record.Metric), that detail.
 * A failed or skipped point gives exactly one row, metric ``status``, with its error text;
   an ``ok`` point without metrics gives one ``status`` row too, so no point disappears.
 * A planned point (``point_ids``) without a record gives a ``skipped`` row whose error says so.
@@ -28,7 +30,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
 
-_METRIC_FIELDS = ("name", "value", "unit", "kind", "ci_low", "ci_high")
+_METRIC_FIELDS = ("name", "value", "unit", "kind", "ci_low", "ci_high", "detail")
 
 
 @dataclass
@@ -69,7 +71,8 @@ class _Columns:
 
 
 _STATUS_ROW = {"name": "status", "value": None, "unit": "", "kind": "info", "ci_low": None, "ci_high": None}
-_GETTERS = [(k, itemgetter(k)) for k in _METRIC_FIELDS]
+_GETTERS = [(k, methodcaller("get", k) if k == "detail" else itemgetter(k)) for k in _METRIC_FIELDS]
+"""``detail`` is optional (d5pipe.rundir.record.Metric): most metrics have none."""
 
 
 def _record_files(run_dir: Path, point_ids: dict[str, list[str]] | None) -> Iterator[tuple[str, str, Path]]:
@@ -114,7 +117,7 @@ def _add_point(cols: _Columns, stage: str, pid: str, rec: dict[str, Any]) -> Non
     try:
         for key, getter in _GETTERS:
             out[key].extend(map(getter, metrics))
-    except (KeyError, TypeError):  # a metric lacks a field: undo this point's partial rows
+    except (KeyError, TypeError, AttributeError):  # a metric lacks a field: undo this point's partial rows
         for key in _METRIC_FIELDS:
             del out[key][cols.n_rows:]
             out[key].extend(m.get(key) if isinstance(m, dict) else None for m in metrics)
@@ -219,7 +222,8 @@ def _build_table(cols: _Columns) -> pa.Table:
         "ci_low": _float_array(m["ci_low"]),
         "ci_high": _float_array(m["ci_high"]),
         "status": status_text,
-        "error": pa.array(cols.error, type=pa.string()).take(idx),
+        # a metric's own detail (a check's evidence) where it has one, else its point's error
+        "error": pc.coalesce(_string_array(m["detail"]), pa.array(cols.error, type=pa.string()).take(idx)),
         "seed": pa.array(cols.seed, type=pa.int64()).take(idx),
         "env_hash": pa.array(cols.env_hash, type=pa.string()).take(idx),
         "slurm_job_id": pa.array(cols.slurm_job_id, type=pa.string()).take(idx),

@@ -31,13 +31,21 @@ For each pair and metric (raw samples from the point records):
 Without raw samples on either side the CI is interval arithmetic on the two recorded median CIs
 (``[b_low / v_high, b_high / v_low]``, conservative), there is no test, and the verdict follows
 from whether that CI excludes 1.
+
+A point whose verdict is ``fail`` (d5pipe.results.verdicts: a failed correctness, acceptance,
+plausibility or level-2 sanity check) is never ranked: a pair with a failing side keeps its two
+medians but has no speedup, CI or test, its verdict is ``not compared`` and ``note`` names the
+failure (``variant failed: check sanity:not_diverged failed (...)``). Every pair carries both
+points' verdicts and, where the level has one (:attr:`Factor.quality`), the quality outcome of
+both sides (level 2: final ``test_accuracy``; level 3: ``final_loss``), so speed is never read
+without what it bought.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -53,7 +61,8 @@ SampleSource = Callable[[str, str, str], Sequence[float] | None]
 """(stage, point_id, metric) -> that metric's raw samples, or None."""
 CONFIDENCE = 0.95
 DEFAULT_ALPHA = 0.05
-VERDICTS = ("faster", "slower", "no significant difference", "too few samples")
+NOT_COMPARED = "not compared"
+VERDICTS = ("faster", "slower", "no significant difference", "too few samples", NOT_COMPARED)
 
 
 @dataclass(frozen=True)
@@ -67,13 +76,16 @@ class Factor:
     metrics: tuple[str, ...]
     title: str
     fallback: str = ""
+    quality: str = ""
+    """The metric that says what the speed bought (shown for both sides); empty: none."""
 
 
 FACTORS: tuple[Factor, ...] = (
     Factor("level0", "operators.impl", "eager", ("time",), "implementations"),
     Factor("level1", "level1.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
-    Factor("level2", "train.optimizer", None, ("step_time",), "optimizers", fallback="sgd"),
-    Factor("level3", "distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends"),
+    Factor("level2", "train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),
+    Factor("level3", "distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends",
+           quality="final_loss"),
 )
 
 
@@ -101,6 +113,14 @@ class Pair:
     p_value: float
     verdict: str
     method: str
+    baseline_verdict: str = ""
+    """The points' verdicts (pass / fail / unchecked; empty when the results have none)."""
+    variant_verdict: str = ""
+    quality_metric: str = ""
+    baseline_quality: float = math.nan
+    variant_quality: float = math.nan
+    note: str = ""
+    """Why a pair is ``not compared`` (the failing side and its reason)."""
 
 
 def alpha_of(config: dict[str, Any]) -> float:
@@ -214,6 +234,8 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
     alpha = alpha_of(config)
     out: list[Pair] = []
     timed = rows[rows["metric"].isin(list(factor.metrics)) & rows["value"].notna()]
+    outcome = point_outcomes(df, factor.stage)
+    quality = _quality(rows, factor.quality)
     for _, group in points.groupby([points[a].map(_key) for a in others] if others else
                                    [pd.Series("", index=points.index)], sort=False):
         by_value = {str(r[factor.column]): r for _, r in group.iterrows()}
@@ -229,16 +251,54 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
                 v = timed[(timed["point_id"] == vrow["point_id"]) & (timed["metric"] == metric)]
                 if b.empty or v.empty:
                     continue
-                out.append(_pair(factor, metric, base_value, variant, context, b.iloc[0], v.iloc[0],
-                                 samples, alpha))
+                bp, vp = str(base["point_id"]), str(vrow["point_id"])
+                (bv, br), (vv, vr) = outcome.get(bp, ("", "")), outcome.get(vp, ("", ""))
+                note = "; ".join(f"{side} failed: {reason or 'verdict fail'}" for side, verdict, reason in
+                                 (("baseline", bv, br), ("variant", vv, vr)) if verdict == "fail")
+                pair = _pair(factor, metric, base_value, variant, context, b.iloc[0], v.iloc[0],
+                             samples, alpha, ranked=not note)
+                out.append(replace(pair, baseline_verdict=bv, variant_verdict=vv, quality_metric=factor.quality,
+                                   baseline_quality=quality.get(bp, math.nan),
+                                   variant_quality=quality.get(vp, math.nan), note=note))
     return out
 
 
+CHECK_COLUMNS = frozenset({"stage", "point_id", "metric", "value", "text", "kind", "status", "error"})
+
+
+def point_outcomes(df: pd.DataFrame, stage: str) -> dict[str, tuple[str, str]]:
+    """point_id -> (verdict, reason) of ``stage``'s points (d5pipe.results.verdicts); from the
+    ``verdict`` column alone (no reason) when ``df`` lacks the check columns; else empty."""
+    from d5pipe.results.verdicts import point_verdicts
+
+    rows = df[df["stage"] == stage]
+    if CHECK_COLUMNS <= set(rows.columns):
+        pv = point_verdicts(rows)
+        return {str(p): (str(v), str(r)) for p, v, r in zip(pv["point_id"], pv["verdict"], pv["reason"])}
+    if "verdict" in rows.columns:
+        first = rows.drop_duplicates("point_id")
+        return {str(p): (str(v), "") for p, v in zip(first["point_id"], first["verdict"]) if isinstance(v, str)}
+    return {}
+
+
+def _quality(rows: pd.DataFrame, metric: str) -> dict[str, float]:
+    """point_id -> the value of ``metric`` (the factor's quality outcome)."""
+    if not metric:
+        return {}
+    hit = rows[(rows["metric"] == metric) & rows["value"].notna()].drop_duplicates("point_id")
+    return {str(p): float(v) for p, v in zip(hit["point_id"], hit["value"])}
+
+
 def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: str, b: pd.Series,
-          v: pd.Series, samples: SampleSource | None, alpha: float) -> Pair:
+          v: pd.Series, samples: SampleSource | None, alpha: float, ranked: bool = True) -> Pair:
+    """One pair; ``ranked=False`` (a side failed a check): the medians only, verdict ``not compared``."""
     sb = samples(factor.stage, str(b["point_id"]), metric) if samples else None
     sv = samples(factor.stage, str(v["point_id"]), metric) if samples else None
-    if sb and sv and len(sb) >= 2 and len(sv) >= 2:
+    if not ranked:
+        s = lo = hi = p = math.nan
+        nb, nv = len(sb or ()), len(sv or ())
+        verdict, method = NOT_COMPARED, "not compared: a side failed a check"
+    elif sb and sv and len(sb) >= 2 and len(sv) >= 2:
         s, lo, hi, p, verdict = compare_pair(sb, sv, alpha)
         nb, nv = len(sb), len(sv)
         method = "Price-Bonett CI of the ratio of medians; Mann-Whitney U"

@@ -2,7 +2,8 @@
 
 A point's **checks** are its rows of kind ``verdict`` (``correctness``, ``grad_check``,
 ``params_identical``, ``matches_serial``, ``collective_correct``, ``acceptance:<metric>``,
-``plausibility:<name>``...), each ``pass`` or ``fail``. Its **verdict**:
+``plausibility:<name>``, ``sanity:<rule>``...), each ``pass`` or ``fail``; a row's ``error`` is its
+evidence (the reason of a failing point). Its **verdict**:
 
 * ``fail`` -- the point failed (crashed, raised, timed out), never ran, or any check failed;
 * ``pass`` -- it ran and every check it has passed (at least one);

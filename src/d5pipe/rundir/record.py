@@ -59,12 +59,15 @@ class Metric:
     ci_high: float | None = None
     samples: str | None = None
     """Key into ``PointOutcome.samples`` holding the raw samples this value summarises."""
+    detail: str | None = None
+    """Why a verdict says what it says (a sentence); written only when set, and shown as that
+    row's ``error`` in results.parquet (so a failed check's reason names its evidence)."""
 
     def to_dict(self) -> dict[str, Any]:
         value = self.value
         if isinstance(value, float) and not math.isfinite(value):
             value = None if math.isnan(value) else value
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "value": value,
             "unit": self.unit,
@@ -73,6 +76,9 @@ class Metric:
             "ci_high": self.ci_high,
             "samples": self.samples,
         }
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
 
 
 @dataclass

@@ -17,6 +17,11 @@ all training time = the harmonic mean of the per-epoch rates, weighted by sample
 ``gflops`` (achieved at ``samples_per_s``) and, with ``train.peak``, ``pct_peak_flops`` against
 the machine's measured float32 matmul peak.
 
+Sanity checks without a reference (d5pipe.levels.level2.sanity): a run with a non-finite loss,
+metric or weight, a training loss that clearly rose, or a final test accuracy at or below chance
+after enough steps gets a ``sanity:<rule>`` = ``fail`` row (the point fails); ``extra["sanity"]``
+holds what every rule measured.
+
 Plug-ins (d5pipe.levels.targets): the model, dataset, optimizer (``train.optimizer``) and LR
 scheduler (``train.schedule``) are built-ins or user targets; ``train.metrics`` adds metrics
 computed on the test split after training (d5pipe.levels.level2.metrics); with
@@ -48,6 +53,7 @@ from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
+from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import StepLog, evaluate, make_loader, train_epoch
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
@@ -84,6 +90,7 @@ class TrainResult:
     epoch_train_time_s: list[float]
     epoch_samples: list[int]
     steps: int
+    step_losses: list[float]
     epochs_to_target: int | None
     time_to_target_s: float | None
 
@@ -99,6 +106,7 @@ def fit(
              "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
     curves: dict[str, list[float]] = {k: [] for k in names}
     step_times: list[float] = []
+    step_losses: list[float] = []
     epoch_samples: list[int] = []
     steps = 0
     cum = 0.0
@@ -109,6 +117,7 @@ def fit(
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every)
         steps += len(stats.step_times_s)
         step_times += stats.step_times_s
+        step_losses += stats.step_losses
         epoch_samples.append(stats.samples)
         cum += stats.train_time_s
         scheduler.step()
@@ -124,7 +133,7 @@ def fit(
         target = conf.target_accuracy
         if epochs_to_target is None and target is not None and test_acc >= target:
             epochs_to_target, time_to_target = epoch, cum
-    return TrainResult(curves, step_times, curves["epoch_train_time_s"], epoch_samples, steps,
+    return TrainResult(curves, step_times, curves["epoch_train_time_s"], epoch_samples, steps, step_losses,
                        epochs_to_target, time_to_target)
 
 
@@ -151,6 +160,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
                        "train": asdict(conf), "dataset": data.meta["key"]})
             result = fit(model, data, conf, ctx.seed, device, log)
             weights = state_dict_sha256(model)
+            weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
             log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
         added = extra_metrics(asdict(conf), model, data.x_test.to(device), data.y_test.to(device))
         checked: tuple[list[Metric], dict[str, Any]] = ([], {})
@@ -160,6 +170,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         counted = safe_count(lambda: training_step_flops(
             model, data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device)), flop_warnings)
     curves = result.curves
+    extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
+    sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
     total_time = sum(result.epoch_train_time_s)
     total_samples = sum(result.epoch_samples)
     step_summary = summarize(result.step_times_s)
@@ -191,6 +203,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         Metric("train_steps", result.steps, "", "count"),
         *added,
         *checked[0],
+        *sane[0],
     ]
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
@@ -216,6 +229,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "warnings": [*step_summary.warnings, *flop_warnings],
             "flops": FLOPS_NOTE,
             "step_log": "steps.jsonl",
+            "sanity": sane[1],
             **({"optimizer_check": checked[1]} if checked[1] else {}),
         },
     )

@@ -195,6 +195,8 @@ class EpochStats:
     train_time_s: float
     samples: int
     step_times_s: list[float] = field(default_factory=list)
+    step_losses: list[float] = field(default_factory=list)
+    """Every step's training loss (read once, after the epoch)."""
 
 
 def train_epoch(
@@ -241,7 +243,7 @@ def train_epoch(
     step_times = clock.seconds()
     log.write_steps(epoch, first_step, lr, loss_values, batches, step_times, log_every)
     loss_mean = sum(v * n for v, n in zip(loss_values, batches, strict=True)) / seen
-    return EpochStats(loss_mean, train_time, seen, step_times)
+    return EpochStats(loss_mean, train_time, seen, step_times, loss_values)
 
 
 @torch.no_grad()

@@ -1,7 +1,9 @@
 """A level's "side by side" subsection: each variant against the declared baseline (comparisons.py).
 
-A table (one row per fair pair and metric) and a figure (speedup with its 95% CI, a dashed line
-at 1). When the level's factor is not swept, or its baseline is not in the run, one note says so.
+A table (one row per fair pair and metric, with the quality outcome of both sides: the level's
+quality metric, else the points' verdicts) and a figure (speedup with its 95% CI, a dashed line at 1). A pair with a side that failed
+a check is listed as ``not compared`` with that failure, and left out of the figure. When the
+level's factor is not swept, or its baseline is not in the run, one note says so.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import re
 
 import pandas as pd
 
-from d5pipe.results.comparisons import FACTORS, Factor, alpha_of, comparisons
+from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, Factor, alpha_of, comparisons
 from d5pipe.results.report import plots
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.frames import MAX_TABLE_ROWS
@@ -46,6 +48,22 @@ def _speedup(r: pd.Series) -> str:
     return f"{number(r['speedup'], 3)}x{ci}"
 
 
+def _quality(r: pd.Series) -> str:
+    """``0.953 / 0.033 (fail)``: both sides' quality outcome, a failing side's verdict after it;
+    ``pass / fail``: both sides' verdicts where the level has no quality metric."""
+    def side(value: float, verdict: str) -> str:
+        if not r["quality_metric"]:
+            return verdict or "-"
+        text = "-" if math.isnan(value) else number(value, 3)
+        return f"{text} (fail)" if verdict == "fail" else text
+
+    return f"{side(r['baseline_quality'], r['baseline_verdict'])} / {side(r['variant_quality'], r['variant_verdict'])}"
+
+
+def _verdict(r: pd.Series) -> str:
+    return f"{NOT_COMPARED}: {r['note']}" if r["verdict"] == NOT_COMPARED else str(r["verdict"])
+
+
 def _why_none(data: RunData, factor: Factor) -> str:
     rows = data.stage_rows(factor.stage)
     rows = rows[rows["status"] == "ok"]
@@ -78,13 +96,15 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     pairs = pairs.sort_values("_k", kind="stable").drop(columns="_k").reset_index(drop=True)
     base = str(pairs["baseline"].iloc[0])
     alpha = alpha_of(data.config)
+    quality = f"{factor.quality or 'checks'} (baseline / variant)"
     cols = ["metric", "other axes", "variant", "baseline median", "variant median",
-            "speedup [95% CI]", "p", "n", "verdict"]
+            "speedup [95% CI]", "p", "n", quality, "verdict"]
     rows = [[str(r["metric"]), str(r["context"]) or "-", f"{r['variant']} vs {base}",
              quantity(r["baseline_median"], r["unit"]), quantity(r["variant_median"], r["unit"]),
              _speedup(r), _p(r["p_value"]), f"{r['n_baseline']}/{r['n_variant']}" if r["n_baseline"] else "-",
-             str(r["verdict"])]
+             _quality(r), _verdict(r)]
             for _, r in pairs.head(MAX_TABLE_ROWS).iterrows()]
+    not_compared = pairs["verdict"] == NOT_COMPARED
     methods = sorted(set(pairs["method"]))
     blocks: list[Block] = [
         Text(f"Each variant of {factor.column} against the baseline {factor.column}={base}, only between points "
@@ -93,14 +113,17 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
              "of medians by the Price-Bonett order-statistic method; p: two-sided Mann-Whitney U on the raw "
              f"samples; verdict at alpha = {number(alpha)} (report.alpha).", "note"),
         Table(cols, rows, f"{factor.title.capitalize()} side by side (baseline {factor.column}={base})",
-              wrap={1}),
+              {i for i, nc in enumerate(not_compared.head(MAX_TABLE_ROWS)) if nc}, wrap={1, len(cols) - 1}),
     ]
+    if not_compared.any():
+        blocks.append(Text(f"{int(not_compared.sum())} pair(s) not compared: a side failed a check (its verdict "
+                           "is fail; see Failures), so its speed is no result and is not ranked.", "bad"))
     if len(pairs) > MAX_TABLE_ROWS:
         blocks.append(Text(f"Showing {MAX_TABLE_ROWS} of {len(pairs)} pairs.", "note"))
     if any(m.startswith("no raw samples") for m in methods):
         blocks.append(Text("Pairs with n '-' had no raw samples: their CI comes from the two medians' CIs "
                            "(interval arithmetic, conservative) and there is no test.", "note"))
-    shown = pairs.head(MAX_FIGURE_PAIRS)
+    shown = pairs[~not_compared].head(MAX_FIGURE_PAIRS)
     frame = pd.DataFrame({
         "label": [f"{v} {_short(c)}".strip() for v, c in zip(shown["variant"], shown["context"])],
         "speedup": shown["speedup"], "ci_low": shown["ci_low"], "ci_high": shown["ci_high"],
@@ -108,9 +131,10 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     })
     caption = (f"Speedup of each {factor.column} over {base} with its 95% CI; dashed: 1 (as fast as the "
                "baseline). Markers only: the pairs are not a sequence.")
-    if len(pairs) > MAX_FIGURE_PAIRS:
-        caption += f" First {MAX_FIGURE_PAIRS} of {len(pairs)} pairs drawn."
-    blocks.append(Figure(plots.speedups(frame), f"speedup vs {base}", caption))
+    if int((~not_compared).sum()) > MAX_FIGURE_PAIRS:
+        caption += f" First {MAX_FIGURE_PAIRS} of {int((~not_compared).sum())} compared pairs drawn."
+    if not shown.empty:
+        blocks.append(Figure(plots.speedups(frame), f"speedup vs {base}", caption))
     if extra:
         blocks.append(Text(extra, "note"))
     return [], Section(f"compare-{stage}", f"{stage}: {factor.title} side by side", blocks)
