@@ -132,3 +132,16 @@ def test_cli_fail_on_regression(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert cmd_compare.main(parser.parse_args([str(a), str(b), "--fail-on-regression", "40"])) == 0
     assert cmd_compare.main(parser.parse_args([str(b), str(a), "--fail-on-regression", "10"])) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("compare: no regression worse than 10% (4 timing(s)")
+
+
+def test_a_timing_not_reached_is_said_so_and_never_a_change() -> None:
+    """time_to_target_s is NaN when a training never reached its target: "not reached", per side."""
+    from d5pipe.results.compare import compare_timing
+    from d5pipe.results.metric_compare import ComparePolicy
+
+    nan = float("nan")
+    c = compare_timing("time_to_target_s", "s", [1.0, 1.1, 0.9], [nan, 2.0, nan], 0.05, ComparePolicy())
+    assert c.verdict == "not_compared" and c.direction is None and c.rel_change is None
+    assert "not reached in 0 of 3 repetitions of A and 2 of 3 of B" in c.detail
+    both = compare_timing("time_to_target_s", "s", [nan, nan], [nan, nan], 0.05, ComparePolicy())
+    assert both.verdict == "reproduced" and "not reached in 2 of 2" in both.detail

@@ -226,7 +226,20 @@ def _timing_names(reps: dict[int, PointData]) -> dict[str, MetricValue]:
 
 def compare_timing(name: str, unit: str, ref: list[float], new: list[float], alpha: float,
                    policy: ComparePolicy) -> Comparison:
-    """One timing across the repetitions of both sides (d5pipe.results.repetitions)."""
+    """One timing across the repetitions of both sides (d5pipe.results.repetitions).
+
+    A repetition whose value is NaN did not reach it (``time_to_target_s`` of a training that never
+    reached the target): said as such, and never turned into a change of the others' values."""
+    unreached = (sum(not math.isfinite(v) for v in ref), sum(not math.isfinite(v) for v in new))
+    if any(unreached):
+        same = unreached == (len(ref), len(new))
+        return Comparison(
+            metric=name, kind="timing", verdict="reproduced" if same else "not_compared",
+            reference=_geo(ref), candidate=_geo(new), unit=unit,
+            detail=(f"not reached in {unreached[0]} of {len(ref)} repetitions of A and {unreached[1]} of "
+                    f"{len(new)} of B" + ("" if same else "; not compared")),
+            extra={"n_ref": len(ref), "n_new": len(new), "not_reached_ref": unreached[0],
+                   "not_reached_new": unreached[1]})
     t = ratio_test(ref, new, alpha)
     gm_ref = _geo(ref)
     gm_new = _geo(new)
