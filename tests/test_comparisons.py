@@ -69,21 +69,47 @@ def _frame(points: list[dict[str, Any]], metric: str = "time", stage: str = "lev
 
 
 def test_only_points_differing_in_exactly_the_factor_are_paired() -> None:
-    df = _frame([
-        {"operators.impl": "eager", "operators.layout": "contiguous", "operators.size": 64, "t": 2.0},
-        {"operators.impl": "compile", "operators.layout": "contiguous", "operators.size": 64, "t": 1.0},
-        {"operators.impl": "eager", "operators.layout": "transposed", "operators.size": 64, "t": 3.0},
-        {"operators.impl": "compile", "operators.layout": "contiguous", "operators.size": 128, "t": 1.0},
-        {"operators.impl": "channels_last", "operators.layout": "channels_last", "operators.size": 64, "t": 1.0},
-    ])
     rng = np.random.default_rng(0)
-    samples = {f"p{i}": list(rng.lognormal(math.log(t), 0.05, 20)) for i, t in enumerate([2.0, 1.0, 3.0, 1.0, 1.0])}
-    out = comparisons(df, lambda s, p, m: samples[p], {})
-    assert list(zip(out["baseline_point"], out["variant_point"])) == [("p0", "p1")]
+    configs = [("eager", "contiguous", 64, 2.0), ("compile", "contiguous", 64, 1.0), ("eager", "transposed", 64, 3.0),
+               ("compile", "contiguous", 128, 1.0), ("channels_last", "channels_last", 64, 1.0)]
+    df = _frame([{"operators.impl": impl, "operators.layout": layout, "operators.size": size, "repeat": rep,
+                  "t": float(t * rng.lognormal(0.0, 0.05))}
+                 for rep in range(4) for impl, layout, size, t in configs])
+    out = comparisons(df, None, {})
+    assert list(zip(out["baseline_point"], out["variant_point"])) == [("p0", "p1")]  # first repetitions
     row = out.iloc[0]
     assert (row["baseline"], row["variant"], row["factor"], row["metric"]) == ("eager", "compile", "operators.impl", "time")
-    assert row["context"] == "operators.layout=contiguous, operators.size=64"
-    assert row["verdict"] == "faster" and row["ci_low"] < 2.0 < row["ci_high"]
+    assert row["context"] == "operators.layout=contiguous, operators.size=64"  # not the repetition
+    assert row["n_baseline"] == row["n_variant"] == 4
+    assert row["verdict"] == "faster" and row["ci_low"] < 2.0 < row["ci_high"] and row["ci_low"] > 1.0
+    assert "Welch" in row["method"]
+
+
+def test_one_process_per_side_is_not_compared() -> None:
+    """Without repetitions the samples of one process cannot tell a variant from noise: the
+    speedup of the two medians is shown, with no CI, test or verdict."""
+    df = _frame([{"distributed.backend": "ddp", "distributed.ranks": 2, "t": 2.0},
+                 {"distributed.backend": "mpi", "distributed.ranks": 2, "t": 1.0}],
+                metric="time_per_step_s", stage="level3")
+    [row] = comparisons(df, None, {}).to_dict(orient="records")
+    assert row["speedup"] == pytest.approx(2.0) and math.isnan(row["ci_low"]) and math.isnan(row["p_value"])
+    assert row["verdict"] == "not compared" and "one process per side" in row["method"]
+
+
+def test_the_verdict_rule_is_the_ci_and_the_test_together() -> None:
+    """faster/slower only when the CI of the speedup excludes 1 and p < alpha; else no significant
+    difference (never "1.01x [0.94, 1.08], p = 0.03, faster")."""
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        ratio = float(rng.choice([1.0, 1.05, 1.5]))
+        df = _frame([{"operators.impl": impl, "repeat": rep, "t": float(t * rng.lognormal(0.0, 0.1))}
+                     for rep in range(3) for impl, t in (("eager", ratio), ("compile", 1.0))])
+        [row] = comparisons(df, None, {}).to_dict(orient="records")
+        excludes = row["ci_low"] > 1 or row["ci_high"] < 1
+        significant = excludes and row["p_value"] < 0.05
+        assert row["verdict"] == (("faster" if row["speedup"] > 1 else "slower") if significant
+                                  else "no significant difference")
+        assert row["ci_low"] <= row["speedup"] <= row["ci_high"]
 
 
 def test_baselines_and_alpha_from_config() -> None:
@@ -96,14 +122,3 @@ def test_baselines_and_alpha_from_config() -> None:
     assert alpha_of({"report": {"alpha": 0.01}}) == 0.01 and alpha_of({}) == 0.05
 
 
-def test_without_samples_the_ci_comes_from_the_recorded_cis() -> None:
-    df = _frame([{"distributed.backend": "ddp", "distributed.ranks": 2, "t": 2.0},
-                 {"distributed.backend": "mpi", "distributed.ranks": 2, "t": 1.0}],
-                metric="time_per_step_s", stage="level3")
-    df["ci_low"] = df["value"] * 0.9
-    df["ci_high"] = df["value"] * 1.1
-    out = comparisons(df, None, {})
-    [row] = out.to_dict(orient="records")
-    assert row["speedup"] == pytest.approx(2.0)
-    assert row["ci_low"] == pytest.approx(1.8 / 1.1) and row["ci_high"] == pytest.approx(2.2 / 0.9)
-    assert row["verdict"] == "faster" and math.isnan(row["p_value"]) and "no raw samples" in row["method"]

@@ -13,24 +13,21 @@ level, the factor, its baseline and the time metrics compared (:data:`FACTORS`):
 A custom L0 operator against the built-in it re-implements is not compared: nothing in the config
 or in an operator spec says which built-in a custom operator stands for.
 
-For each pair and metric (raw samples from the point records):
+For each pair and metric, across the **repetitions** of each side (config ``repetitions``: each
+point measured in that many separate processes; d5pipe.results.repetitions):
 
-* **speedup** = median(baseline) / median(variant): above 1 the variant is faster;
-* its **95% CI** by the distribution-free method of Price & Bonett (2002, "Distribution-free
-  confidence intervals for difference and ratio of medians", J. Stat. Comput. Simul. 72): the
-  standard error of each log-median comes from the order statistics ``c = round((n+1)/2 - sqrt(n))``
-  and ``n-c+1`` of the log samples, ``se = (ln x_(n-c+1) - ln x_(c)) / (2 z_c)`` with
-  ``z_c = Phi^-1(1 - P(B <= c-1))``, ``B ~ Binomial(n, 1/2)``; the CI of the log-ratio is
-  ``d +- z_0.975 sqrt(se_b^2 + se_v^2)``, exponentiated. It needs no resampling, hence no seed,
-  and is exactly reproducible; tests/test_comparisons.py checks its coverage on known distributions;
-* a two-sided **Mann-Whitney U** p-value (scipy, via d5pipe.results.metric_compare.compare_samples);
-* a **verdict**: ``faster`` / ``slower`` when ``p < alpha`` (``report.alpha`` of config.yaml,
-  default 0.05), else ``no significant difference``; ``too few samples`` when the exact test
-  cannot reach ``alpha`` at these sample counts.
+* **speedup** = geometric mean of the baseline's repetition values / that of the variant's (each
+  repetition's value is the median of its samples): above 1 the variant is faster;
+* its **CI** and a **p-value** from one Welch t-test on the logarithms of the repetitions' values
+  (level ``1 - report.alpha``, default 0.05);
+* a **verdict** by one rule: ``faster`` / ``slower`` only when the CI of the speedup excludes 1
+  *and* p < alpha, else ``no significant difference``;
+* with one repetition on a side: ``not compared`` (one process per side): the samples of one
+  process miss the variation between processes, so they cannot tell a variant from noise. The
+  speedup of the two medians is shown, without CI, test or verdict.
 
-Without raw samples on either side the CI is interval arithmetic on the two recorded median CIs
-(``[b_low / v_high, b_high / v_low]``, conservative), there is no test, and the verdict follows
-from whether that CI excludes 1.
+:func:`compare_pair` (Price & Bonett's CI of a ratio of medians with a Mann-Whitney test, on the
+raw samples of two processes) remains for within-process detail; no verdict rests on it.
 
 A point whose verdict is ``fail`` (d5pipe.results.verdicts: a failed correctness, acceptance,
 plausibility or level-2 sanity check) is never ranked: a pair with a failing side keeps its two
@@ -54,8 +51,10 @@ import numpy as np
 import pandas as pd
 
 from d5pipe.measure.normality import binom_half_cdf
+from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.columns import axis_columns
 from d5pipe.results.metric_compare import compare_samples, min_attainable_p
+from d5pipe.results.repetitions import ratio_test
 
 SampleSource = Callable[[str, str, str], Sequence[float] | None]
 """(stage, point_id, metric) -> that metric's raw samples, or None."""
@@ -193,16 +192,6 @@ def compare_pair(baseline: Sequence[float], variant: Sequence[float],
     return speedup, low, high, test.p_value, verdict
 
 
-def _from_cis(b: pd.Series, v: pd.Series) -> tuple[float, float, float, str]:
-    """Speedup and conservative CI from the recorded medians and CIs (no raw samples)."""
-    s = float(b["value"]) / float(v["value"]) if float(v["value"]) > 0 else math.nan
-    lo = float(b["ci_low"]) / float(v["ci_high"]) if float(v["ci_high"]) > 0 else math.nan
-    hi = float(b["ci_high"]) / float(v["ci_low"]) if float(v["ci_low"]) > 0 else math.nan
-    if math.isnan(lo) or math.isnan(hi):
-        return s, lo, hi, "no significant difference"
-    return s, lo, hi, "faster" if lo > 1 else "slower" if hi < 1 else "no significant difference"
-
-
 def _key(v: Any) -> str:
     """An axis value as text: missing -> "", an integral float without ``.0`` (``64``, not ``64.0``)."""
     if v is None or (not isinstance(v, str) and pd.isna(v)):
@@ -219,7 +208,8 @@ def stage_axes(rows: pd.DataFrame) -> list[str]:
 
 def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
                  config: dict[str, Any]) -> list[Pair]:
-    """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric."""
+    """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric; the
+    repetitions of a configuration (axis ``repeat``) are one side of a pair."""
     rows = df[(df["stage"] == factor.stage) & (df["status"] == "ok")]
     if rows.empty or factor.column not in rows.columns:
         return []
@@ -228,7 +218,7 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
     base_value = baseline_of(factor, present, config)
     if base_value is None or len(present) < 2:
         return []
-    others = [a for a in stage_axes(rows) if a != factor.column]
+    others = [a for a in stage_axes(rows) if a not in (factor.column, REPEAT_AXIS)]
     points = rows.drop_duplicates("point_id")
     varying = [a for a in others if points[a].map(_key).nunique() > 1]
     alpha = alpha_of(config)
@@ -238,29 +228,44 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
     quality = _quality(rows, factor.quality)
     for _, group in points.groupby([points[a].map(_key) for a in others] if others else
                                    [pd.Series("", index=points.index)], sort=False):
-        by_value = {str(r[factor.column]): r for _, r in group.iterrows()}
+        by_value: dict[str, list[str]] = {}
+        for _, r in group.iterrows():
+            by_value.setdefault(str(r[factor.column]), []).append(str(r["point_id"]))
         base = by_value.get(base_value)
         if base is None:
             continue
-        context = ", ".join(f"{a}={_key(base[a])}" for a in varying)
-        for variant, vrow in sorted(by_value.items()):
+        first = group[group["point_id"] == base[0]].iloc[0]
+        context = ", ".join(f"{a}={_key(first[a])}" for a in varying)
+        for variant, vpoints in sorted(by_value.items()):
             if variant == base_value:
                 continue
             for metric in factor.metrics:
-                b = timed[(timed["point_id"] == base["point_id"]) & (timed["metric"] == metric)]
-                v = timed[(timed["point_id"] == vrow["point_id"]) & (timed["metric"] == metric)]
+                b = timed[timed["point_id"].isin(base) & (timed["metric"] == metric)]
+                v = timed[timed["point_id"].isin(vpoints) & (timed["metric"] == metric)]
                 if b.empty or v.empty:
                     continue
-                bp, vp = str(base["point_id"]), str(vrow["point_id"])
-                (bv, br), (vv, vr) = outcome.get(bp, ("", "")), outcome.get(vp, ("", ""))
+                (bv, br), (vv, vr) = _side_outcome(outcome, base), _side_outcome(outcome, vpoints)
                 note = "; ".join(f"{side} failed: {reason or 'verdict fail'}" for side, verdict, reason in
                                  (("baseline", bv, br), ("variant", vv, vr)) if verdict == "fail")
-                pair = _pair(factor, metric, base_value, variant, context, b.iloc[0], v.iloc[0],
-                             samples, alpha, ranked=not note)
+                pair = _pair(factor, metric, base_value, variant, context, b, v, alpha, ranked=not note)
                 out.append(replace(pair, baseline_verdict=bv, variant_verdict=vv, quality_metric=factor.quality,
-                                   baseline_quality=quality.get(bp, math.nan),
-                                   variant_quality=quality.get(vp, math.nan), note=note))
+                                   baseline_quality=_mean(quality, base), variant_quality=_mean(quality, vpoints),
+                                   note=note or pair.note))
     return out
+
+
+def _side_outcome(outcome: dict[str, tuple[str, str]], points: list[str]) -> tuple[str, str]:
+    """A side's verdict over its repetitions: ``fail`` (with the first reason) if any failed."""
+    seen = [outcome.get(p, ("", "")) for p in points]
+    failed = [o for o in seen if o[0] == "fail"]
+    if failed:
+        return failed[0]
+    return seen[0] if seen else ("", "")
+
+
+def _mean(values: dict[str, float], points: list[str]) -> float:
+    got = [values[p] for p in points if p in values]
+    return float(sum(got) / len(got)) if got else math.nan
 
 
 CHECK_COLUMNS = frozenset({"stage", "point_id", "metric", "value", "text", "kind", "status", "error"})
@@ -289,30 +294,40 @@ def _quality(rows: pd.DataFrame, metric: str) -> dict[str, float]:
     return {str(p): float(v) for p, v in zip(hit["point_id"], hit["value"])}
 
 
-def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: str, b: pd.Series,
-          v: pd.Series, samples: SampleSource | None, alpha: float, ranked: bool = True) -> Pair:
-    """One pair; ``ranked=False`` (a side failed a check): the medians only, verdict ``not compared``."""
-    sb = samples(factor.stage, str(b["point_id"]), metric) if samples else None
-    sv = samples(factor.stage, str(v["point_id"]), metric) if samples else None
-    if not ranked:
-        s = lo = hi = p = math.nan
-        nb, nv = len(sb or ()), len(sv or ())
-        verdict, method = NOT_COMPARED, "not compared: a side failed a check"
-    elif sb and sv and len(sb) >= 2 and len(sv) >= 2:
-        s, lo, hi, p, verdict = compare_pair(sb, sv, alpha)
-        nb, nv = len(sb), len(sv)
-        method = "Price-Bonett CI of the ratio of medians; Mann-Whitney U"
+def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: str, b: pd.DataFrame,
+          v: pd.DataFrame, alpha: float, ranked: bool = True) -> Pair:
+    """One pair from the repetitions' rows of each side (module docstring); ``ranked=False`` (a side
+    failed a check): the speedup of the means only, verdict ``not compared``."""
+    bvals = [float(x) for x in b["value"]]
+    vvals = [float(x) for x in v["value"]]
+    test = ratio_test(vvals, bvals, alpha)  # ratio = GM(baseline) / GM(variant): the speedup
+    s = test.ratio if test.ratio is not None else math.nan
+    lo = hi = p = math.nan
+    reason = ""
+    if not ranked:  # a failed side's speed is no result: not even its ratio is shown
+        s, verdict, method = math.nan, NOT_COMPARED, "not compared: a side failed a check"
+    elif test.reason:
+        verdict, method, reason = NOT_COMPARED, f"not compared: {test.reason}", test.reason
     else:
-        s, lo, hi, verdict = _from_cis(b, v)
-        p, nb, nv = math.nan, 0, 0
-        method = "no raw samples: CI from the two medians' CIs (interval arithmetic), no test"
+        assert test.ci is not None and test.p_value is not None
+        lo, hi, p = test.ci[0], test.ci[1], test.p_value
+        verdict = ("faster" if s > 1 else "slower") if test.changed else "no significant difference"
+        method = (f"Welch t-test on the logs of {len(bvals)} vs {len(vvals)} repetitions' medians; "
+                  f"CI of the speedup at {1 - alpha:.0%}")
+    gm_b, gm_v = _geo(bvals), _geo(vvals)
+    first_b, first_v = b.iloc[0], v.iloc[0]
     return Pair(
-        stage=factor.stage, factor=factor.column, metric=metric, unit=_key(b["unit"]),
-        baseline=base_value, variant=variant, context=context, baseline_point=str(b["point_id"]),
-        variant_point=str(v["point_id"]), baseline_median=float(b["value"]), variant_median=float(v["value"]),
-        n_baseline=nb, n_variant=nv, speedup=s, ci_low=lo, ci_high=hi, p_value=p, verdict=verdict,
-        method=method,
+        stage=factor.stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
+        baseline=base_value, variant=variant, context=context, baseline_point=str(first_b["point_id"]),
+        variant_point=str(first_v["point_id"]), baseline_median=gm_b, variant_median=gm_v,
+        n_baseline=len(bvals), n_variant=len(vvals), speedup=s, ci_low=lo, ci_high=hi, p_value=p,
+        verdict=verdict, method=method, note=reason,
     )
+
+
+def _geo(values: list[float]) -> float:
+    pos = [x for x in values if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in pos) / len(pos)) if pos else math.nan
 
 
 def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,

@@ -105,24 +105,27 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
              _quality(r), _verdict(r)]
             for _, r in pairs.head(MAX_TABLE_ROWS).iterrows()]
     not_compared = pairs["verdict"] == NOT_COMPARED
-    methods = sorted(set(pairs["method"]))
     blocks: list[Block] = [
         Text(f"Each variant of {factor.column} against the baseline {factor.column}={base}, only between points "
              f"that differ in {factor.column} alone (every other sweep axis equal; Deep500's fairness rule). "
-             "Speedup = median(baseline) / median(variant): above 1 the variant is faster. 95% CI of the ratio "
-             "of medians by the Price-Bonett order-statistic method; p: two-sided Mann-Whitney U on the raw "
-             f"samples; verdict at alpha = {number(alpha)} (report.alpha).", "note"),
+             "Each side is the repetitions of its configuration (config repetitions: separate processes); "
+             "speedup = geometric mean of the baseline's repetition medians / the variant's: above 1 the "
+             "variant is faster. CI of the speedup and p from one Welch t-test on their logarithms; faster or "
+             f"slower only when the CI excludes 1 and p < alpha = {number(alpha)} (report.alpha). With one "
+             "repetition per side nothing is ranked: one process cannot show the variation between "
+             "processes.", "note"),
         Table(cols, rows, f"{factor.title.capitalize()} side by side (baseline {factor.column}={base})",
               {i for i, nc in enumerate(not_compared.head(MAX_TABLE_ROWS)) if nc}, wrap={1, len(cols) - 1}),
     ]
-    if not_compared.any():
-        blocks.append(Text(f"{int(not_compared.sum())} pair(s) not compared: a side failed a check (its verdict "
+    failed = not_compared & (pairs["baseline_verdict"].eq("fail") | pairs["variant_verdict"].eq("fail"))
+    if failed.any():
+        blocks.append(Text(f"{int(failed.sum())} pair(s) not compared: a side failed a check (its verdict "
                            "is fail; see Failures), so its speed is no result and is not ranked.", "bad"))
+    if (not_compared & ~failed).any():
+        blocks.append(Text(f"{int((not_compared & ~failed).sum())} pair(s) not compared: one process per side; "
+                           "run with repetitions >= 2 (3 or more for a useful test).", "note"))
     if len(pairs) > MAX_TABLE_ROWS:
         blocks.append(Text(f"Showing {MAX_TABLE_ROWS} of {len(pairs)} pairs.", "note"))
-    if any(m.startswith("no raw samples") for m in methods):
-        blocks.append(Text("Pairs with n '-' had no raw samples: their CI comes from the two medians' CIs "
-                           "(interval arithmetic, conservative) and there is no test.", "note"))
     shown = pairs[~not_compared].head(MAX_FIGURE_PAIRS)
     frame = pd.DataFrame({
         "label": [f"{v} {_short(c)}".strip() for v, c in zip(shown["variant"], shown["context"])],
