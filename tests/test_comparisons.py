@@ -122,3 +122,17 @@ def test_baselines_and_alpha_from_config() -> None:
     assert alpha_of({"report": {"alpha": 0.01}}) == 0.01 and alpha_of({}) == 0.05
 
 
+
+
+def test_a_variant_verified_against_its_own_reference_is_still_compared() -> None:
+    """A user optimizer zipped with its own reference (train.reference_optimizer): the reference is a
+    property of that variant, so the optimizers still pair with the baseline."""
+    rng = np.random.default_rng(2)
+    rows = [{"train.optimizer": opt, "train.reference_optimizer": ref, "repeat": rep,
+             "t": float(t * rng.lognormal(0.0, 0.02))}
+            for rep in range(3) for opt, ref, t in (("sgd", "", 2.0), ("adam", "", 2.0), ("my_lion", "lion_ref", 1.0))]
+    out = comparisons(_frame(rows, metric="step_time", stage="level2"), None,
+                      {"sweep": {"zip": [{"train.optimizer": ["sgd", "adam", "my_lion"],
+                                          "train.reference_optimizer": ["", "", "lion_ref"]}]}})
+    assert sorted(out["variant"]) == ["adam", "my_lion"] and set(out["baseline"]) == {"sgd"}
+    assert out.set_index("variant").loc["my_lion", "verdict"] == "faster"

@@ -64,6 +64,13 @@ NOT_COMPARED = "not compared"
 VERDICTS = ("faster", "slower", "no significant difference", "too few samples", NOT_COMPARED)
 
 
+VERIFICATION_AXES: tuple[str, ...] = ("train.reference_optimizer", "train.reference_steps",
+                                      "train.reference_tolerance", "model.reference")
+"""Axes that say how a point is *checked*, not what it measures: a reference is a property of the
+variant, so a user optimizer zipped with its own reference (``train.reference_optimizer``) is still
+paired with the built-ins, which have none."""
+
+
 @dataclass(frozen=True)
 class Factor:
     """A compared factor of one level: its axis column, its baseline and the metrics compared."""
@@ -218,7 +225,7 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
     base_value = baseline_of(factor, present, config)
     if base_value is None or len(present) < 2:
         return []
-    others = [a for a in stage_axes(rows) if a not in (factor.column, REPEAT_AXIS)]
+    others = [a for a in stage_axes(rows) if a not in (factor.column, REPEAT_AXIS, *VERIFICATION_AXES)]
     points = rows.drop_duplicates("point_id")
     varying = [a for a in others if points[a].map(_key).nunique() > 1]
     alpha = alpha_of(config)
