@@ -67,3 +67,29 @@ def test_repetitions_are_separate_shards_with_their_own_seeds() -> None:
         assert len({sp3.params_dict(k)["repeat"] for k in sp3.shard_slice(i)}) == 1
     order = [sp3.params_dict(k)["repeat"] for k in range(len(sp3.point_ids))]
     assert order == sorted(order)  # every point once, then again: repetitions apart in time
+
+
+def test_level2_outcomes_over_repetitions_have_cis_and_say_not_reached() -> None:
+    import pandas as pd
+
+    from d5pipe.results.repetitions import outcome
+    from d5pipe.results.report.blocks import Table
+    from d5pipe.results.report.levels import repetition_outcomes
+
+    o = outcome([0.90, 0.92, 0.94])
+    assert o.mean == pytest.approx(0.92) and o.ci is not None and o.ci[0] < 0.92 < o.ci[1]
+    assert outcome([float("nan")] * 3).text() == "not reached (0 of 3)"
+    assert outcome([1.0, float("nan"), 3.0]).text().endswith("not reached in 1 of 3")
+    nan = float("nan")
+    rows = pd.DataFrame([
+        {"stage": "level2", "point_id": f"{opt}{rep}", "status": "ok", "metric": metric, "value": value,
+         "train.optimizer": opt, "repeat": rep}
+        for rep in range(3) for opt, acc, tta in (("adam", 0.9 + rep / 100, 1.0 + rep), ("sgd", 0.5, nan))
+        for metric, value in (("test_accuracy", acc), ("time_to_target_s", tta))])
+    [table] = repetition_outcomes(rows, ("test_accuracy", "train_loss", "time_to_target_s"))
+    assert isinstance(table, Table) and table.columns == ["configuration", "repetitions", "test_accuracy",
+                                                          "time_to_target_s"]
+    by = {r[0]: r for r in table.rows}
+    assert by["train.optimizer=adam"][1] == "3" and by["train.optimizer=adam"][2].startswith("0.91 [")
+    assert by["train.optimizer=sgd"][3] == "not reached (0 of 3)"
+    assert repetition_outcomes(rows[rows["repeat"] == 0], ("test_accuracy",)) == []  # one repetition: no table

@@ -174,11 +174,35 @@ def level2(data: RunData) -> Section:
         caption = ("Time to target accuracy (median [95% CI])" if has_ci else
                    "Time to target accuracy (one training run per point: a single value, no CI)")
         blocks.append(Table(cols, body, caption))
+    blocks += repetition_outcomes(rows, ("test_accuracy", "train_loss", "test_loss", "time_to_target_s"))
     acc = [n for n in metric_names(rows) if n.startswith("acceptance:")]
     if acc:
         blocks += verdict_table(data, "level2", rows, acc, varying_axes(rows), "Acceptance thresholds of the recipe")
     blocks += upper_bounds(rows, [("samples_per_s", "")])
     return _finish(data, "level2", blocks)
+
+
+def repetition_outcomes(rows: pd.DataFrame, metrics: Sequence[str]) -> list[Block]:
+    """Per configuration, each outcome over its repetitions (axis ``repeat``): mean [95% t-CI], and
+    "not reached" said as such (d5pipe.results.repetitions.outcome). Nothing without repetitions."""
+    from d5pipe.plan.point_config import REPEAT_AXIS
+    from d5pipe.results.repetitions import outcome
+
+    ok = rows[(rows["status"] == "ok") & rows["metric"].isin(list(metrics))]
+    if ok.empty or REPEAT_AXIS not in ok.columns or ok[REPEAT_AXIS].nunique() < 2:
+        return []
+    axes = [a for a in varying_axes(rows) if a != REPEAT_AXIS]
+    present = [m for m in metrics if m in set(ok["metric"])]
+    keys = [ok[a].map(fmt_plain) for a in axes] if axes else [pd.Series("", index=ok.index)]
+    body = []
+    for key, group in ok.groupby(keys, sort=False):
+        label = ", ".join(f"{a}={v}" for a, v in zip(axes, key if isinstance(key, tuple) else (key,))) or "-"
+        n = group["point_id"].nunique()
+        cells = [outcome(list(group.loc[group["metric"] == m, "value"])).text() for m in present]
+        body.append([label, str(n), *cells])
+    return [Table(["configuration", "repetitions", *present], body,
+                  "Outcomes over the repetitions of each configuration: mean [95% t-interval]; a repetition "
+                  "that never reached a value (time to target) is counted, not averaged", wrap={0})]
 
 
 def _base_case(rows: pd.DataFrame, metric: str, x: str, groups: list[str]) -> Text | None:
