@@ -38,7 +38,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, subpr
     work = tmp_path_factory.mktemp("byo")
     shutil.copytree(EXAMPLE, work / "byo", ignore=shutil.ignore_patterns("__pycache__"))
     run = work / "run"
-    r = _cli("run", "byo", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(run), cwd=work,
+    r = _cli("run", "byo", "repetitions=1", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(run), cwd=work,
              pythonpath="byo")  # relative, as in the docs: d5pipe makes it absolute for the jobs
     return work, run, r
 
@@ -95,11 +95,11 @@ def test_editing_one_module_reruns_exactly_its_points(example: tuple[Path, Path,
     records = {p: p.stat().st_mtime_ns for p in (run / "points").rglob("*.json")}
     optim = work / "byo" / "mypkg" / "optim.py"
     optim.write_text(optim.read_text() + "\n# edited: a new version of the optimizer's source\n")
-    plan = _cli("plan", "byo", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(run), cwd=work,
+    plan = _cli("plan", "byo", "repetitions=1", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(run), cwd=work,
                 pythonpath="byo")
     assert plan.returncode == 0, plan.stderr
     assert "2 points stale: source of mypkg.optim changed (mypkg/optim.py)" in plan.stdout
-    again = _cli("run", "byo", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(run), cwd=work,
+    again = _cli("run", "byo", "repetitions=1", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(run), cwd=work,
                  pythonpath="byo")
     assert again.returncode == 0, again.stdout[-3000:]
     after = {p: p.stat().st_mtime_ns for p in (run / "points").rglob("*.json")}
@@ -113,7 +113,7 @@ def test_editing_one_module_reruns_exactly_its_points(example: tuple[Path, Path,
 def test_reproduce_uses_the_bundled_code_once_allowed(example: tuple[Path, Path, Any]) -> None:
     work, _run, _r = example
     small = work / "small"
-    r = _cli("run", "byo", "stages=[level0]", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(small),
+    r = _cli("run", "byo", "repetitions=1", "stages=[level0]", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", str(small),
              cwd=work, pythonpath="byo")
     assert r.returncode == 0, r.stdout[-2000:]
     refused = _cli("reproduce", str(small), "--out", str(work / "again0"), cwd=work, pythonpath=None)

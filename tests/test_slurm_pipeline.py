@@ -283,7 +283,7 @@ SHIPPED = ("executor.resources.default.runtime_min=10", "executor.resources.defa
 def shipped_quickstart(cluster: SlurmCluster, run_dir: Path) -> Finished:
     """The quickstart on a cluster without accounting, with profiles/slurm as shipped."""
     argv = [sys.executable, "-m", "d5pipe.cli.main", "run", "quickstart", "--out", str(run_dir),
-            "--executor", "slurm", *SHIPPED]
+            "--executor", "slurm", *SHIPPED, "repetitions=1"]
     run = _start(cluster, argv, run_dir, run_dir.with_suffix(".log"))
     rc, out = run.finish(900)
     return Finished(run_dir, rc, out, run.env)

@@ -30,7 +30,7 @@ def test_code_back_and_forth_gives_the_verdict_of_the_current_code(tmp_path: Pat
     shutil.copytree(ROOT / "examples" / "byo", tmp_path / "byo")
     ops = tmp_path / "byo" / "mypkg" / "ops.py"
     assert GOOD in ops.read_text()
-    run = ["run", "byo", "stages=[level0]", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", "run"]
+    run = ["run", "byo", "stages=[level0]", "repetitions=1", "--config-dir", "byo/conf", "--allow", "mypkg", "--out", "run"]
     assert _cli(tmp_path, *run).returncode == 0
     ops.write_text(ops.read_text().replace(GOOD, WRONG))
     assert _cli(tmp_path, *run).returncode == 3  # the user operator's output is wrong: its check fails
