@@ -42,7 +42,7 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def _experiment(tmp_path: Path, operators: dict[str, Any], name: str = "plug") -> Path:
     conf = tmp_path / "conf"
     (conf / "experiment").mkdir(parents=True, exist_ok=True)
-    body = {"name": name, "seed": 1, "stages": ["level0"], "operators": {"op": "mine", "size": 16, **operators}}
+    body = {"name": name, "seed": 1, "repetitions": 1, "stages": ["level0"], "operators": {"op": "mine", "size": 16, **operators}}
     (conf / "experiment" / f"{name}.yaml").write_text("# @package _global_\n" + yaml.safe_dump(body))
     return conf
 
@@ -147,6 +147,7 @@ def _config(tmp_path: Path) -> dict[str, Any]:
     (conf / "experiment" / "code.yaml").write_text(textwrap.dedent("""
         # @package _global_
         name: code
+        repetitions: 1
         stages: [level0]
         operators:
           size: 16
