@@ -4,6 +4,7 @@ and only points that differ in exactly the compared factor are paired."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -136,3 +137,29 @@ def test_a_variant_verified_against_its_own_reference_is_still_compared() -> Non
                                           "train.reference_optimizer": ["", "", "lion_ref"]}]}})
     assert sorted(out["variant"]) == ["adam", "my_lion"] and set(out["baseline"]) == {"sgd"}
     assert out.set_index("variant").loc["my_lion", "verdict"] == "faster"
+
+
+@pytest.mark.slow
+def test_verify_and_compare_in_one_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real run: my_sgd is checked against its reference (optimizer_check passes) and, in the same
+    run, the side-by-side pairs it and adam with sgd across their three repetitions."""
+    from tests.conftest import ROOT, TEST_CONF, d5pipe
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "plugin_fixtures"))
+    monkeypatch.delenv("D5PIPE_ALLOW", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    run = tmp_path / "run"
+    r = d5pipe("run", "verify_compare", "--config-dir", str(TEST_CONF), "--allow", "byo_wrong", "--out", str(run))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    df = pd.read_parquet(run / "results.parquet")
+    checks = df[df["metric"] == "optimizer_check"]
+    assert set(checks["train.optimizer"]) == {"my_sgd"} and set(checks["text"]) == {"pass"} and len(checks) == 3
+    from d5pipe.results.comparisons import record_samples
+    from d5pipe.rundir.layout import RunDir
+
+    out = comparisons(df, record_samples(run), RunDir(run).config)
+    assert sorted(out["variant"]) == ["adam", "my_sgd"] and set(out["baseline"]) == {"sgd"}
+    assert (out["n_baseline"] == 3).all() and (out["n_variant"] == 3).all()
+    assert set(out["verdict"]) <= {"faster", "slower", "no significant difference"}
+    html = (run / "report.html").read_text(encoding="utf-8")
+    assert "my_sgd vs sgd" in html and "No fair pair" not in html
