@@ -10,12 +10,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run test test-fast install install-test system-deps horovod bench lint clean
 
-# Python environment: torch (CPU wheel, pinned) first, then d5pipe and its dependencies.
+# Python environment: torch (CPU wheel, pinned) first, then d5pipe, its dependencies and the level-1
+# runtimes (the `frameworks` extra: ONNX Runtime, OpenVINO).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e .
+	$(PIP) install -q -e '.[frameworks]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -18,6 +18,7 @@ optimizer           ``train.optimizer``       ``train.custom_optimizers``   ``pa
 reference_optimizer ``train.reference_optimizer`` ``train.custom_optimizers`` ``params``
 scheduler           ``train.schedule``        ``train.custom_schedulers``   ``optimizer``
 strategy            ``distributed.strategy``  ``distributed.custom_strategies`` (nothing)
+runtime             ``level1.runtime``        ``level1.custom_runtimes``    (nothing)
 ==================  ========================  ============================  =========================
 
 Extra metrics (``train.metrics``) are a list of built-in names or targets.
@@ -32,6 +33,7 @@ from typing import Any
 from d5pipe import D5PipeError
 from d5pipe.config.plugins import TARGET_KEY, check_registry, check_selector, check_target, target_path
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
+from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level2.schema import OPTIMIZERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
 from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES
@@ -58,11 +60,12 @@ SLOTS: dict[str, Slot] = {
     "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, optional=True),
     "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES),
     "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
+    "runtime": Slot("level1", "runtime", "custom_runtimes", RUNTIMES),
 }
 
 DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
                             "optimizer": "adam", "reference_optimizer": "", "scheduler": "constant",
-                            "strategy": "allreduce"}
+                            "strategy": "allreduce", "runtime": "torch"}
 """The schema defaults of the selectors (a hand-made section may leave them out)."""
 
 BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
@@ -82,7 +85,7 @@ _STRATEGY_CLASSES: dict[str, str] = {
 
 STAGE_SLOTS: dict[str, tuple[str, ...]] = {
     "level0": ("operator",),
-    "level1": ("model", "model_reference", "dataset"),
+    "level1": ("model", "model_reference", "dataset", "runtime"),
     "level2": ("model", "dataset", "optimizer", "reference_optimizer", "scheduler"),
     "level3": ("model", "dataset", "optimizer", "strategy"),
 }
@@ -199,6 +202,9 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
         return {TARGET_KEY: "d5pipe.levels.optim.constant"}
     if slot_name == "strategy":
         return {TARGET_KEY: f"d5pipe.levels.level3.strategies.{_STRATEGY_CLASSES[name]}"}
+    if slot_name == "runtime":
+        factory = {"torch": "torch_runtime", "onnxruntime": "onnxruntime_runtime", "openvino": "openvino_runtime"}
+        return {TARGET_KEY: f"d5pipe.levels.level1.runtimes.{factory[name]}"}
     raise KeyError(slot_name)
 
 

@@ -5,7 +5,8 @@ factor -- every other sweep axis of the stage has the same value (missing equals
 level, the factor, its baseline and the time metrics compared (:data:`FACTORS`):
 
 * L0 ``operators.impl`` against ``eager``, on ``time``;
-* L1 ``level1.impl`` against ``eager``, on ``inference_latency`` and ``fwd_bwd_time``;
+* L1 ``level1.impl`` against ``eager``, on ``inference_latency`` and ``fwd_bwd_time``; and
+  ``level1.runtime`` against ``torch`` (PyTorch eager), on ``inference_latency``;
 * L2 ``train.optimizer`` against the first value of its sweep (``sgd`` when that is unknown),
   on ``step_time``;
 * L3 ``distributed.backend`` against ``ddp``, on ``time_per_step_s`` and ``collective_time_s``.
@@ -89,6 +90,7 @@ class Factor:
 FACTORS: tuple[Factor, ...] = (
     Factor("level0", "operators.impl", "eager", ("time",), "implementations"),
     Factor("level1", "level1.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
+    Factor("level1", "level1.runtime", "torch", ("inference_latency",), "runtimes"),
     Factor("level2", "train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),
     Factor("level3", "distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends",
            quality="final_loss"),

@@ -30,6 +30,7 @@ take the dataset's input shape.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -81,8 +82,19 @@ def _probe(fn: Callable[[], object], what: str) -> None:
         raise
 
 
+def network_seed(config: dict[str, Any]) -> int:
+    """The seed of a point's network weights: from the root seed, the ``model`` section and the
+    dataset only, so the variants of one point (``level1.impl``, ``level1.runtime``, batch size,
+    repetitions) run the *same* weights -- a fair comparison differs in the compared factor alone."""
+    from d5pipe.plan.canonical import canonical_json
+    from d5pipe.plan.seeds import derive_seed
+
+    identity = canonical_json({"model": config.get("model") or {}, "dataset": config.get("dataset") or {}})
+    return derive_seed(int(config.get("seed", 0) or 0), "level1-network:" + identity)
+
+
 def _build(ctx: PointContext, data: Dataset, name: str | None = None) -> nn.Module:
-    seed_everything(ctx.seed)
+    seed_everything(network_seed(ctx.config))
     try:
         return build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes, name)
     except UnsupportedInput as exc:
@@ -120,6 +132,29 @@ def _prepare_model(
     return model, x, y, check
 
 
+def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
+                   device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any]]:
+    """The network on ``level1.runtime`` (d5pipe.levels.level1.runtimes): a callable batch -> outputs
+    and what to record (name, version, settings, threads asked and used, the ONNX file)."""
+    from d5pipe.levels.plugins import build
+    from d5pipe.levels.targets import target_of
+
+    if device.type != "cpu":
+        raise PointSkipped(f"level1.runtime={ctx.config['level1'].get('runtime')}: CPU only in this version")
+    key, target = target_of(ctx.config.get("level1") or {}, "runtime")
+    runtime = build(target, key)
+    threads = torch.get_num_threads()
+    model.eval()
+    prepared = runtime.prepare(model, x, threads, ctx.run_dir / "onnx")
+    info = {"name": str(getattr(runtime, "name", key)), "version": str(runtime.version()),
+            "settings": prepared.settings, "threads_requested": threads, "threads": prepared.threads,
+            **({"onnx": {"path": os.path.relpath(prepared.onnx["path"], ctx.run_dir),
+                         "sha256": prepared.onnx["sha256"]}} if prepared.onnx else {})}
+    if prepared.threads is None:
+        info["warning"] = "the runtime does not report its intra-op threads: not pinned as far as d5pipe can tell"
+    return prepared.run, info
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure inference and forward+backward of one model configuration."""
     cfg = ctx.config
@@ -131,6 +166,11 @@ def run_point(ctx: PointContext) -> PointOutcome:
     runner: nn.Module | Callable[..., torch.Tensor] = model
     if conf.impl == "compile":
         runner = torch.compile(model, mode=conf.compile_mode)
+    on_torch = conf.runtime == "torch"
+    runtime_info: dict[str, Any] = {"name": "torch", "version": str(torch.__version__),
+                                    "threads": torch.get_num_threads()}
+    if not on_torch:
+        runner, runtime_info = _other_runtime(ctx, model, x, device)
     loss_fn = nn.CrossEntropyLoss()
 
     def infer() -> None:
@@ -151,11 +191,15 @@ def run_point(ctx: PointContext) -> PointOutcome:
         loss_fn(model(x).float(), y).backward()
 
     extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
-                             "flops": FLOPS_NOTE}
+                             "flops": FLOPS_NOTE, "runtime": runtime_info}
     metrics: list[Metric] = []
     samples: dict[str, list[float]] = {}
     work = float(conf.batch_size)
-    for mode, fn, set_mode in (("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)):
+    modes = [("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)]
+    if not on_torch:
+        modes = modes[:1]
+        extra["not_measured"] = {"fwd_bwd": f"level1.runtime={conf.runtime} runs inference only"}
+    for mode, fn, set_mode in modes:
         set_mode()
         synchronize(device)
         t0 = time.perf_counter()
@@ -179,7 +223,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
         extra[f"timer_{mode}"] = m.info()
         extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
-        if conf.measure_memory:
+        if conf.measure_memory and on_torch:  # the torch allocator sees only PyTorch's own memory
             peak = peak_memory(fn, str(device))
             metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))
             extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from d5pipe.config.fields import at_least, choice, positive
 from d5pipe.levels.schema import DTYPES
 
 IMPLS: tuple[str, ...] = ("eager", "compile")
+RUNTIMES: tuple[str, ...] = ("torch", "onnxruntime", "openvino")
+"""Built-in runtimes of ``level1.runtime`` (d5pipe.levels.level1.runtimes)."""
 LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last")
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -22,6 +24,12 @@ class Level1Conf:
     """``eager`` or ``compile`` (torch.compile)."""
     compile_mode: str = choice("default", COMPILE_MODES)
     """``mode`` passed to torch.compile when ``impl: compile``."""
+    runtime: str = "torch"
+    """What executes the network: ``torch`` (PyTorch, ``impl`` eager or compile), ``onnxruntime``
+    or ``openvino`` (the network exported once to ONNX), or a key of ``custom_runtimes``."""
+    custom_runtimes: dict[str, Any] = field(default_factory=dict)
+    """User runtimes: name -> target (``_target_`` under the runner's allow-list) returning a
+    d5pipe.levels.level1.runtimes.Runtime."""
     device: str = "cpu"
     layout: str = choice("contiguous", LAYOUTS)
     """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""

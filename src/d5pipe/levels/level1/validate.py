@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from d5pipe import D5PipeError
 from d5pipe.levels.checks import check_device, section
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
@@ -17,7 +18,12 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_slots(cfg, "level1")
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
-    check_device(section(cfg, "level1").get("device", "cpu"), "level1.device")
+    level1 = section(cfg, "level1")
+    check_device(level1.get("device", "cpu"), "level1.device")
+    runtime = str(level1.get("runtime", "torch") or "torch")
+    if runtime != "torch" and str(level1.get("impl", "eager")) != "eager":
+        raise D5PipeError(f"config error: key 'level1.impl': {level1.get('impl')!r} applies to level1.runtime=torch "
+                          f"only (got runtime {runtime!r}; use impl eager)")
     check_timer(dict(section(cfg, "timer")))
 
 

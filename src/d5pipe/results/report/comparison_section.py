@@ -79,10 +79,14 @@ def _why_none(data: RunData, factor: Factor) -> str:
 
 def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section | None]:
     """(notes for the level section, the side-by-side subsection or None) of ``stage``."""
-    factor = next((f for f in FACTORS if f.stage == stage), None)
-    if factor is None:
+    factors = [f for f in FACTORS if f.stage == stage]
+    if not factors:
         return [], None
+    swept = [f for f in factors if f.column in data.results.columns
+             and data.results.loc[data.results["stage"] == stage, f.column].nunique() > 1]
+    factor = (swept or factors)[0]  # the level's compared factor that this run sweeps
     pairs = comparisons(data.results, data.samples, data.config, stage=stage)
+    pairs = pairs[pairs["factor"] == factor.column] if not pairs.empty else pairs
     operators = data.config.get("operators")
     has_custom = isinstance(operators, dict) and bool(operators.get("custom"))
     extra = NOT_EXPRESSIBLE.get(stage) if has_custom else None
