@@ -1,0 +1,82 @@
+"""d5pipe's timing of a level-1 runtime against a bare loop over the same session and input.
+
+For each runtime (PyTorch eager, ONNX Runtime, OpenVINO; d5pipe.levels.level1.runtimes) one small
+CNN-sized MLP is prepared once, as a level-1 point prepares it, and then, interleaved over rounds:
+``d5pipe.measure.timer.measure`` of one batch's inference, and a bare ``time.perf_counter`` loop
+over the same callable and the same input for the same number of calls. Prints each runtime's
+median per-call latency both ways and the ratio d5pipe / bare (median of the per-round ratios with
+its 95% CI). Deep500 calls its own overhead negligible; the target here is a ratio within 2%.
+
+Usage: python benchmarks/bench_runtime_overhead.py [--rounds 15] [--batch 32] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from d5pipe.levels.level1.runtimes import onnxruntime_runtime, openvino_runtime, torch_runtime
+from d5pipe.measure.stats import median_ci
+from d5pipe.measure.timer import measure
+
+TIMER = {"warmup_s": 0.05, "min_block_s": 0.01, "budget_s": 0.5, "target_ci_pct": 1.0}
+
+
+def _bare(fn: Callable[[], object], calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                          nn.Linear(512, 10)).eval()
+    x = torch.randn(args.batch, 3, 32, 32)
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for factory in (torch_runtime, onnxruntime_runtime, openvino_runtime):
+            runtime = factory()
+            prepared = runtime.prepare(model, x, args.threads, Path(tmp))
+
+            def call(run: Callable[[torch.Tensor], torch.Tensor] = prepared.run) -> None:
+                with torch.inference_mode():
+                    run(x)
+
+            ratios, d5, bare = [], [], []
+            calls = max(1, int(0.3 / max(measure(call, TIMER, "cpu").median, 1e-9)))  # bare loops of ~0.3 s
+            for r in range(args.rounds):
+                if r % 2:  # alternate which goes first, so drift does not favour one side
+                    b = _bare(call, calls)
+                    m = measure(call, TIMER, "cpu")
+                else:
+                    m = measure(call, TIMER, "cpu")
+                    b = _bare(call, calls)
+                d5.append(m.median)
+                bare.append(b)
+                ratios.append(m.median / b)
+            ci = median_ci(ratios, 0.95)
+            ratio = statistics.median(ratios)
+            worst = max(worst, abs(ratio - 1.0))
+            print(f"{runtime.name:12s} d5pipe {statistics.median(d5) * 1e6:9.1f} us  bare {statistics.median(bare) * 1e6:9.1f} us"
+                  f"  ratio {ratio:.4f} [{ci.low:.4f}, {ci.high:.4f}] over {args.rounds} rounds")
+    print(f"largest |ratio - 1|: {worst:.2%} ({'PASS' if worst <= 0.02 else 'FAIL'}: target 2%)")
+    return 0 if worst <= 0.02 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
