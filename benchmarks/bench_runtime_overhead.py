@@ -3,7 +3,7 @@
 For each runtime (PyTorch eager, ONNX Runtime, OpenVINO; d5pipe.levels.level1.runtimes) one small
 CNN-sized MLP is prepared once, as a level-1 point prepares it, and then, interleaved over rounds:
 ``d5pipe.measure.timer.measure`` of one batch's inference, and a bare ``time.perf_counter`` loop
-over the same callable and the same input for the same number of calls. Prints each runtime's
+over the same callable and the same input (each call timed, the median taken). Prints each runtime's
 median per-call latency both ways and the ratio d5pipe / bare (median of the per-round ratios with
 its 95% CI). Deep500 calls its own overhead negligible; the target here is a ratio within 2%.
 
@@ -30,10 +30,14 @@ TIMER = {"warmup_s": 0.05, "min_block_s": 0.01, "budget_s": 0.5, "target_ci_pct"
 
 
 def _bare(fn: Callable[[], object], calls: int) -> float:
-    t0 = time.perf_counter()
+    """Median of ``calls`` individually timed calls (a median, like d5pipe's: a mean would count the
+    runtime's occasional slow call, which a median does not, and call that d5pipe's overhead)."""
+    times = []
     for _ in range(calls):
+        t0 = time.perf_counter()
         fn()
-    return (time.perf_counter() - t0) / calls
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main() -> int:
