@@ -145,6 +145,21 @@ def _code_of(targets_fn: Any, cfg: dict[str, Any], cache: Any) -> dict[str, str]
     return code
 
 
+def _file_identity(stage: str, cfg: dict[str, Any]) -> dict[str, str]:
+    """``{"file:<path>": sha256}`` of a file a point reads as its network (``level1.onnx_file``): its
+    content, not only its path, is part of the point's identity."""
+    import hashlib
+
+    path = (cfg.get("level1") or {}).get("onnx_file") if stage == "level1" else None
+    if not path:
+        return {}
+    h = hashlib.sha256()
+    with open(str(path), "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return {f"file:{path}": h.hexdigest()}
+
+
 def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:
     where = ", ".join(f"{k}={v!r}" for k, v in params.items())
     return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))
@@ -229,21 +244,21 @@ def build_plan(config: dict[str, Any]) -> Plan:
         costs: list[float] = []
         mods: list[tuple[str, ...]] = []
         dcache: dict[str, str] = {}
-        configs: list[tuple[dict[str, Any], dict[str, str]]] = []
+        configs: list[tuple[dict[str, Any], dict[str, str], dict[str, str]]] = []
         for values in sub_points:
             params = dict(zip(sub_axes, values))
             cfg = point_config(base, {k: normalise(v) for k, v in params.items()})
             try:
                 check_point(cfg)
-                configs.append((cfg, _code_of(targets_fn, cfg, code_cache)))
+                configs.append((cfg, _code_of(targets_fn, cfg, code_cache), _file_identity(stage, cfg)))
             except D5PipeError as exc:
                 raise _point_error(stage, params, exc) from None
         # repetition-major: every point once, then every point again (in other shards, so other
         # processes, later in time)
         for rep in range(reps):
-            for values, (cfg, code) in zip(sub_points, configs):
+            for values, (cfg, code, files) in zip(sub_points, configs):
                 params = dict(zip(sub_axes, values))
-                pid = point_id(stage, repetition_config(cfg, rep), params, normalised=True, code=code)
+                pid = point_id(stage, repetition_config(cfg, rep), params, normalised=True, code={**code, **files})
                 mods.append(tuple(sorted(code)))
                 ids.append(pid)
                 costs.append(point_cost_s(stage, cfg))

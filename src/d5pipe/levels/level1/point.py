@@ -161,6 +161,11 @@ def run_point(ctx: PointContext) -> PointOutcome:
     conf = resolve_level1(cfg.get("level1") or {})
     device = check_device(conf.device, "level1.device")
     timer_cfg = cfg.get("timer") or {}
+    if conf.onnx_file:
+        from d5pipe.levels.level1.onnx_file import run_onnx_point
+
+        outcome: PointOutcome = run_onnx_point(ctx, conf, timer_cfg)
+        return outcome
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     model, x, y, check = _prepare_model(ctx, conf, data, device)
     runner: nn.Module | Callable[..., torch.Tensor] = model

@@ -127,9 +127,12 @@ class OnnxRuntime:
         return str(onnxruntime.__version__)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
+        return self.prepare_file(export_onnx(model, example, onnx_dir), threads)
+
+    def prepare_file(self, onnx: dict[str, str], threads: int) -> Prepared:
+        """An ONNX file (``{"path", "sha256"}``): a user's own, or this module's export."""
         import onnxruntime as ort
 
-        onnx = export_onnx(model, example, onnx_dir)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -156,9 +159,12 @@ class OpenVino:
         return str(openvino.__version__)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
+        return self.prepare_file(export_onnx(model, example, onnx_dir), threads)
+
+    def prepare_file(self, onnx: dict[str, str], threads: int) -> Prepared:
+        """An ONNX file (``{"path", "sha256"}``): a user's own, or this module's export."""
         import openvino as ov
 
-        onnx = export_onnx(model, example, onnx_dir)
         config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32",
                   "PERFORMANCE_HINT": "LATENCY"}
         compiled = ov.Core().compile_model(onnx["path"], "CPU", config)
@@ -171,6 +177,11 @@ class OpenVino:
         used = int(compiled.get_property("INFERENCE_NUM_THREADS"))
         settings = {"device": "CPU", **config, "precision_used": str(compiled.get_property("INFERENCE_PRECISION_HINT"))}
         return Prepared(run=run, settings=settings, threads=used, onnx=onnx)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file (a user's ``.onnx``: part of its points' identity)."""
+    return _sha256(Path(path))
 
 
 def _needs(module: str, runtime: str) -> None:

@@ -27,6 +27,10 @@ class Level1Conf:
     runtime: str = "torch"
     """What executes the network: ``torch`` (PyTorch, ``impl`` eager or compile), ``onnxruntime``
     or ``openvino`` (the network exported once to ONNX), or a key of ``custom_runtimes``."""
+    onnx_file: str = ""
+    """A network the user brings as an ``.onnx`` file (absolute path), run on an ONNX runtime and
+    checked against the ONNX reference evaluator in float64; its sha256 is part of the point's
+    identity. Empty: the network is ``model``."""
     custom_runtimes: dict[str, Any] = field(default_factory=dict)
     """User runtimes: name -> target (``_target_`` under the runner's allow-list) returning a
     d5pipe.levels.level1.runtimes.Runtime."""

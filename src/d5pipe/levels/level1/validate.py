@@ -20,11 +20,29 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_dataset(section(cfg, "dataset"))
     level1 = section(cfg, "level1")
     check_device(level1.get("device", "cpu"), "level1.device")
+    check_onnx_file(level1.get("onnx_file"))
     runtime = str(level1.get("runtime", "torch") or "torch")
+    if level1.get("onnx_file") and runtime in ("torch",):
+        raise D5PipeError("config error: key 'level1.runtime': a network given as level1.onnx_file runs on an "
+                          "ONNX runtime (onnxruntime, openvino), not on 'torch'")
     if runtime != "torch" and str(level1.get("impl", "eager")) != "eager":
         raise D5PipeError(f"config error: key 'level1.impl': {level1.get('impl')!r} applies to level1.runtime=torch "
                           f"only (got runtime {runtime!r}; use impl eager)")
     check_timer(dict(section(cfg, "timer")))
+
+
+def check_onnx_file(value: Any) -> None:
+    """``level1.onnx_file``: empty, or an absolute path to an existing ``.onnx`` file (one line otherwise)."""
+    from pathlib import Path
+
+    if value in (None, ""):
+        return
+    path = Path(str(value))
+    if not path.is_absolute():
+        raise D5PipeError(f"config error: key 'level1.onnx_file': {value!r} must be an absolute path "
+                          "(the shard jobs run in the run directory)")
+    if path.suffix != ".onnx" or not path.is_file():
+        raise D5PipeError(f"config error: key 'level1.onnx_file': {value!r} is not an existing .onnx file")
 
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
