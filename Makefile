@@ -42,7 +42,7 @@ horovod: $(STAMP)
 run: install
 	$(VENV)/bin/d5pipe run quickstart
 
-# Three pytest processes side by side (scripts/run_tests.sh): the SLURM tests, the long modules, the rest.
+# Four pytest processes side by side (scripts/run_tests.sh): the SLURM tests, two sets of long modules, the rest.
 test: install-test lint
 	PYTEST=$(VENV)/bin/pytest bash scripts/run_tests.sh
 

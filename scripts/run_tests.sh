@@ -1,35 +1,43 @@
 #!/usr/bin/env bash
-# The whole suite as `make test` runs it: three pytest processes side by side. The tests spend much
+# The whole suite as `make test` runs it: four pytest processes side by side. The tests spend much
 # of their time waiting (on SLURM's polling, on launched ranks, on timeouts they provoke), so one
-# process leaves a 2-core machine half idle.
+# process leaves a 2-core machine half idle (three lanes still used about half of its CPU time).
 #   1. the SLURM tests (-m slurm), serially: the one-node and the three-node test clusters share
 #      /etc/slurm and may not overlap;
 #   2. the long failure-injection, bring-your-own-code and strategy modules (HEAVY below);
-#   3. everything else.
+#   3. the long end-to-end CLI runs of reproduce, runtimes, stale verdicts, comparisons (HEAVY2 below);
+#   4. everything else.
 # Each has its own --basetemp. Lane 3 prints as it goes, the others' logs follow it; the exit code
 # is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
 HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py)
+HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
+        tests/test_level2_sanity.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 ignore=()
-for f in "${HEAVY[@]}"; do ignore+=("--ignore=$f"); done
+for f in "${HEAVY[@]}" "${HEAVY2[@]}"; do ignore+=("--ignore=$f"); done
 
 "$PYTEST" -q -m slurm -p no:cacheprovider --basetemp="$work/slurm" "$@" >"$work/slurm.log" 2>&1 &
 pids+=($!)
 "$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/heavy" "$@" "${HEAVY[@]}" >"$work/heavy.log" 2>&1 &
 pids+=($!)
-echo "== tests (the SLURM tests and ${HEAVY[*]} run alongside; their logs follow)"
+"$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/heavy2" "$@" "${HEAVY2[@]}" >"$work/heavy2.log" 2>&1 &
+pids+=($!)
+echo "== tests (the SLURM tests, ${HEAVY[*]} and ${HEAVY2[*]} run alongside; their logs follow)"
 "$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/rest" "$@" "${ignore[@]}"
 rc_rest=$?
 wait "${pids[0]}"; rc_slurm=$?
 wait "${pids[1]}"; rc_heavy=$?
+wait "${pids[2]}"; rc_heavy2=$?
 echo "== ${HEAVY[*]}"
 cat "$work/heavy.log"
+echo "== ${HEAVY2[*]}"
+cat "$work/heavy2.log"
 echo "== SLURM tests"
 cat "$work/slurm.log"
-echo "== exit: rest $rc_rest, heavy modules $rc_heavy, SLURM tests $rc_slurm"
-[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_slurm" -eq 0 ]
+echo "== exit: rest $rc_rest, heavy modules $rc_heavy, end-to-end modules $rc_heavy2, SLURM tests $rc_slurm"
+[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_heavy2" -eq 0 ] && [ "$rc_slurm" -eq 0 ]
