@@ -37,7 +37,7 @@ from d5pipe.results.metric_compare import (
     compare_metric,
     higher_is_worse,
 )
-from d5pipe.results.repetitions import family_alpha, ratio_test
+from d5pipe.results.repetitions import family_alpha, geometric_mean, ratio_test
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
 
@@ -235,14 +235,14 @@ def compare_timing(name: str, unit: str, ref: list[float], new: list[float], alp
         same = unreached == (len(ref), len(new))
         return Comparison(
             metric=name, kind="timing", verdict="reproduced" if same else "not_compared",
-            reference=_geo(ref), candidate=_geo(new), unit=unit,
+            reference=geometric_mean(ref), candidate=geometric_mean(new), unit=unit,
             detail=(f"not reached in {unreached[0]} of {len(ref)} repetitions of A and {unreached[1]} of "
                     f"{len(new)} of B" + ("" if same else "; not compared")),
             extra={"n_ref": len(ref), "n_new": len(new), "not_reached_ref": unreached[0],
                    "not_reached_new": unreached[1]})
     t = ratio_test(ref, new, alpha)
-    gm_ref = _geo(ref)
-    gm_new = _geo(new)
+    gm_ref = geometric_mean(ref)
+    gm_new = geometric_mean(new)
     if t.reason:
         return Comparison(metric=name, kind="timing", verdict="not_compared", reference=gm_ref, candidate=gm_new,
                           unit=unit, rel_change=None if t.ratio is None else t.ratio - 1.0,
@@ -259,11 +259,6 @@ def compare_timing(name: str, unit: str, ref: list[float], new: list[float], alp
                       p_value=t.p_value, ci_overlap=None, detail=detail,
                       extra={"n_ref": t.n_ref, "n_new": t.n_new, "ratio_ci": list(t.ci), "test": "welch_log",
                              "alpha": alpha})
-
-
-def _geo(values: list[float]) -> float | None:
-    pos = [v for v in values if v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in pos) / len(pos)) if pos else None
 
 
 def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, str], PointData],

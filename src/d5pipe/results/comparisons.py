@@ -55,7 +55,7 @@ from d5pipe.measure.normality import binom_half_cdf
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.columns import axis_columns
 from d5pipe.results.metric_compare import compare_samples, min_attainable_p
-from d5pipe.results.repetitions import ratio_test
+from d5pipe.results.repetitions import geometric_mean, ratio_test
 
 SampleSource = Callable[[str, str, str], Sequence[float] | None]
 """(stage, point_id, metric) -> that metric's raw samples, or None."""
@@ -323,7 +323,7 @@ def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: s
         verdict = ("faster" if s > 1 else "slower") if test.changed else "no significant difference"
         method = (f"Welch t-test on the logs of {len(bvals)} vs {len(vvals)} repetitions' medians; "
                   f"CI of the speedup at {1 - alpha:.0%}")
-    gm_b, gm_v = _geo(bvals), _geo(vvals)
+    gm_b, gm_v = geometric_mean(bvals) or math.nan, geometric_mean(vvals) or math.nan
     first_b, first_v = b.iloc[0], v.iloc[0]
     return Pair(
         stage=factor.stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
@@ -332,11 +332,6 @@ def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: s
         n_baseline=len(bvals), n_variant=len(vvals), speedup=s, ci_low=lo, ci_high=hi, p_value=p,
         verdict=verdict, method=method, note=reason,
     )
-
-
-def _geo(values: list[float]) -> float:
-    pos = [x for x in values if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in pos) / len(pos)) if pos else math.nan
 
 
 def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,

@@ -51,7 +51,8 @@ def ratio_test(ref: Sequence[float], new: Sequence[float], alpha: float) -> Rati
     """Welch's t-test on log values of the repetitions; CI of the ratio at level ``1 - alpha``."""
     a, b = _clean(ref), _clean(new)
     if len(a) < 2 or len(b) < 2:
-        return RatioTest(len(a), len(b), _gm(b) / _gm(a) if a and b else None, None, None, False,
+        gm_a, gm_b = geometric_mean(a), geometric_mean(b)
+        return RatioTest(len(a), len(b), gm_b / gm_a if gm_a and gm_b else None, None, None, False,
                          reason=f"one process per side ({len(a)} vs {len(b)} repetitions; "
                                 "set repetitions >= 2)" if min(len(a), len(b)) == 1 else "no values")
     la, lb = [math.log(v) for v in a], [math.log(v) for v in b]
@@ -77,8 +78,11 @@ def ratio_test(ref: Sequence[float], new: Sequence[float], alpha: float) -> Rati
     return RatioTest(len(a), len(b), ratio, ci, p, excludes_one and p < alpha)
 
 
-def _gm(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """Geometric mean of the positive, finite ``values`` (None when there are none): the value of a
+    side of a comparison across its repetitions."""
+    got = _clean(values)
+    return math.exp(sum(math.log(v) for v in got) / len(got)) if got else None
 
 
 @dataclass(frozen=True)
