@@ -9,19 +9,71 @@ exit unused. It runs Snakemake's command line with them and exits with Snakemake
 soon as Snakemake returns: ``os._exit``, because Snakemake's job-rate limiter leaves a
 non-daemon one-second timer thread that would otherwise hold the exit.
 
-pandas and numpy are deferred (d5pipe.execute.deferred_import): Snakemake's SLURM plugin imports
-them when Snakemake collects its executor plugins, but in this process only the report job uses
-them, and it imports them in the background while the shards run (d5pipe.execute.jobs.preload_report).
+**A local run never touches SLURM.** Snakemake imports every installed executor plugin when it
+builds its argument parser, and the SLURM plugin runs ``scontrol show config`` while it is
+imported (to word a help text): on a machine with Slurm's client but no reachable controller that
+waits about 9 s (the plugin's own 10 s limit) in every run. This process builds Snakemake's
+executor registry itself, without the SLURM plugins (:data:`SLURM_PLUGINS`), and adds them only
+when its arguments ask for SLURM (:func:`wants_slurm`). Under SLURM the probe runs, bounded by
+the plugin's 10 s timeout.
+
+pandas and numpy are deferred (d5pipe.execute.deferred_import): the SLURM plugin imports them at
+import time, but in this process only the report job uses them, and it imports them in the
+background while the shards run (d5pipe.execute.jobs.preload_report).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import pkgutil
 import sys
+from typing import Any
 
 DEFERRED = ("pandas", "numpy")
 """Imported on first use in this process (see the module docstring)."""
+
+SLURM_PLUGINS = ("snakemake_executor_plugin_slurm", "snakemake_executor_plugin_slurm_jobstep")
+"""Executor plugins this process imports only for a SLURM run."""
+
+
+def wants_slurm(args: list[str]) -> bool:
+    """Whether Snakemake's arguments may select the SLURM executor: ``--executor slurm*``, or a
+    profile (``--profile``/``--workflow-profile``), which may name it (d5pipe's local command line
+    has neither)."""
+    for i, arg in enumerate(args):
+        if arg in ("--profile", "--workflow-profile") or arg.startswith(("--profile=", "--workflow-profile=")):
+            return True
+        value = args[i + 1] if arg in ("--executor", "-e") and i + 1 < len(args) else (
+            arg.split("=", 1)[1] if arg.startswith("--executor=") else "")
+        if value.startswith("slurm"):
+            return True
+    return False
+
+
+def executor_registry(slurm: bool) -> Any:
+    """Snakemake's executor-plugin registry (a process-wide singleton), built here on first call:
+    every installed plugin except :data:`SLURM_PLUGINS`, unless ``slurm``; those are added by a
+    later call with ``slurm=True``. Snakemake's argument parser reads the registry as it is."""
+    from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
+
+    registry = ExecutorPluginRegistry.__new__(ExecutorPluginRegistry)  # the singleton
+    if not hasattr(registry, "plugins"):  # not built yet: build it, so __init__ will not
+        registry.plugins = {}
+        for info in pkgutil.iter_modules():
+            if info.ispkg and info.name.startswith(registry.module_prefix) and info.name not in SLURM_PLUGINS:
+                registry.register_plugin(info.name, importlib.import_module(info.name))
+        from snakemake.executors import dryrun, local, touch
+
+        for name, module in (("local", local), ("dryrun", dryrun), ("touch", touch)):
+            registry.register_plugin(name, module)
+    if slurm:
+        for name in SLURM_PLUGINS:
+            if importlib.util.find_spec(name) is not None:
+                registry.register_plugin(name, importlib.import_module(name))
+    return registry
 
 
 def warm() -> None:
@@ -30,6 +82,7 @@ def warm() -> None:
 
     defer(*DEFERRED)
     try:
+        executor_registry(slurm=False)  # first: importing Snakemake's scheduler builds the registry
         import jsonschema  # noqa: F401  (the Snakefile validates plan/index.json)
         import smart_open  # noqa: F401  (Snakemake's source cache)
         import snakemake.cli
@@ -57,10 +110,11 @@ def main() -> None:
         os._exit(0)
     args = read_args(line)
     sys.argv[1:] = args  # what Snakemake's log records as the command
-    import snakemake.cli
-
     code: int = 1
     try:
+        executor_registry(slurm=wants_slurm(args))
+        import snakemake.cli
+
         snakemake.cli.main(args)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
