@@ -5,6 +5,10 @@ that shape the data (e.g. ``n_samples`` does not change ``digits``); the planner
 distinct dataset config, so ``d5pipe plan`` never imports torch. Materialising and loading the
 data is d5pipe.levels.datasets.
 
+The generated datasets (:data:`LAZY_DATASET_NAMES`, d5pipe.levels.lazy_samples) are keyed by their
+own shaping keys (:data:`LAZY_KEYS`) and the generator's version; the keys of the other names are
+unchanged by them.
+
 A user dataset (``dataset.custom``) is named by its target (arguments included) and the hash of
 its module's source (d5pipe.config.code_hash), so editing the code makes a new dataset file.
 """
@@ -30,13 +34,31 @@ SYNTHETIC_KEYS: tuple[str, ...] = (
     "noise",
     "generator_seed",
 )
+LAZY_KEYS: dict[str, tuple[str, ...]] = {
+    "synthetic_images": ("name", "test_fraction", "n_samples", "n_classes", "image_shape", "noise",
+                         "generator_seed"),
+    "synthetic_tokens": ("name", "test_fraction", "n_samples", "n_classes", "seq_len", "vocab_size",
+                         "generator_seed"),
+}
+"""What shapes a generated dataset (``split_seed`` does not: its split is by index)."""
+LAZY_DATASET_NAMES: tuple[str, ...] = tuple(LAZY_KEYS)
+"""Built-in datasets generated per sample on demand, never materialised."""
+LAZY_GENERATOR_VERSION = 1
+"""Bump when d5pipe.levels.lazy_samples generates other samples for the same config: part of the
+generated datasets' keys (and checksums), so a change of the generator makes new dataset files."""
 SKLEARN_LOADERS: dict[str, str] = {
     "digits": "load_digits",
     "breast_cancer": "load_breast_cancer",
     "wine": "load_wine",
 }
 DATASET_NAMES: tuple[str, ...] = SCHEMA_DATASET_NAMES
-"""Every name has a source: a key of :data:`SKLEARN_LOADERS` or ``synthetic`` (tested)."""
+"""Every name has a source: a key of :data:`SKLEARN_LOADERS`, ``synthetic`` or a generated
+dataset (:data:`LAZY_DATASET_NAMES`) (tested)."""
+
+
+def is_lazy(dataset_cfg: dict[str, Any]) -> bool:
+    """Whether ``dataset_cfg`` names a generated dataset (nothing materialised; LazySamples)."""
+    return str((dataset_cfg or {}).get("name", "digits")) in LAZY_DATASET_NAMES
 
 
 def resolve(dataset_cfg: dict[str, Any]) -> DatasetConf:
@@ -52,6 +74,9 @@ def canonical_config(dataset_cfg: dict[str, Any]) -> dict[str, Any]:
     conf = dataclasses.asdict(resolve(dataset_cfg))
     if conf["name"] not in DATASET_NAMES:
         return _custom_canonical(conf)
+    if conf["name"] in LAZY_KEYS:
+        lazy = {k: conf[k] for k in LAZY_KEYS[conf["name"]]}
+        return {**lazy, "format_version": DATASET_FORMAT_VERSION, "generator_version": LAZY_GENERATOR_VERSION}
     keys = COMMON_KEYS + (SYNTHETIC_KEYS if conf["name"] == "synthetic" else ())
     out = {k: conf[k] for k in keys}
     out["format_version"] = DATASET_FORMAT_VERSION

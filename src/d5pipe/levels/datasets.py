@@ -1,4 +1,5 @@
-"""Datasets for levels 1-3: materialised once per distinct config as a ``.npz``, loaded as tensors.
+"""Datasets for levels 1-3: materialised once per distinct config as a ``.npz``, loaded as tensors
+-- or, for the generated datasets, described by a small metadata file and generated on demand.
 
 * :func:`dataset_key` names a dataset config: ``<name>-<16 hex>`` from the canonical JSON of the
   keys that shape the data (e.g. ``n_samples`` does not change ``digits``).
@@ -7,6 +8,19 @@
   shapes and bytes, so the same config gives the same checksum on every machine. A second call
   finds a valid file (same key, matching checksum) and returns its metadata without rebuilding.
 * :func:`load` reads the file back (verifying the checksum) as a :class:`Dataset`.
+
+Generated datasets, ``synthetic_images`` (``[C, H, W]`` float32, e.g. ImageNet-shaped) and
+``synthetic_tokens`` (``seq_len`` int64 token ids below ``vocab_size``), are never materialised:
+sample ``i`` and its label are a pure function of ``generator_seed``, ``i`` and the shaping keys
+(d5pipe.levels.lazy_samples), so ``n_samples`` may be 1_000_000 of 600 KB each. Their file holds
+only the metadata (key, config, ``input_shape``, ``dtype``, ``n_samples``, ``n_classes``, the split
+sizes, ``"generated": true``) and ``checksum``: sha256 over the canonical config (with the format
+and generator versions) and the bytes of the first samples and labels of each split, which
+:func:`load` recomputes, so a changed generator is detected. Their :class:`Dataset` holds a
+:class:`~d5pipe.levels.lazy_samples.LazySamples` for each of ``x_train``, ``y_train``,
+``x_test``, ``y_test``: ``len``, ``shape``, ``dtype`` and indexing with an int, a slice or a 1-D
+index tensor/array give real tensors. Code that needs whole tensors calls
+:func:`require_materialised` (a ``PointSkipped`` naming the dataset for a generated one).
 
 Sources, none downloaded: scikit-learn's bundled ``digits`` (8x8 images, stored as (1, 8, 8)),
 ``breast_cancer`` and ``wine`` (tabular, standardised with train-split statistics), and
@@ -34,29 +48,57 @@ import torch
 from d5pipe import D5PipeError
 from d5pipe.levels.dataset_key import (
     DATASET_FORMAT_VERSION,
+    LAZY_DATASET_NAMES,
     SKLEARN_LOADERS,
     canonical_config,
     dataset_key,
+    is_lazy,
     resolve,
 )
+from d5pipe.levels.lazy_samples import Generator, LazySamples, lazy_splits
 from d5pipe.levels.schema import DatasetConf
+from d5pipe.plan.canonical import canonical_json
 from d5pipe.rundir.atomic import write_bytes
 
 ARRAY_NAMES: tuple[str, ...] = ("x_train", "y_train", "x_test", "y_test")
+CHECKSUM_SAMPLES = 4
+"""A generated dataset's checksum covers the first this many samples and labels of each split."""
+
+Samples = torch.Tensor | LazySamples
+"""One split's samples or labels: a tensor, or generated on demand (a generated dataset)."""
 
 
 @dataclass
 class Dataset:
-    """A prepared dataset as tensors: features float32, labels int64."""
+    """A prepared dataset as tensors (features float32, labels int64), or, for a generated dataset,
+    as :class:`LazySamples` (samples float32 images or int64 token ids, labels int64)."""
 
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
+    x_train: Samples
+    y_train: Samples
+    x_test: Samples
+    y_test: Samples
     input_shape: tuple[int, ...]
-    """Shape of one sample: (C, H, W) for images, (F,) for vectors."""
+    """Shape of one sample: (C, H, W) for images, (F,) for vectors, (seq_len,) for tokens."""
     n_classes: int
     meta: dict[str, Any]
+
+    @property
+    def generated(self) -> bool:
+        """Whether the splits are generated on demand (:class:`LazySamples`), not tensors."""
+        return isinstance(self.x_train, LazySamples)
+
+
+def require_materialised(data: Dataset, who: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x_train, y_train, x_test, y_test)`` as tensors; a generated dataset skips the point
+    (``PointSkipped``: ``who`` needs whole tensors, which such a dataset never has)."""
+    from d5pipe.levels.contract import PointSkipped
+
+    parts = (data.x_train, data.y_train, data.x_test, data.y_test)
+    tensors = [p for p in parts if isinstance(p, torch.Tensor)]
+    if len(tensors) != len(parts):
+        raise PointSkipped(f"{who} needs a materialised dataset; dataset {data.meta.get('key')} is generated "
+                           f"on demand ({data.meta.get('n_samples')} samples of {list(data.input_shape)})")
+    return tensors[0], tensors[1], tensors[2], tensors[3]
 
 
 def _stratified_split(
@@ -107,6 +149,9 @@ def _synthetic(conf: DatasetConf) -> tuple[np.ndarray, np.ndarray]:
 
 def builtin_arrays(**section: Any) -> dict[str, np.ndarray]:
     """The registered target of the built-in datasets: their arrays from a ``dataset`` section."""
+    if section.get("name") in LAZY_DATASET_NAMES:
+        raise D5PipeError(f"dataset.name: {section['name']} is generated on demand, never materialised "
+                          "(d5pipe.levels.datasets.load gives its LazySamples)")
     return _build_arrays(DatasetConf(**section))
 
 
@@ -200,10 +245,17 @@ def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays (none for a generated dataset: its file is metadata only) and the metadata."""
     with np.load(path, allow_pickle=False) as npz:
-        arrays = {name: np.array(npz[name]) for name in ARRAY_NAMES}
         meta: dict[str, Any] = json.loads(str(npz["meta_json"]))
+        names = () if meta.get("generated") else ARRAY_NAMES
+        arrays = {name: np.array(npz[name]) for name in names}
     return arrays, meta
+
+
+def _content_checksum(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> str:
+    return generated_checksum(meta["config"], _generated_splits(meta)) if meta.get("generated") \
+        else arrays_checksum(arrays)
 
 
 def _valid_existing(path: Path, key: str) -> dict[str, Any] | None:
@@ -212,10 +264,57 @@ def _valid_existing(path: Path, key: str) -> dict[str, Any] | None:
         return None
     try:
         arrays, meta = _read_npz(path)
-    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+        if meta.get("key") != key or meta.get("checksum") != _content_checksum(arrays, meta):
+            return None
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, D5PipeError):
         return None
-    if meta.get("key") != key or meta.get("checksum") != arrays_checksum(arrays):
-        return None
+    return meta
+
+
+def _generated_splits(meta: dict[str, Any]) -> dict[str, LazySamples]:
+    """The four LazySamples of a generated dataset's metadata (its ``config``)."""
+    conf = resolve({k: v for k, v in meta["config"].items() if k not in ("format_version", "generator_version")})
+    parts = lazy_splits(Generator.from_section(conf), conf.test_fraction)
+    return dict(zip(ARRAY_NAMES, parts, strict=True))
+
+
+def generated_checksum(config: dict[str, Any], splits: dict[str, LazySamples]) -> str:
+    """sha256 over a generated dataset's canonical ``config`` (format and generator versions
+    included) and each split's name, dtype, shape and the bytes of its first
+    :data:`CHECKSUM_SAMPLES` items."""
+    h = hashlib.sha256()
+    h.update(canonical_json(config).encode())
+    for name in ARRAY_NAMES:
+        part = splits[name]
+        head = part[: CHECKSUM_SAMPLES].numpy()
+        h.update(f"{name}|{head.dtype.str}|{list(part.shape)}|".encode())
+        h.update(np.ascontiguousarray(head).tobytes())
+    return h.hexdigest()
+
+
+def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) -> dict[str, Any]:
+    """Write a generated dataset's metadata file (no arrays); its metadata."""
+    canon = canonical_config(dataset_cfg)
+    meta: dict[str, Any] = {
+        "schema_version": DATASET_FORMAT_VERSION,
+        "key": key,
+        "config": canon,
+        "generated": True,
+    }
+    splits = _generated_splits(meta)
+    x_train = splits["x_train"]
+    meta.update({
+        "checksum": generated_checksum(canon, splits),
+        "input_shape": list(x_train.generator.sample_shape),
+        "dtype": str(x_train.dtype).removeprefix("torch."),
+        "n_samples": x_train.generator.n_samples,
+        "n_classes": x_train.generator.n_classes,
+        "n_train": len(x_train),
+        "n_test": len(splits["x_test"]),
+    })
+    buf = io.BytesIO()
+    np.savez(buf, meta_json=np.array(json.dumps(meta, sort_keys=True)))
+    write_bytes(out_path, buf.getvalue())
     return meta
 
 
@@ -226,6 +325,8 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
     existing = _valid_existing(out_path, key)
     if existing is not None:
         return existing
+    if is_lazy(dataset_cfg):
+        return _prepare_generated(dataset_cfg, key, out_path)
     import dataclasses
 
     from d5pipe.levels.plugins import build
@@ -263,6 +364,8 @@ def load(path: Path) -> Dataset:
         raise D5PipeError(f"dataset file {path} does not exist (run prepare first)") from exc
     except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
         raise D5PipeError(f"dataset file {path} is not a d5pipe dataset: {exc}") from exc
+    if meta.get("generated"):
+        return _load_generated(path, meta)
     if meta.get("checksum") != arrays_checksum(arrays):
         raise D5PipeError(f"dataset file {path}: checksum mismatch (file corrupt or modified)")
     return Dataset(
@@ -270,6 +373,28 @@ def load(path: Path) -> Dataset:
         y_train=torch.from_numpy(arrays["y_train"]),
         x_test=torch.from_numpy(arrays["x_test"]),
         y_test=torch.from_numpy(arrays["y_test"]),
+        input_shape=tuple(int(d) for d in meta["input_shape"]),
+        n_classes=int(meta["n_classes"]),
+        meta=meta,
+    )
+
+
+def _load_generated(path: Path, meta: dict[str, Any]) -> Dataset:
+    """A generated dataset from its metadata; a checksum that its samples no longer give (a
+    changed generator, a modified file) is a D5PipeError."""
+    try:
+        splits = _generated_splits(meta)
+        checksum = generated_checksum(meta["config"], splits)
+    except (KeyError, TypeError, AttributeError, D5PipeError) as exc:
+        raise D5PipeError(f"dataset file {path}: its generated-dataset metadata is unusable ({exc})") from exc
+    if meta.get("checksum") != checksum:
+        raise D5PipeError(f"dataset file {path}: checksum mismatch (the generator changed, or the file was "
+                          "modified; prepare it again)")
+    return Dataset(
+        x_train=splits["x_train"],
+        y_train=splits["y_train"],
+        x_test=splits["x_test"],
+        y_test=splits["y_test"],
         input_shape=tuple(int(d) for d in meta["input_shape"]),
         n_classes=int(meta["n_classes"]),
         meta=meta,

@@ -47,7 +47,7 @@ def _timed(cfg: Mapping[str, Any], sites: int) -> float:
 
 def _train_samples(cfg: Mapping[str, Any]) -> float:
     ds = cfg.get("dataset") or {}
-    if ds.get("name") == "synthetic":
+    if ds.get("name") in ("synthetic", "synthetic_images", "synthetic_tokens"):
         return float(ds.get("n_samples", 2048)) * (1 - float(ds.get("test_fraction", 0.25)))
     return float(DEFAULT_TRAIN_SAMPLES)
 

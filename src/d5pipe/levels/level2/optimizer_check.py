@@ -20,6 +20,7 @@ of this repository agree with their re-implementations to below 1e-5 (tests/test
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import torch
@@ -51,7 +52,8 @@ def check_optimizer(initial: nn.Module, data: Dataset, train_cfg: dict[str, Any]
     loader = make_loader(data.x_train, data.y_train, conf.batch_size, derive_seed(seed, "optimizer_check"), 0, device)
     batches: list[tuple[torch.Tensor, torch.Tensor]] = []
     while len(batches) < conf.reference_steps:
-        batches += list(loader)[: conf.reference_steps - len(batches)]
+        # islice: only the batches used are gathered (a generated dataset's epoch may be huge)
+        batches += list(itertools.islice(loader, conf.reference_steps - len(batches)))
     model = copy.deepcopy(initial).to(device)
     reference = copy.deepcopy(initial).to(device)
     start = flat_params(reference)

@@ -12,6 +12,10 @@ Python bookkeeping beyond a few list appends runs per step.
   in the loop (an argmax per step costs about 1% of a small model's step): level 2 evaluates the
   training split after each epoch, as it does the test split.
 * Step events go to the JSONL log after the epoch, when the loss values are on the host.
+* A generated dataset (d5pipe.levels.lazy_samples: ``x``/``y`` are ``LazySamples``) is never moved
+  to the device whole: each batch is generated from its index tensor on the CPU (in the
+  DataLoader's workers with ``num_workers`` > 0) and copied to the device; the batches are the same
+  indices as for a tensor dataset.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
+from d5pipe.levels.datasets import Samples
+from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.measure.determinism import loader_generator, seed_worker
 from d5pipe.measure.device import synchronize
 from d5pipe.plan.seeds import derive_seed
@@ -71,6 +77,25 @@ class InProcessBatches:
             yield x[idx], y[idx]
 
 
+class GeneratedBatches:
+    """``(x[idx], y[idx])`` generated on the CPU for each index batch of the sampler (a generated
+    dataset, d5pipe.levels.lazy_samples); with workers, DataLoader items (``batch_size=None``)."""
+
+    def __init__(self, x: Samples, y: Samples, sampler: ShuffledBatches | None = None) -> None:
+        self.x, self.y, self.sampler = x, y, sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler) if self.sampler is not None else len(self.y)
+
+    def __getitem__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[idx], self.y[idx]
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        assert self.sampler is not None
+        for idx in self.sampler:
+            yield self.x[idx], self.y[idx]
+
+
 class OnDevice:
     """The batches of ``loader`` copied to ``device`` (asynchronously where the device allows)."""
 
@@ -83,7 +108,7 @@ class OnDevice:
 
 
 def make_loader(
-    x: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int, num_workers: int = 0,
+    x: Samples, y: Samples, batch_size: int, seed: int, num_workers: int = 0,
     device: torch.device | None = None,
 ) -> Batches:
     """Shuffled batches on ``device`` (default CPU) from a sampler seeded with ``seed``.
@@ -95,11 +120,21 @@ def make_loader(
     """
     device = device or torch.device("cpu")
     sampler = ShuffledBatches(len(y), batch_size, loader_generator(seed))
+    generated = isinstance(x, LazySamples) or isinstance(y, LazySamples)
     if num_workers <= 0:
+        if generated:  # never the whole split on the device: each batch generated, then copied
+            batches = GeneratedBatches(x, y, sampler)
+            return batches if device.type == "cpu" else OnDevice(batches, device)
+        assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
         return InProcessBatches(x.to(device), y.to(device), sampler)
     # worker base seeds come from their own generator, so the shuffle does not depend on workers
+    if generated:
+        items: Any = GeneratedBatches(x, y)  # each worker generates its batches
+    else:
+        assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
+        items = TensorDataset(x, y)
     loader: DataLoader[Any] = DataLoader(
-        TensorDataset(x, y),
+        items,
         batch_size=None,
         sampler=sampler,
         num_workers=num_workers,
@@ -248,9 +283,10 @@ def train_epoch(
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device
+    model: nn.Module, x: Samples, y: Samples, batch_size: int, device: torch.device
 ) -> tuple[float, float]:
-    """(mean cross-entropy, accuracy) on ``x, y`` in eval mode."""
+    """(mean cross-entropy, accuracy) on ``x, y`` in eval mode (slices: a generated dataset is
+    generated batch by batch)."""
     model.eval()
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)

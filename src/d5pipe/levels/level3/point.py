@@ -12,7 +12,9 @@ expected difference, so this check is done only for set-ups without randomness i
 (``model.dropout == 0``) and with ``train.deterministic``. Only an exact strategy (d5pipe.levels.level3.strategies,
 ``Strategy.exact``) gets the ``matches_serial`` verdict; a lossy one reports ``serial_max_abs_diff``
 as its divergence. A strategy that does not declare the point's backend among its ``engines``
-skips the point with the reason.
+skips the point with the reason. A training point on a generated dataset (``synthetic_images``,
+``synthetic_tokens``: never materialised, d5pipe.levels.lazy_samples) is skipped before any rank
+starts: each rank moves its whole training split to its device.
 """
 
 from __future__ import annotations
@@ -135,7 +137,10 @@ def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
 
 def serial_comparison(spec: dict[str, Any], data: Dataset, out_dir: Path, tolerance: float) -> dict[str, Any]:
     """Train the serial reference and compare rank 0's final parameters with it."""
-    reference, _ = training.train_serial(spec, data.x_train, data.y_train, data.input_shape, data.n_classes)
+    from d5pipe.levels.datasets import require_materialised
+
+    x_train, y_train, _, _ = require_materialised(data, "level 3's serial reference")
+    reference, _ = training.train_serial(spec, x_train, y_train, data.input_shape, data.n_classes)
     rank0 = torch.load(out_dir / "params_rank0.pt")
     diff = float((rank0 - reference).abs().max()) if rank0.numel() else 0.0
     return {
@@ -184,6 +189,15 @@ def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
                            f"{backend!r} (it supports {', '.join(engines)})")
 
 
+def _skip_generated_dataset(dataset_cfg: dict[str, Any]) -> None:
+    from d5pipe.levels.dataset_key import is_lazy
+
+    if is_lazy(dataset_cfg):
+        raise PointSkipped(f"level 3 training needs a materialised dataset; dataset.name="
+                           f"{dataset_cfg.get('name')} is generated on demand (every rank loads its whole "
+                           "training split onto its device)")
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Level-3 stage runner (see module docstring)."""
     cfg = ctx.config
@@ -193,6 +207,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     _skip_if_unavailable(str(dist_cfg["backend"]), device)
     if dist_cfg["benchmark"] == "train":
         _skip_unsupported_strategy(dist_cfg)
+        _skip_generated_dataset(cfg.get("dataset") or {})
     work = Path(ctx.work_dir).resolve()  # the launcher runs with cwd=work
     out_dir = work / "ranks"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -54,8 +54,11 @@ def _load_data(path: str) -> Any:
 
 def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
     """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up."""
+    from d5pipe.levels.datasets import require_materialised
+
     data = _load_data(str(spec["data_path"]))
-    x, y = data.x_train.to(device), data.y_train.to(device)
+    x_train, y_train, _, _ = require_materialised(data, "level 3 training")  # level3.point skips earlier
+    x, y = x_train.to(device), y_train.to(device)
     rank, size = backend.rank, backend.size
     torch.manual_seed(int(spec["rank_seeds"][rank]))
     model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][rank]))
