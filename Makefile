@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: run test test-fast install install-test system-deps horovod bench lint clean
 
 # Python environment: torch (CPU wheel, pinned) first, then d5pipe, its dependencies and the level-1
-# runtimes (the `frameworks` extra: ONNX Runtime, OpenVINO).
+# runtimes and the model zoo (the `frameworks` extra: ONNX Runtime, OpenVINO, transformers).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

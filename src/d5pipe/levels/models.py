@@ -22,13 +22,68 @@ import torch
 from torch import nn
 
 from d5pipe import D5PipeError
-from d5pipe.levels.schema import MODEL_NAMES, ModelConf, conf_from_dict
+from d5pipe.levels.schema import (
+    ADAPTER_KEYS,
+    FLOAT_INPUT_MODELS,
+    MODEL_NAMES,
+    TOKEN_INPUT_MODELS,
+    ModelConf,
+    conf_from_dict,
+)
 
-__all__ = ["MODEL_NAMES", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp", "transformer"]
+__all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp",
+           "transformer"]
 
 
 class UnsupportedInput(D5PipeError):
     """The model cannot take this dataset's input shape (stage runners skip such points)."""
+
+
+def check_input_kind(model_name: str, integer_input: bool) -> None:
+    """A built-in model and the kind of its input agree: token ids for ``gpt2``, float features for
+    the others (:class:`UnsupportedInput` otherwise; a user model is not judged)."""
+    if integer_input and model_name in FLOAT_INPUT_MODELS:
+        raise UnsupportedInput(f"model {model_name} takes float features; the dataset gives integer token ids "
+                               "(use a model that embeds token ids, e.g. gpt2)")
+    if not integer_input and model_name in TOKEN_INPUT_MODELS:
+        raise UnsupportedInput(f"model {model_name} takes integer token ids; the dataset gives float features "
+                               "(use dataset synthetic_tokens)")
+
+
+def logits_of(out: Any, field_name: str, where: str) -> torch.Tensor:
+    """The logits in a model's output: the tensor itself, else ``field_name`` (or ``logits``) as an
+    attribute of an output object or a key of a mapping."""
+    if isinstance(out, torch.Tensor) and not field_name:
+        return out
+    name = field_name or "logits"
+    value = out.get(name) if isinstance(out, dict) else getattr(out, name, None)
+    if value is None and hasattr(out, "__getitem__") and not isinstance(out, (torch.Tensor, dict)):
+        try:
+            value = out[name]
+        except (KeyError, TypeError, IndexError):
+            value = None
+    if not isinstance(value, torch.Tensor):
+        raise D5PipeError(f"{where}: the model returned a {type(out).__name__} without a tensor "
+                          f"{name!r}; declare the field that holds its logits in _output_")
+    return value
+
+
+class Adapter(nn.Module):
+    """A library model behind d5pipe's interface, ``forward(x) -> logits``: the batch goes to the
+    keyword ``input_name`` (positionally when empty), the logits come from the output field
+    ``output`` (d5pipe.levels.zoo declares these for its models; a user entry with ``_input_`` /
+    ``_output_``). Its parameters are the wrapped model's."""
+
+    def __init__(self, model: nn.Module, input_name: str = "", output: str = "", where: str = "model") -> None:
+        super().__init__()
+        self.model = model
+        self.input_name = input_name
+        self.output = output
+        self.where = where
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(**{self.input_name: x}) if self.input_name else self.model(x)
+        return logits_of(out, self.output, self.where)
 
 
 class MLP(nn.Module):
@@ -180,9 +235,16 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
     if n_classes < 2:
         raise D5PipeError(f"model: n_classes must be >= 2, got {n_classes}")
     key, target = target_of(dataclasses.asdict(conf), "model", name)
-    model = build(target, key, input_shape=shape, n_classes=int(n_classes))
+    target = dict(target)
+    adapter = {k: target.pop(k) for k in ADAPTER_KEYS if k in target}
+    for k, v in adapter.items():
+        if not isinstance(v, str) or not v.isidentifier():
+            raise D5PipeError(f"{key}.{k}: {v!r} is not a keyword / field name")
+    model = build(target, key, offered={"input_shape": shape, "n_classes": int(n_classes)})
     if not isinstance(model, nn.Module):
         raise D5PipeError(f"{key}: built a {type(model).__name__}, not a torch.nn.Module")
+    if adapter:
+        model = Adapter(model, adapter.get("_input_", ""), adapter.get("_output_", ""), key)
     return model
 
 

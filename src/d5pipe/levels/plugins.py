@@ -19,6 +19,7 @@ with their text, or is skipped for :class:`~d5pipe.levels.contract.PointSkipped`
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -41,8 +42,25 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def build(target: Mapping[str, Any], key: str, *args: Any, **kwargs: Any) -> Any:
-    """Check, import and call ``target`` with ``args``/``kwargs`` (see the module docstring)."""
+def accepted(factory: Any, offered: Mapping[str, Any]) -> dict[str, Any]:
+    """The items of ``offered`` that ``factory`` takes by keyword (all of them if it takes
+    ``**kwargs`` or has no readable signature)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return dict(offered)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return dict(offered)
+    names = {p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   inspect.Parameter.KEYWORD_ONLY)}
+    return {k: v for k, v in offered.items() if k in names}
+
+
+def build(target: Mapping[str, Any], key: str, *args: Any, offered: Mapping[str, Any] | None = None,
+          **kwargs: Any) -> Any:
+    """Check, import and call ``target`` with ``args``/``kwargs`` (see the module docstring), and
+    with those of ``offered`` its factory takes (a library class that knows nothing of d5pipe's
+    ``input_shape`` is built without it; the config can map such values by interpolation)."""
     check_target(target, key)
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
@@ -56,6 +74,8 @@ def build(target: Mapping[str, Any], key: str, *args: Any, **kwargs: Any) -> Any
         if isinstance(cause, D5PipeError):
             raise cause from None
         raise D5PipeError(f"{key}: cannot build target {target.get(TARGET_KEY)!r} ({_one_line(cause)})") from exc
+    if offered:
+        kwargs = {**accepted(factory, offered), **kwargs}
     return factory(*args, **kwargs)
 
 

@@ -14,18 +14,31 @@ from typing import Any, TypeVar
 from d5pipe import D5PipeError
 from d5pipe.config.fields import at_least, between, items_at_least
 
-MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer")
-DATASET_NAMES: tuple[str, ...] = ("digits", "breast_cancer", "wine", "synthetic")
+ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
+"""Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
+MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer", *ZOO_NAMES)
+TOKEN_INPUT_MODELS: tuple[str, ...] = ("gpt2",)
+"""Built-in models that take integer token ids (an embedding first); the others take float features."""
+FLOAT_INPUT_MODELS: tuple[str, ...] = tuple(n for n in MODEL_NAMES if n not in TOKEN_INPUT_MODELS)
+"""Built-in models whose first layer is linear or convolutional on float features."""
+ADAPTER_KEYS: tuple[str, ...] = ("_input_", "_output_")
+"""Keys of a ``model.custom`` entry that declare its adapter (d5pipe.levels.models.Adapter), not
+arguments of its factory: the keyword the input goes to, the output field holding the logits."""
+DATASET_NAMES: tuple[str, ...] = ("digits", "breast_cancer", "wine", "synthetic", "synthetic_images",
+                                  "synthetic_tokens")
 DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 
 
 @dataclass
 class ModelConf:
     name: str = "mlp"
-    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input), ``transformer`` or a key of ``custom``."""
+    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input), ``transformer``, a real network
+    (``resnet50``, ``vit_b16``, ``gpt2``: d5pipe.levels.zoo) or a key of ``custom``."""
     custom: dict[str, Any] = field(default_factory=dict)
     """User models: name -> target (``{_target_: mypkg.models.MyNet, width: 64}``); built with
-    ``input_shape`` and ``n_classes`` (docs/plugins.md)."""
+    ``input_shape`` and ``n_classes`` where the factory takes them. A library model declares its
+    adapter in the entry: ``_input_`` (the keyword its input goes to, e.g. ``pixel_values``) and
+    ``_output_`` (the field of its output that holds the logits, e.g. ``logits``) (docs/plugins.md)."""
     reference: str = ""
     """Level 1: the model (built-in or custom) this one re-implements; its float64 eager outputs,
     with the same weights, are the reference of ``output_check``. Empty: the model itself."""
@@ -49,25 +62,34 @@ class ModelConf:
 @dataclass
 class DatasetConf:
     name: str = "digits"
-    """``digits``, ``breast_cancer``, ``wine`` (bundled with scikit-learn), ``synthetic`` or a key
-    of ``custom``."""
+    """``digits``, ``breast_cancer``, ``wine`` (bundled with scikit-learn), ``synthetic``,
+    ``synthetic_images``, ``synthetic_tokens`` or a key of ``custom``. ``synthetic`` is materialised
+    once; the other two are generated per sample from ``generator_seed`` and the index, on demand
+    (any ``n_samples``: nothing of that size is allocated; d5pipe.levels.lazy_samples)."""
     custom: dict[str, Any] = field(default_factory=dict)
     """User datasets: name -> target returning the train/test split (docs/plugins.md)."""
     n_samples: int = at_least(2048, 4)
-    """synthetic only."""
+    """synthetic* only."""
     n_features: int = at_least(64, 1)
     """synthetic only, when ``image_shape`` is empty."""
     n_classes: int = at_least(10, 2)
-    """synthetic only (the real datasets have their own)."""
+    """synthetic* only (the real datasets have their own)."""
     image_shape: list[int] = items_at_least([], 1)
-    """synthetic only: ``[C, H, W]`` makes image samples; empty makes flat vectors."""
+    """synthetic: ``[C, H, W]`` makes image samples; empty makes flat vectors. synthetic_images:
+    required, ``[C, H, W]`` (e.g. ``[3, 224, 224]``)."""
     noise: float = at_least(1.0, 0.0)
-    """synthetic only: standard deviation of the noise around each class prototype."""
+    """synthetic, synthetic_images: standard deviation of the noise around each class prototype."""
     generator_seed: int = 0
-    """synthetic only: seeds the class prototypes and samples."""
+    """synthetic* only: seeds the class prototypes and samples."""
+    seq_len: int = at_least(128, 1)
+    """synthetic_tokens only: tokens per sample."""
+    vocab_size: int = at_least(50257, 2)
+    """synthetic_tokens only: token ids are in ``[0, vocab_size)``."""
     test_fraction: float = between(0.25, 0.0, 1.0)
+    """synthetic_images/_tokens: the last ``round(test_fraction * n_samples)`` indices are the test
+    split (at least one sample each)."""
     split_seed: int = 0
-    """Seeds the stratified train/test split."""
+    """Seeds the stratified train/test split (not used by synthetic_images/_tokens)."""
 
 
 def check_model(model: Mapping[str, Any], where: str = "model") -> None:
@@ -79,11 +101,19 @@ def check_model(model: Mapping[str, Any], where: str = "model") -> None:
         d_model, heads = model.get("d_model"), model.get("heads")
         if isinstance(d_model, int) and isinstance(heads, int) and heads > 0 and d_model % heads:
             raise D5PipeError(f"{where}.d_model: {d_model} is not a multiple of {where}.heads={heads}")
+    custom = model.get("custom") or {}
+    for name, entry in (custom.items() if isinstance(custom, Mapping) else ()):
+        for key in ADAPTER_KEYS:
+            value = entry.get(key) if isinstance(entry, Mapping) else None
+            if value is not None and not (isinstance(value, str) and value.isidentifier()):
+                raise D5PipeError(f"{where}.custom.{name}.{key}: {value!r} is not a keyword / field name")
 
 
 def check_dataset(dataset: Mapping[str, Any], where: str = "dataset") -> None:
     """Cross-field checks of a resolved ``dataset`` section."""
     shape = dataset.get("image_shape") or []
+    if dataset.get("name") == "synthetic_images" and len(shape) != 3:
+        raise D5PipeError(f"{where}.image_shape: {list(shape)}; synthetic_images needs [C, H, W]")
     if len(shape) not in (0, 3):
         raise D5PipeError(f"{where}.image_shape: {list(shape)} must be empty or [C, H, W]")
     if dataset.get("name") == "synthetic":

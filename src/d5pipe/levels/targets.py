@@ -36,7 +36,7 @@ from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level2.schema import OPTIMIZERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
-from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES
+from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES, ZOO_NAMES
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,8 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
     if slot_name == "operator":
         return {TARGET_KEY: "d5pipe.levels.level0.operators.builtin_spec", "name": name}
     if slot_name in ("model", "model_reference"):
+        if name in ZOO_NAMES:
+            return {TARGET_KEY: f"d5pipe.levels.zoo.{name}"}
         return {TARGET_KEY: f"d5pipe.levels.models.{name}", **{k: section[k] for k in _MODEL_ARGS[name]}}
     if slot_name == "dataset":
         args = {k: v for k, v in section.items() if k != "custom"}
@@ -203,7 +205,8 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
     if slot_name == "strategy":
         return {TARGET_KEY: f"d5pipe.levels.level3.strategies.{_STRATEGY_CLASSES[name]}"}
     if slot_name == "runtime":
-        factory = {"torch": "torch_runtime", "onnxruntime": "onnxruntime_runtime", "openvino": "openvino_runtime"}
+        factory = {"torch": "torch_runtime", "compile": "torch_runtime", "onnxruntime": "onnxruntime_runtime",
+                   "openvino": "openvino_runtime"}
         return {TARGET_KEY: f"d5pipe.levels.level1.runtimes.{factory[name]}"}
     raise KeyError(slot_name)
 

@@ -73,7 +73,8 @@ def run_check(check: OutputCheck, model: nn.Module, runner: Callable[..., torch.
     model.eval()
     with torch.inference_mode():
         out = runner(x)
-        ref = check.reference(x.detach().to("cpu", torch.float64).contiguous())
+        x_ref = x.detach().to("cpu")  # token ids stay integers; values go to float64
+        ref = check.reference((x_ref.to(torch.float64) if x_ref.is_floating_point() else x_ref).contiguous())
     tol_l2, tol_max = network_tolerance(check.dtype, conf.output_tol_l2, conf.output_tol_max_rel)
     report = compare(out, ref, tol_l2, tol_max)
     result = verdict(report.err_l2, tol_l2, conf.detect_rel_error, ok=report.passed)

@@ -41,8 +41,8 @@ from torch import nn
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.level1 import output_check
-from d5pipe.levels.level1.schema import Level1Conf
-from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
+from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.device import check_device, synchronize, torch_dtype
@@ -118,13 +118,17 @@ def _prepare_model(
                                      reference_name or str(model_cfg.get("name", "mlp")))
     x, y = input_batch(data, conf.batch_size)
     model_name = model_cfg.get("name", "mlp")
+    try:
+        check_input_kind(str(model_name), not x.is_floating_point())
+    except UnsupportedInput as exc:
+        raise PointSkipped(str(exc)) from exc
     if conf.layout == "channels_last" and (model_name in ("mlp", "transformer") or x.dim() != 4):
         raise PointSkipped(
             f"level1.layout=channels_last applies to convolutional models on 4-D input; got model "
             f"{model_name!r}, batch shape {tuple(x.shape)}"
         )
     model = model.to(device=device, dtype=dtype)
-    x = x.to(device=device, dtype=dtype)
+    x = x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device)  # token ids stay integers
     y = y.to(device)
     if conf.layout == "channels_last":
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -169,11 +173,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     model, x, y, check = _prepare_model(ctx, conf, data, device)
     runner: nn.Module | Callable[..., torch.Tensor] = model
-    if conf.impl == "compile":
+    compiled = conf.impl == "compile" or conf.runtime == "compile"
+    if compiled:
         runner = torch.compile(model, mode=conf.compile_mode)
-    on_torch = conf.runtime == "torch"
-    runtime_info: dict[str, Any] = {"name": "torch", "version": str(torch.__version__),
-                                    "threads": torch.get_num_threads()}
+    on_torch = conf.runtime in TORCH_RUNTIMES
+    runtime_info: dict[str, Any] = {"name": conf.runtime if on_torch else "torch", "version": str(torch.__version__),
+                                    "threads": torch.get_num_threads(),
+                                    **({"settings": {"compile_mode": conf.compile_mode}} if compiled else {})}
     if not on_torch:
         runner, runtime_info = _other_runtime(ctx, model, x, device)
     loss_fn = nn.CrossEntropyLoss()
@@ -197,13 +203,16 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
     extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
                              "flops": FLOPS_NOTE, "runtime": runtime_info}
-    metrics: list[Metric] = []
+    metrics: list[Metric] = [Metric("n_parameters", count_parameters(model), "", "count")]
     samples: dict[str, list[float]] = {}
     work = float(conf.batch_size)
     modes = [("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)]
     if not on_torch:
         modes = modes[:1]
         extra["not_measured"] = {"fwd_bwd": f"level1.runtime={conf.runtime} runs inference only"}
+    elif not conf.fwd_bwd:
+        modes = modes[:1]
+        extra["not_measured"] = {"fwd_bwd": "level1.fwd_bwd is false"}
     for mode, fn, set_mode in modes:
         set_mode()
         synchronize(device)
@@ -211,7 +220,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         _probe(fn, f"{conf.dtype} {mode} of {cfg.get('model', {}).get('name', 'model')} on {device}")
         synchronize(device)
         first_call = time.perf_counter() - t0
-        if conf.impl == "compile":
+        if compiled:
             metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
         m = time_call(fn, timer_cfg, device)
         name = "inference_latency" if mode == "inference" else "fwd_bwd_time"
@@ -224,7 +233,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         eager = infer_eager if mode == "inference" else fwd_bwd_eager
         counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
         if counted is not None:
-            fpeak = flops_peak(ctx.cache, str(device), x.dtype, 0, m.config["budget_s"]) if conf.peak else None
+            fpeak = flops_peak(ctx.cache, str(device), torch_dtype(conf.dtype, "level1.dtype"), 0, m.config["budget_s"]) if conf.peak else None
             metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
         extra[f"timer_{mode}"] = m.info()
         extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]

@@ -82,8 +82,10 @@ def network_key(model: nn.Module, example: torch.Tensor) -> str:
 
 def export_onnx(model: nn.Module, example: torch.Tensor, onnx_dir: Path) -> dict[str, str]:
     """The network as ONNX in ``onnx_dir`` (exported once per :func:`network_key`); path and sha256."""
-    if example.dtype != torch.float32:
-        raise PointSkipped(f"ONNX runtimes: level1.dtype {str(example.dtype).removeprefix('torch.')} is not "
+    computed = example.dtype if example.is_floating_point() else next(
+        (p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    if computed != torch.float32:
+        raise PointSkipped(f"ONNX runtimes: level1.dtype {str(computed).removeprefix('torch.')} is not "
                            "supported yet (float32 only)")
     onnx_dir.mkdir(parents=True, exist_ok=True)
     path = onnx_dir / f"{network_key(model, example)}.onnx"

@@ -9,7 +9,9 @@ from d5pipe.config.fields import at_least, choice, positive
 from d5pipe.levels.schema import DTYPES
 
 IMPLS: tuple[str, ...] = ("eager", "compile")
-RUNTIMES: tuple[str, ...] = ("torch", "onnxruntime", "openvino")
+RUNTIMES: tuple[str, ...] = ("torch", "compile", "onnxruntime", "openvino")
+TORCH_RUNTIMES: tuple[str, ...] = ("torch", "compile")
+"""PyTorch itself: eager, and ``torch.compile`` (``compile_mode``); both measure forward+backward too."""
 """Built-in runtimes of ``level1.runtime`` (d5pipe.levels.level1.runtimes)."""
 LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last")
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -25,8 +27,10 @@ class Level1Conf:
     compile_mode: str = choice("default", COMPILE_MODES)
     """``mode`` passed to torch.compile when ``impl: compile``."""
     runtime: str = "torch"
-    """What executes the network: ``torch`` (PyTorch, ``impl`` eager or compile), ``onnxruntime``
-    or ``openvino`` (the network exported once to ONNX), or a key of ``custom_runtimes``."""
+    """What executes the network: ``torch`` (PyTorch, ``impl`` eager or compile), ``compile``
+    (``torch.compile`` of the network, the same as ``torch`` with ``impl: compile``),
+    ``onnxruntime`` or ``openvino`` (the network exported once to ONNX), or a key of
+    ``custom_runtimes``."""
     onnx_file: str = ""
     """A network the user brings as an ``.onnx`` file (absolute path), run on an ONNX runtime and
     checked against the ONNX reference evaluator in float64; its sha256 is part of the point's
@@ -37,6 +41,9 @@ class Level1Conf:
     device: str = "cpu"
     layout: str = choice("contiguous", LAYOUTS)
     """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""
+    fwd_bwd: bool = True
+    """Measure forward+backward too (``fwd_bwd_time``, ``train_throughput``) on the PyTorch runtimes;
+    false: inference only (the other runtimes measure inference only)."""
     measure_memory: bool = True
     peak: bool = True
     """Measure the machine's matmul FLOP/s in ``dtype`` once per shard process and report the

@@ -22,7 +22,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_device(level1.get("device", "cpu"), "level1.device")
     check_onnx_file(level1.get("onnx_file"))
     runtime = str(level1.get("runtime", "torch") or "torch")
-    if level1.get("onnx_file") and runtime in ("torch",):
+    if level1.get("onnx_file") and runtime in ("torch", "compile"):
         raise D5PipeError("config error: key 'level1.runtime': a network given as level1.onnx_file runs on an "
                           "ONNX runtime (onnxruntime, openvino), not on 'torch'")
     if runtime != "torch" and str(level1.get("impl", "eager")) != "eager":

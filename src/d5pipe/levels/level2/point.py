@@ -36,6 +36,14 @@ epoch), evaluation and log writing excluded; a step's time runs from the batch b
 events on CUDA). Every step is written to ``ctx.work_dir / "steps.jsonl"`` (every
 ``train.log_every``-th step) after its epoch, every epoch too; per-epoch curves go to
 ``extra["curves"]``.
+
+A generated dataset (``synthetic_images``/``synthetic_tokens``, d5pipe.levels.lazy_samples) trains
+like any other: each batch is generated from its indices (d5pipe.levels.level2.train_loop) and
+evaluation goes through the splits batch by batch, so one epoch over ``n_samples`` costs
+generating them. ``train.metrics`` get the test split whole, which is generated once for them
+when it is at most :data:`METRICS_SPLIT_BYTES` (else the point is skipped before training); token
+ids (int64) with a built-in model that takes float features (:data:`FLOAT_INPUT_MODELS`) skip
+the point.
 """
 
 from __future__ import annotations
@@ -51,12 +59,13 @@ from torch import nn
 
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import StepLog, evaluate, make_loader, train_epoch
-from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler as build_scheduler
 from d5pipe.levels.schema import conf_from_dict
@@ -66,6 +75,28 @@ from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import summarize
 from d5pipe.rundir.record import Metric, PointOutcome
+
+METRICS_SPLIT_BYTES = 1 << 30
+"""``train.metrics`` on a generated dataset: the largest test split generated whole for them."""
+
+
+def _check_generated(cfg: dict[str, Any], conf: TrainConf, data: Dataset) -> None:
+    """Skip, before training, what the data cannot give: token ids to a float-feature model (or the
+    reverse), and on a generated dataset what the module docstring lists."""
+    model_name = str((cfg.get("model") or {}).get("name", "mlp"))
+    try:
+        check_input_kind(model_name, not data.x_train.dtype.is_floating_point)
+    except UnsupportedInput as exc:
+        raise PointSkipped(f"{exc} (dataset {data.meta['key']})") from exc
+    if not data.generated:
+        return
+    from d5pipe.levels.targets import metric_targets
+
+    size = data.x_test.nbytes if isinstance(data.x_test, LazySamples) else 0
+    if metric_targets(asdict(conf)) and size > METRICS_SPLIT_BYTES:
+        raise PointSkipped(f"train.metrics need the whole test split, {size} bytes of the generated dataset "
+                           f"{data.meta['key']} (at most {METRICS_SPLIT_BYTES}); lower dataset.n_samples or "
+                           "dataset.test_fraction")
 
 
 def resolve_train(train_cfg: dict[str, Any]) -> TrainConf:
@@ -147,6 +178,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     conf = resolve_train(cfg.get("train") or {})
     device = check_device(conf.device, "train.device")
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
+    _check_generated(cfg, conf, data)
     seeds = seed_everything(ctx.seed)
     with deterministic_mode(conf.deterministic, str(device)) as det:
         try:
@@ -162,7 +194,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
             weights = state_dict_sha256(model)
             weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
             log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
-        added = extra_metrics(asdict(conf), model, data.x_test.to(device), data.y_test.to(device))
+        n_test = len(data.y_test) if conf.metrics or not data.generated else 0  # generated only when used
+        added = extra_metrics(asdict(conf), model, data.x_test[:n_test].to(device), data.y_test[:n_test].to(device))
         checked: tuple[list[Metric], dict[str, Any]] = ([], {})
         if initial is not None:
             checked = check_optimizer(initial, data, asdict(conf), conf, ctx.seed, device)
