@@ -6,7 +6,9 @@ than ``--jobs`` used to hang with nothing queued. d5pipe hands Snakemake every j
 throttles the arrays in SLURM instead (d5pipe.execute.slurm_arrays); a watchdog stops a run whose
 pending shards SLURM does not hold (d5pipe.execute.slurm_watchdog). Two runs, side by side:
 
-* ``wide``: 12 one-point shards (3 x ``--jobs 4``) with the shipped profile: every point once, one
+* ``wide``: 12 one-point shards (3 x ``--jobs 4``), the shipped profile with the test profile's
+  fast status polling (first query after 3 s, not 40 s: the shipped polling alone made this run
+  take 3.5 min; test_slurm_pipeline runs the shipped profile as it is): every point once, one
   array, never more than 4 tasks running at once;
 * ``dropped``: a stub ``sbatch`` first on PATH passes the first array to SLURM and answers the
   second with a job ID it never submits: the run stops with exit 75 and one line naming the
@@ -97,7 +99,7 @@ def _attempts(run_dir: Path) -> list[str]:
 
 
 def wide(cluster: SlurmCluster, run_dir: Path) -> Outcome:
-    return _run(_env(cluster), run_dir)
+    return _run(_env(cluster), run_dir, f"executor.extra_args=['--workflow-profile','{TEST_PROFILE}']")
 
 
 @dataclass
