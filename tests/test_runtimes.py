@@ -89,6 +89,11 @@ def test_a_users_onnx_file_runs_on_both_onnx_runtimes_checked_by_the_reference_e
     records = [json.loads(p.read_text()) for p in (run / "points" / "level1").glob("*.json")]
     assert {rec["extra"]["network"]["shape"][0] for rec in records} == {16}  # level1.batch_size fills N
     assert "ReferenceEvaluator" in records[0]["extra"]["output_check"]["reference"]
+    import hashlib
+    [kept] = {rec["extra"]["network"]["kept"] for rec in records}  # the file travels with the run
+    assert kept.startswith("onnx/") and (run / kept).read_bytes() == net.read_bytes()
+    assert records[0]["extra"]["network"]["sha256"] == hashlib.sha256(net.read_bytes()).hexdigest()
+    assert kept in (run / "CHECKSUMS.sha256").read_text()
     # the file's content is part of the points' identity
     before = json.loads(d5pipe("plan", *args, "--json").stdout)
     _user_onnx(net, seed=1)

@@ -12,6 +12,9 @@ sha256 is part of the point's identity (d5pipe.plan.build), like user code.
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +75,23 @@ def reference_outputs(path: str | Path, input_name: str, x: torch.Tensor) -> tor
     return torch.from_numpy(np.asarray(outputs[0], dtype=np.float64))
 
 
+def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
+    """The user's file copied (atomically, once per content) into the run directory's ``onnx/``,
+    which travels in the bundle: the network a point measured stays with its results. The point
+    runs this copy, so what was measured is what is kept."""
+    kept = onnx_dir / f"user-{sha256[:32]}.onnx"
+    if not kept.exists():
+        onnx_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=onnx_dir, prefix=".copy.", suffix=".onnx")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, kept)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    return kept
+
+
 def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     """One level-1 point whose network is ``level1.onnx_file`` (see the module docstring)."""
     from d5pipe.levels.contract import PointSkipped
@@ -97,7 +117,9 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     from d5pipe.levels.level1.runtimes import file_sha256
 
     threads = torch.get_num_threads()
-    prepared = prepare_file({"path": path, "sha256": file_sha256(path)}, threads)
+    sha = file_sha256(path)
+    kept = keep_in_run(Path(path), sha, Path(ctx.run_dir) / "onnx")
+    prepared = prepare_file({"path": str(kept), "sha256": sha}, threads)
 
     def infer() -> None:
         prepared.run(x)
@@ -107,7 +129,8 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     metrics = m.summary.to_metrics("inference_latency", "s", "inference_latency_s", prefix="inference_latency_")
     metrics.append(rate_metric("inference_throughput", float(shape[0]), m.summary, "samples/s", "inference_latency_s"))
     extra: dict[str, Any] = {
-        "network": {"onnx_file": path, "sha256": prepared.onnx["sha256"], "input": name, "shape": list(shape)},
+        "network": {"onnx_file": path, "sha256": prepared.onnx["sha256"], "input": name, "shape": list(shape),
+                    "kept": os.path.relpath(kept, ctx.run_dir)},
         "runtime": {"name": str(getattr(runtime, "name", key)), "version": str(runtime.version()),
                     "settings": prepared.settings, "threads_requested": threads, "threads": prepared.threads},
         "timer_inference": m.info(), "warnings": [f"inference: {w}" for w in m.warnings],
