@@ -78,3 +78,14 @@ def test_plan_rejects_a_non_identifier_adapter_field_before_any_job(tmp_path: Pa
                "model.custom.hf_resnet._output_='not a field'")
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.strip().splitlines()[-1].count("model.custom.hf_resnet._output_") == 1
+
+
+@pytest.mark.slow
+def test_token_ids_run_through_level_1_on_every_runtime(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    r = d5pipe("run", "zoo_tokens", "--config-dir", str(TEST_CONF), "--allow", "transformers", "--out", str(run))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    df = pd.read_parquet(run / "results.parquet")
+    check = df[df["metric"] == "output_check"].set_index("level1.runtime")["text"].to_dict()
+    assert check == {"torch": "pass", "onnxruntime": "pass", "openvino": "pass"}
+    assert (df.loc[df["metric"] == "inference_latency", "value"] > 0).all()

@@ -2,7 +2,8 @@
 
 With a run directory (``--out``, default ``runs/EXPERIMENT``) that was run before, points whose
 user code changed since are named with the reason ("4 points stale: source of mypkg.models
-changed (mypkg/models.py)"; d5pipe.config.code_dir).
+changed (mypkg/models.py)"; d5pipe.config.code_dir). Points this environment cannot run (a runtime
+or the zoo's model library not installed) are named too (d5pipe.plan.availability).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from d5pipe.cli.arguments import add_allow_argument, apply_allow
 from d5pipe.execute.run import default_out, load_plan
 from d5pipe.execute.summary import format_summary, summarize
+from d5pipe.plan.availability import unavailable
 from d5pipe.plan.build import Plan
 
 
@@ -52,10 +54,12 @@ def main(args: argparse.Namespace) -> int:
     run_dir = args.out or default_out(plan)
     summary = summarize(plan, run_dir, time.perf_counter() - t0)
     stale = code_stale(plan, Path(run_dir))
+    missing = unavailable(plan)
     if args.json:
-        print(json.dumps({**summary.to_dict(), "stale": stale, "code": sorted(plan.code)}, indent=1))
+        print(json.dumps({**summary.to_dict(), "stale": stale, "code": sorted(plan.code), "unavailable": missing},
+                         indent=1))
     else:
         print(format_summary(summary))
-        for line in stale:
+        for line in stale + missing:
             print(f"  {line}")
     return 0
