@@ -187,6 +187,10 @@ def test_editing_one_module_changes_exactly_its_points_and_plan_says_why(
     points = {m: [(pid, False) for pid, mods in zip(sp1.point_ids, sp1.modules) if m in mods] for m in after.code}
     assert stale_reasons(read_index(run), after.code, points) == [
         "2 points stale: source of userpkg.ops_a changed (userpkg/helpers.py)"]
+    done = {m: [(pid, True) for pid, _ in entries] for m, entries in points.items()}
+    assert stale_reasons(read_index(run), after.code, done) == [  # never "0 points stale"
+        "source of userpkg.ops_a changed since the last run (userpkg/helpers.py); the 2 points of this version "
+        "already have records"]
 
 
 def test_only_points_naming_user_code_carry_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,5 @@
-"""``d5pipe plan EXPERIMENT [overrides...] [--json] [--allow PREFIX]``: what would run, without running it.
+"""``d5pipe plan EXPERIMENT [overrides...] [--json] [--show-config] [--allow PREFIX]``: what would run,
+without running it; ``--show-config`` prints the composed, validated config instead.
 
 With a run directory (``--out``, default ``runs/EXPERIMENT``) that was run before, points whose
 user code changed since are named with the reason ("4 points stale: source of mypkg.models
@@ -44,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=["local", "slurm"])
     p.add_argument("--config-dir", action="append", default=[])
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--show-config", action="store_true",
+                   help="print the composed, validated config (every default filled in) as YAML and stop")
     add_allow_argument(p)
 
 
@@ -51,6 +54,11 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     apply_allow(args.allow)
     plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)
+    if args.show_config:
+        from d5pipe.rundir.yamlio import safe_dump
+
+        print(safe_dump(plan.config, sort_keys=False), end="")
+        return 0
     run_dir = args.out or default_out(plan)
     summary = summarize(plan, run_dir, time.perf_counter() - t0)
     stale = code_stale(plan, Path(run_dir))

@@ -101,6 +101,11 @@ def stale_reasons(previous: Mapping[str, Any], modules: Mapping[str, ModuleCode]
         changed = sorted(f for f in set(old_files) | set(new_files) if old_files.get(f) != new_files.get(f))
         dists = sorted(set(mc.distributions) ^ set(before.get("distributions") or []))
         what = ", ".join(changed + dists) or "its hash"
-        todo = sum(1 for _pid, done in points.get(name, ()) if not done)
-        lines.append(f"{todo} point{'s' if todo != 1 else ''} stale: source of {name} changed ({what})")
+        mine = points.get(name, ())
+        todo = sum(1 for _pid, done in mine if not done)
+        if todo:
+            lines.append(f"{todo} point{'s' if todo != 1 else ''} stale: source of {name} changed ({what})")
+        elif mine:  # changed back to a version whose points all have records
+            lines.append(f"source of {name} changed since the last run ({what}); the {len(mine)} "
+                         f"point{'s' if len(mine) != 1 else ''} of this version already have records")
     return lines

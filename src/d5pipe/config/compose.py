@@ -39,6 +39,7 @@ def _available_experiments(dirs: list[Path]) -> list[str]:
 
 
 _FULL_KEY = re.compile(r"full_key:\s*(\S+)")
+_NOT_IN = re.compile(r"Key '[^']+' not in '[^']+'")
 _IN_FILE = re.compile(r"(?:^|\n)In '([^']+)':")
 
 
@@ -75,6 +76,10 @@ def _explain(exc: BaseException, experiment: str) -> str:
     if reason is None:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     reason = reason.strip()
+    if key and _NOT_IN.match(reason):  # OmegaConf's "Key 'x' not in 'Level1Conf'": say what is valid
+        from d5pipe.config.validate import unknown_key
+
+        return f"config error: {unknown_key(key)} (experiment '{experiment}')"
     parts = ["config error"]
     if key:
         parts.append(f"key '{key}'")

@@ -113,6 +113,36 @@ def constraint_error(meta: Mapping[str, Any], value: Any) -> str | None:
     return None
 
 
+def by_closeness(name: str, candidates: list[str]) -> list[str]:
+    """``candidates`` with the close matches of ``name`` first (closest first), then the rest in order."""
+    import difflib
+
+    close = difflib.get_close_matches(name, candidates, n=len(candidates), cutoff=0.5)
+    return close + [c for c in candidates if c not in close]
+
+
+def section_schema(path: str) -> type | None:
+    """The schema class of the section at dotted ``path`` ("" is the root), if it is one."""
+    cls: type = D5Config
+    for part in [p for p in path.split(".") if p]:
+        tp = _hints(cls).get(part)
+        if tp is None or not _is_schema(tp):
+            return None
+        cls = tp
+    return cls
+
+
+def unknown_key(key: str) -> str:
+    """``key 'level1.batchsize' is not in the schema; valid keys of level1 (closest first): batch_size, ...``"""
+    parent, _, name = key.rpartition(".")
+    cls = section_schema(parent)
+    if cls is None:
+        return f"key '{key}' is not in the schema"
+    where = parent or "the config"
+    return (f"key '{key}' is not in the schema; valid keys of {where} (closest first): "
+            f"{', '.join(by_closeness(name, list(_fields(cls))))}")
+
+
 def check_value(cls: type, name: str, value: Any, key: str) -> None:
     """Type and constraints of one value of field ``name`` of schema ``cls`` (key names it)."""
     err = type_error(_hints(cls)[name], value) or constraint_error(_fields(cls)[name].metadata, value)
@@ -127,8 +157,9 @@ def check_fields(cls: type, data: Mapping[str, Any], prefix: str) -> None:
     for name, value in data.items():
         key = f"{prefix}{name}"
         if name not in known:
-            raise D5PipeError(f"config error: key '{key}' is not in the schema "
-                              f"({cls.__name__}: {', '.join(known)})")
+            raise D5PipeError(f"config error: key '{key}' is not in the schema; valid keys of "
+                              f"{prefix.rstrip('.') or 'the config'} (closest first): "
+                              f"{', '.join(by_closeness(name, list(known)))}")
         tp = hints[name]
         if name == "sweep" and cls is D5Config:
             continue  # checked value by value in check_sweep
