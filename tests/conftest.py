@@ -11,6 +11,10 @@ import pytest
 
 pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture"]
 
+# The shared dataset cache (d5pipe.rundir.data_cache) is off in the tests: each run prepares its own
+# data, as the tests about preparation expect; tests/test_data_cache.py turns it on in a tmp dir.
+os.environ.setdefault("D5PIPE_DATA_CACHE_MB", "0")
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
 

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("d5pipe.cli.cmd_reproduce", "re-run a bundle and check it reproduced"),
     "compare": ("d5pipe.cli.cmd_compare", "compare two runs metric by metric"),
     "cancel": ("d5pipe.cli.cmd_cancel", "stop a SLURM run: its detached driver and its jobs"),
+    "cache": ("d5pipe.cli.cmd_cache", "the prepared datasets shared by run directories; --clear"),
 }
 
 

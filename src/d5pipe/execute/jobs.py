@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,12 +81,16 @@ def prepare_data_job(smk: Any) -> None:
     from d5pipe.execute.workflow_api import dataset_config
     from d5pipe.levels.datasets import prepare
     from d5pipe.rundir.atomic import write_json
+    from d5pipe.rundir.data_cache import store
 
     with _logged(smk):
         key = str(smk.wildcards.dataset)
+        t0 = time.perf_counter()
         meta = prepare(dataset_config(".", key), Path(str(smk.output.data)))
+        seconds = time.perf_counter() - t0
         write_json(Path(str(smk.output.meta)), {"key": key, **meta})
-        print(f"prepared dataset {key}: {meta.get('checksum')}")
+        store(key, Path(str(smk.output.data)), {"key": key, **meta}, seconds)  # for other run directories
+        print(f"prepared dataset {key} in {seconds:.1f} s: {meta.get('checksum')}")
 
 
 _PRELOAD: threading.Thread | None = None

@@ -113,6 +113,20 @@ class RunOutcome:
     """None for a dry run."""
 
 
+def restore_datasets(plan: Plan, rd: RunDir) -> None:
+    """Datasets of the plan that the user cache holds go into ``RUN/data`` before Snakemake starts,
+    so no ``prepare_data`` job runs for them (d5pipe.rundir.data_cache); one line says so."""
+    from d5pipe.rundir.data_cache import restore
+
+    restored = [r for key in sorted(plan.datasets) if not rd.dataset(key).exists()
+                and (r := restore(key, rd.data_dir)) is not None]
+    if restored:
+        saved = sum(r.prepare_s for r in restored)
+        print(f"d5pipe: {len(restored)} dataset(s) from the cache {restored[0].source.parent} "
+              f"({', '.join(r.key for r in restored)}): no prepare_data job (preparing took {saved:.1f} s in it)",
+              flush=True)
+
+
 def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int | None = None,
                  retry_failed: bool = False, snakemake_args: list[str] | None = None,
                  timeout: float | None = None, dry_run: bool = False, force: bool = False,
@@ -137,6 +151,8 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         summary = prepare_run(plan, run_dir, overrides, retry_failed)
         todo = sum(s.points - s.points_done for s in summary.stages)
         print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
+        if todo and not dry_run:
+            restore_datasets(plan, rd)
         executor = plan.config["executor"]
         slurm = executor.get("name") == "slurm"
         if not dry_run and summary.all_done() and up_to_date(rd, plan):
