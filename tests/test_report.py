@@ -317,3 +317,22 @@ def test_with_repetitions_the_side_by_side_ranks_with_ci_and_figure(tmp_path: Pa
     assert by_variant["compiled"][-1] == "faster" and by_variant["compiled"][5].startswith("1.4")  # 1 / 0.7
     assert by_variant["naive"][-1].startswith("not compared: variant failed: check correct failed")
     assert "speedup vs eager" in cmp0 and "dashed: 1" in cmp0
+
+
+def test_run_created_and_report_built_are_separate_and_not_reached_says_so(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    make_run_dir(run_dir, RunSpec(levels=("level2",)))
+    rec_path = next(p for p in sorted((run_dir / "points" / "level2").glob("*.json"))
+                    if json.loads(p.read_text())["status"] == "ok")
+    rec = json.loads(rec_path.read_text())
+    for m in rec["metrics"]:
+        if m["name"] == "time_to_target_s":
+            m["value"] = float("nan")  # trained to the end without reaching the target (as level 2 writes it)
+    rec_path.write_text(json.dumps(rec))
+    aggregate(run_dir)
+    html, md = (p.read_text(encoding="utf-8") for p in build_report(run_dir))
+    assert "run created 2025-01-01T00:00:00Z · report built 2" in html  # two dates, each named
+    assert re.search(r"report built</td><td>\d{4}-\d\d-\d\dT", html)
+    tta = [rows for head, rows in tables(section(html, "level2")) if "time_to_target_s" in head]
+    assert tta and any("not reached" in row for row in tta[0])
+    assert "not reached" in md

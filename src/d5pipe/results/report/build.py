@@ -11,7 +11,7 @@ from d5pipe.results.report.html import render_html
 from d5pipe.results.report.loader import RunData, load_run
 from d5pipe.results.report.markdown import render_markdown
 from d5pipe.results.report.node_section import node_variability
-from d5pipe.results.report.sections import provenance, stage_table
+from d5pipe.results.report.sections import provenance, report_built, stage_table
 from d5pipe.results.report.slurm_section import slurm_jobs
 from d5pipe.rundir.atomic import write_text
 from d5pipe.rundir.layout import RunDir
@@ -45,7 +45,8 @@ def build_sections(data: RunData) -> Report:
     report_cfg = data.config.get("report")
     title = str(report_cfg.get("title") or "") if isinstance(report_cfg, dict) else ""
     subtitle = (f"experiment {name} · {len(data.results['point_id'].unique())} points · "
-                f"stages {', '.join((STAGES[s].title if s in STAGES else s) for s in data.stages)} · created {m.get('created', '?')}")
+                f"stages {', '.join((STAGES[s].title if s in STAGES else s) for s in data.stages)} · "
+                f"run created {m.get('created', '?')} · report built {report_built()}")
     return Report(title or f"d5pipe report: {name}", subtitle, sections)
 
 

@@ -87,6 +87,10 @@ def fmt_value(value: Any, ci_low: Any = None, ci_high: Any = None, unit: str = "
     return quantity_ci(float(value), float(ci_low), float(ci_high), unit)
 
 
+REACHED_METRICS: tuple[str, ...] = ("time_to_", "epochs_to_")
+"""Metrics that have no value when a training run never reached its target."""
+
+
 def fmt_cell(row: dict[str, Any]) -> str:
     """A table cell of one metric row: a check shows its verdict first (``fail (0.622)``)."""
     text = row.get("text")
@@ -94,6 +98,9 @@ def fmt_cell(row: dict[str, Any]) -> str:
     if row.get("kind") == "verdict" and isinstance(text, str) and text:
         value = row.get("value")
         return text if is_missing(value) else f"{text} ({fmt_value(value, unit=unit)})"
+    if str(row.get("metric", "")).startswith(REACHED_METRICS) and is_missing(row.get("value")) \
+            and row.get("status") == "ok":
+        return "not reached"  # a finished run that never reached its target: said, not a blank cell
     return fmt_value(row.get("value"), row.get("ci_low"), row.get("ci_high"), unit, text)
 
 

@@ -55,11 +55,19 @@ def _seed_rows(data: RunData) -> tuple[list[list[str]], int]:
     return [list(p) for p in pairs[:MAX_SEEDS]], len(pairs)
 
 
+def report_built() -> str:
+    """When this report was built (a rebuild by ``d5pipe report`` is later than the run's creation)."""
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def provenance(data: RunData) -> Section:
     m = data.manifest
     facts = [
         ["experiment", str(m.get("experiment", data.config.get("name", "")))],
-        ["created", str(m.get("created", ""))],
+        ["run created", str(m.get("created", ""))],
+        ["report built", report_built()],
         ["d5pipe version", str(m.get("d5pipe_version", "unknown"))],
         ["config hash", str(m.get("config_hash", ""))],
         ["root seed", str(m.get("seed", data.config.get("seed", "")))],
