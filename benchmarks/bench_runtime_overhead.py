@@ -3,7 +3,10 @@
 For each runtime (PyTorch eager, ONNX Runtime, OpenVINO; d5pipe.levels.level1.runtimes) one small
 CNN-sized MLP is prepared once, as a level-1 point prepares it, and then, interleaved over rounds:
 ``d5pipe.measure.timer.measure`` of one batch's inference, and a bare ``time.perf_counter`` loop
-over the same callable and the same input (each call timed, the median taken). Prints each runtime's
+over the same callable and the same input, timed the same way: blocks of as many back-to-back calls
+as d5pipe's timer put in one block in that round, the median of the blocks' per-call times (the same
+estimator on both sides, so the ratio is d5pipe's own cost: its clock, synchronisation and
+bookkeeping, not the difference between a mean and a median of a runtime's jittery calls). Prints each runtime's
 median per-call latency both ways and the ratio d5pipe / bare (median of the per-round ratios with
 its 95% CI). Deep500 calls its own overhead negligible; the target here is a ratio within 2%.
 
@@ -29,14 +32,15 @@ from d5pipe.measure.timer import measure
 TIMER = {"warmup_s": 0.05, "min_block_s": 0.01, "budget_s": 0.5, "target_ci_pct": 1.0}
 
 
-def _bare(fn: Callable[[], object], calls: int) -> float:
-    """Median of ``calls`` individually timed calls (a median, like d5pipe's: a mean would count the
-    runtime's occasional slow call, which a median does not, and call that d5pipe's overhead)."""
-    times = []
-    for _ in range(calls):
+def _bare(fn: Callable[[], object], reps: int, seconds: float) -> float:
+    """Median per-call time of blocks of ``reps`` back-to-back calls, blocks for about ``seconds``."""
+    times: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while len(times) < 5 or time.perf_counter() < deadline:
         t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        for _ in range(reps):
+            fn()
+        times.append((time.perf_counter() - t0) / reps)
     return statistics.median(times)
 
 
@@ -62,14 +66,15 @@ def main() -> int:
                     run(x)
 
             ratios, d5, bare = [], [], []
-            calls = max(1, int(0.3 / max(measure(call, TIMER, "cpu").median, 1e-9)))  # bare loops of ~0.3 s
+            reps = measure(call, TIMER, "cpu").reps_per_block  # warm both up; the block size d5pipe picks
             for r in range(args.rounds):
                 if r % 2:  # alternate which goes first, so drift does not favour one side
-                    b = _bare(call, calls)
+                    b = _bare(call, reps, TIMER["budget_s"])
                     m = measure(call, TIMER, "cpu")
                 else:
                     m = measure(call, TIMER, "cpu")
-                    b = _bare(call, calls)
+                    b = _bare(call, m.reps_per_block, TIMER["budget_s"])
+                reps = m.reps_per_block
                 d5.append(m.median)
                 bare.append(b)
                 ratios.append(m.median / b)
