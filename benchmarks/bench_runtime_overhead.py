@@ -55,7 +55,7 @@ def main() -> int:
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10)).eval()
     x = torch.randn(args.batch, 3, 32, 32)
-    worst = 0.0
+    worst = widest = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         for factory in (torch_runtime, onnxruntime_runtime, openvino_runtime):
             runtime = factory()
@@ -81,9 +81,11 @@ def main() -> int:
             ci = median_ci(ratios, 0.95)
             ratio = statistics.median(ratios)
             worst = max(worst, abs(ratio - 1.0))
+            widest = max(widest, ratio - ci.low, ci.high - ratio)
             print(f"{runtime.name:12s} d5pipe {statistics.median(d5) * 1e6:9.1f} us  bare {statistics.median(bare) * 1e6:9.1f} us"
                   f"  ratio {ratio:.4f} [{ci.low:.4f}, {ci.high:.4f}] over {args.rounds} rounds")
-    print(f"largest |ratio - 1|: {worst:.2%} ({'PASS' if worst <= 0.02 else 'FAIL'}: target 2%)")
+    print(f"largest |ratio - 1|: {worst:.2%} ({'PASS' if worst <= 0.02 else 'FAIL'}: target 2%, on the medians); "
+          f"the CIs are up to ±{widest:.1%} wide: {'resolved' if widest <= 0.02 else 'this run cannot resolve a difference that small; more --rounds narrow it'}")
     return 0 if worst <= 0.02 else 1
 
 
