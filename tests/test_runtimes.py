@@ -41,6 +41,11 @@ def test_every_runtime_runs_the_same_network_and_a_wrong_one_fails_its_output_ch
     assert (run / path).is_file() and path.startswith("onnx/")
     html = (run / "report.html").read_text(encoding="utf-8")
     assert "onnxruntime vs torch" in html and "openvino vs torch" in html
+    pairs = pd.read_parquet(run / "comparisons.parquet")  # the side-by-side as data, beside results.parquet
+    runtime_pairs = pairs[pairs["factor"] == "level1.runtime"]
+    assert set(runtime_pairs["variant"]) == {"onnxruntime", "openvino", "honest", "perturbed"}
+    assert set(runtime_pairs["baseline"]) == {"torch"}
+    assert {"speedup", "ci_low", "ci_high", "p_value", "verdict"} <= set(pairs.columns)
 
 
 def test_compile_applies_to_the_torch_runtime_only(tmp_path: Path) -> None:

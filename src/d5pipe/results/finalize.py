@@ -73,6 +73,15 @@ def with_accounting(df: pd.DataFrame, rd: RunDir) -> pd.DataFrame:
     return df.drop(columns=extra, errors="ignore").merge(acct, on="slurm_job_id", how="left")
 
 
+def write_comparisons(df: pd.DataFrame, rd: RunDir) -> None:
+    """``comparisons.parquet``: every side-by-side pair of the run (d5pipe.results.comparisons:
+    the compared factor, the other axes, both medians, speedup with its CI, p-value, verdict and
+    both sides' checks), computed once here; the report reads it."""
+    from d5pipe.results.comparisons import comparisons, record_samples
+
+    write_frame(comparisons(df, record_samples(rd.root), rd.config), rd.side_table("comparisons"))
+
+
 def write_frame(df: pd.DataFrame, path: Path) -> None:
     buf = io.BytesIO()
     df.to_parquet(buf, index=False, compression="zstd")
@@ -89,6 +98,7 @@ def finalize_results(run_dir: Path, out: Path) -> Path:
     df = with_checks(_nullable(pq.read_table(path)), rd.config)
     df = with_accounting(df, rd)
     write_frame(df, path)
+    write_comparisons(df, rd)
     hashes = df["env_hash"].dropna()
     ranked = [str(h) for h in hashes.value_counts().index if str(h)]
     finalize_environment(rd.root, ranked)

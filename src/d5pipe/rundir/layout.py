@@ -15,7 +15,7 @@ Layout (``RUN`` = the run directory)::
     RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
     RUN/env/<env_hash>.json            the environment record of each distinct job environment
     RUN/logs/<rule>/...                Snakemake job logs
-    RUN/results.parquet (+ summary_<stage>, warnings, curves), RUN/report.html, RUN/report.md,
+    RUN/results.parquet (+ summary_<stage>, warnings, curves, comparisons), RUN/report.html, RUN/report.md,
     RUN/verdict.json                   the run's verdict (what d5pipe run/status exit with)
     RUN/CHECKSUMS.sha256               the seal that makes the directory a bundle
 
@@ -123,7 +123,8 @@ class RunDir:
         return self.root / CHECKSUMS_FILE
 
     def side_table(self, name: str) -> Path:
-        """``warnings``, ``curves`` or ``summary_<stage>`` next to results.parquet."""
+        """``warnings``, ``curves``, ``comparisons``, ``accounting`` or ``summary_<stage>`` next to
+        results.parquet."""
         return self.root / f"{name}.parquet"
 
     def shard_plan(self, stage: str, shard: str) -> Path:

@@ -85,7 +85,10 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     swept = [f for f in factors if f.column in data.results.columns
              and data.results.loc[data.results["stage"] == stage, f.column].nunique() > 1]
     factor = (swept or factors)[0]  # the level's compared factor that this run sweeps
-    pairs = comparisons(data.results, data.samples, data.config, stage=stage)
+    if data.comparisons is not None:  # written with these results by the report job
+        pairs = data.comparisons[data.comparisons["stage"] == stage] if not data.comparisons.empty else data.comparisons
+    else:
+        pairs = comparisons(data.results, data.samples, data.config, stage=stage)
     pairs = pairs[pairs["factor"] == factor.column] if not pairs.empty else pairs
     operators = data.config.get("operators")
     has_custom = isinstance(operators, dict) and bool(operators.get("custom"))

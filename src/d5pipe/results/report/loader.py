@@ -43,6 +43,9 @@ class RunData:
     """One row per point: stage, point_id, status, verdict, reason (d5pipe.results.verdicts)."""
     samples: SampleSource
     """(stage, point_id, metric) -> raw samples from the point record, or None."""
+    comparisons: pd.DataFrame | None = None
+    """``comparisons.parquet`` written with these results (d5pipe.results.finalize), else None:
+    the report computes the pairs itself."""
 
     def stage_rows(self, stage: str) -> pd.DataFrame:
         return self.results[self.results["stage"] == stage]
@@ -156,4 +159,6 @@ def load_run(run_dir: Path, checked: bool = False) -> RunData:
         curves=curves,
         verdicts=point_verdicts(results),
         samples=record_samples(run_dir),
+        comparisons=pd.read_parquet(rd.side_table("comparisons"))
+        if checked and rd.side_table("comparisons").exists() else None,
     )
