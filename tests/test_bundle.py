@@ -158,3 +158,23 @@ def test_cli_seal_archive_verify_extract(tmp_path: Path) -> None:
         cmd_bundle.main(parser.parse_args([str(run)]))
     assert cmd_bundle.main(parser.parse_args([str(run), "--rehash"])) == 0
     assert bundle.verify(run) == []
+
+
+def test_a_bundle_holds_only_records_whose_code_it_carries(tmp_path: Path) -> None:
+    """A record that is not a point of the current plan (an earlier config's or code version's) stays
+    out of the bundle, and d5pipe bundle says so."""
+    from tests.conftest import TEST_CONF, d5pipe
+
+    run = tmp_path / "run"
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(run), "sweep.grid.operators.size=[16]")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [kept] = (run / "points" / "level0").glob("*.json")
+    orphan = run / "points" / "level0" / "matmul-old-code-version.json"
+    orphan.write_text(kept.read_text())
+    assert bundle.left_out_records(run) == ["points/level0/matmul-old-code-version.json"]
+    sealed = d5pipe("bundle", str(run))
+    assert sealed.returncode == 0, sealed.stderr
+    assert "1 point record(s) left out of the bundle" in sealed.stdout
+    listed = bundle.read_checksums(run)
+    assert f"points/level0/{kept.name}" in listed and "points/level0/matmul-old-code-version.json" not in listed
+    assert bundle.verify(run) == []  # the left-out record is not a problem of the bundle

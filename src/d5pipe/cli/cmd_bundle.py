@@ -54,6 +54,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"{path}: {'intact' if not problems else f'{len(problems)} problem(s)'}")
         return 3 if problems else 0
     RunDir(path).require_run()  # only a d5pipe run directory is sealed
+    left_out = bundle.left_out_records(path)
+    if left_out:
+        print(f"d5pipe: {len(left_out)} point record(s) left out of the bundle: not points of the current plan "
+              f"(an earlier config or code version, whose code code/ no longer holds), e.g. {left_out[0]}")
     print(seal(path, args.rehash))
     if args.archive is not None:
         print(bundle.archive(path, Path(args.archive) if args.archive else None))
