@@ -336,3 +336,44 @@ def test_run_created_and_report_built_are_separate_and_not_reached_says_so(tmp_p
     tta = [rows for head, rows in tables(section(html, "level2")) if "time_to_target_s" in head]
     assert tta and any("not reached" in row for row in tta[0])
     assert "not reached" in md
+
+
+def test_the_optimizer_check_has_its_rows_in_the_level2_section(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    make_run_dir(run_dir, RunSpec(levels=("level2",), failed=0, skipped=0, extra_config={
+        "train": {"reference_optimizer": "sgd", "reference_tolerance": 0.001}}))
+    for i, rec_path in enumerate(sorted((run_dir / "points" / "level2").glob("*.json"))):
+        rec = json.loads(rec_path.read_text())
+        div = 2e-4 if i else 0.03  # the first point's optimizer drifted from its reference
+        rec["metrics"] += [{"name": "optimizer_check", "value": "fail" if div > 0.001 else "pass", "unit": "",
+                            "kind": "verdict", "ci_low": None, "ci_high": None, "samples": None},
+                           {"name": "optimizer_divergence", "value": div, "unit": "", "kind": "numerical",
+                            "ci_low": None, "ci_high": None, "samples": None}]
+        rec_path.write_text(json.dumps(rec))
+    aggregate(run_dir)
+    html, _ = (p.read_text(encoding="utf-8") for p in build_report(run_dir))
+    level2 = section(html, "level2")
+    [(head, rows)] = [(h, r) for h, r in tables(level2) if "optimizer_check" in h and h[-1] == "verdict"]
+    assert "optimizer_divergence" in head and "train.reference_tolerance = 0.001" in level2
+    assert rows[0][head.index("optimizer_check")].startswith("fail") and rows[0][-1] == "fail"  # failing first
+    assert all(r[head.index("optimizer_check")].startswith("pass") for r in rows[1:])
+
+
+def test_coinciding_training_curves_stay_readable() -> None:
+    """Three optimizers with the same learning-rate schedule: three distinct line styles and three
+    direct labels, spread apart although the lines end at the same value."""
+    import pandas as pd
+
+    from d5pipe.results.report.plots import curves_figure
+
+    frame = pd.DataFrame([{"label": f"train.optimizer={o}", "series": "lr", "step": e, "value": 0.01 * 0.5 ** e}
+                          for o in ("adam", "sgd", "lion") for e in range(1, 6)])
+    fig = curves_figure(frame, ["lr"])
+    ax = fig.axes[0]
+    styles = {(line.get_linestyle(), line.get_marker()) for line in ax.get_lines()}
+    assert len(styles) == 3
+    labels = [t for t in ax.texts if t.get_text().startswith("train.optimizer=")]
+    assert len(labels) == 3
+    ys = sorted(t.get_position()[1] for t in labels)
+    low, high = ax.get_ylim()
+    assert min(b - a for a, b in zip(ys, ys[1:])) > 0.05 * (high - low)  # not on top of each other

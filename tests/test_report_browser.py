@@ -113,3 +113,41 @@ def test_report_renders_and_is_not_blank(tmp_path: Path) -> None:
     band = red[int(top):int(bottom)]
     assert band.mean() > 0.01, f"no red failure rows in the Failures band ({band.mean():.2%})"
     assert band.mean() > 3 * red[int(bottom):].mean()
+
+
+WIDTH_SCRIPT = (
+    "<script>document.body.setAttribute('data-tables', JSON.stringify(Array.from(document.querySelectorAll('table'))"
+    ".map(t => [t.getBoundingClientRect().right, t.scrollWidth, t.clientWidth, "
+    "Array.from(t.querySelectorAll('th')).map(h => h.textContent)])))</script>"
+)
+
+
+def table_boxes(page: Path, tmp: Path, width: int) -> list[tuple[float, int, int, list[str]]]:
+    """Per table as Chromium lays it out at ``width`` px: right edge, scroll and client width, headers."""
+    chromium = shutil.which("chromium")
+    assert chromium, "chromium is not installed: apt-get install -y chromium"
+    probe = tmp / "width-probe.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", WIDTH_SCRIPT + "</body>"), encoding="utf-8")
+    profile = tmp / "width-profile"
+    profile.mkdir()
+    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           f"--user-data-dir={profile}", f"--window-size={width},2000", "--dump-dom", probe.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = re.search(r'data-tables="([^"]*)"', proc.stdout)
+    assert m, proc.stdout[-2000:]
+    return [tuple(t) for t in json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))]
+
+
+def test_no_table_is_cut_off_at_1400_px_and_level3_speedup_is_a_table(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    wide = {"level1": {"model.name": ["mlp", "cnn"], "level1.batch_size": [16, 64],
+                       "level1.dtype": ["float32", "bfloat16"], "level1.impl": ["eager", "compile"]}}
+    make_run_dir(run_dir, RunSpec(grids=wide))
+    aggregate(run_dir)
+    html_path, _ = build_report(run_dir)
+    boxes = table_boxes(html_path, tmp_path, 1400)
+    assert len(boxes) > 5
+    for right, scroll_w, client_w, headers in boxes:
+        assert right <= 1400 and scroll_w <= client_w + 1, (right, scroll_w, client_w, headers)  # all on screen
+    assert any("speedup" in headers and "efficiency" in headers for *_, headers in boxes)

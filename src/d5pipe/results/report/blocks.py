@@ -26,7 +26,7 @@ class Table:
     bad_rows: set[int] = field(default_factory=set)
     """Row indices to highlight as failures."""
     wrap: set[int] = field(default_factory=set)
-    """Column indices of prose (reasons, parameters) that may wrap at spaces; other cells never wrap."""
+    """Column indices of prose (reasons, parameters): kept at least 14em wide, line breaks kept."""
 
 
 @dataclass

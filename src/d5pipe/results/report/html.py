@@ -18,9 +18,9 @@ header{background:#1f3a5f;color:#fff;padding:18px 28px}
 header h1{margin:0 0 4px;font-size:1.6em} header p{margin:0;opacity:.85}
 nav{background:#eef2f7;padding:8px 28px;font-size:.92em} nav a{margin-right:14px;color:#1f3a5f}
 h2{border-bottom:2px solid #d6dde8;padding-bottom:4px;margin-top:36px} h3{margin-top:24px}
-table{border-collapse:collapse;margin:10px 0 18px;font-size:.86em;display:block;overflow-x:auto;max-width:100%}
-th,td{border:1px solid #d6dde8;padding:3px 8px;text-align:left;vertical-align:top;white-space:nowrap;
-word-break:normal;overflow-wrap:normal}
+table{border-collapse:collapse;margin:10px 0 18px;font-size:.86em;max-width:100%}
+th,td{border:1px solid #d6dde8;padding:3px 8px;text-align:left;vertical-align:top;white-space:normal;
+word-break:normal;overflow-wrap:anywhere}
 td.wrap{white-space:pre-line;min-width:14em;max-width:560px}
 th{background:#eef2f7} tr:nth-child(even) td{background:#fafbfd}
 tr.bad td{background:#fde8e8;color:#8a1020}
@@ -33,7 +33,10 @@ p.note{color:#4a5870;font-size:.9em} p.warn{background:#fff6df;border-left:4px s
 p.bad{background:#fde8e8;border-left:4px solid #c0182b;padding:6px 10px;color:#8a1020}
 p.good{background:#e6f6ea;border-left:4px solid #2e8b47;padding:6px 10px}
 section.failures h2{color:#a3101f}
+@media print{main{max-width:none;padding:0} table{font-size:.72em} figure{break-inside:avoid}}
 """
+# Tables never scroll sideways: their cells wrap (long IDs break anywhere), so every column is on
+# screen, in a screenshot and in print (tests/test_report_browser.py checks 1400 px).
 
 
 def _block(block: Block) -> str:

@@ -175,6 +175,19 @@ def level2(data: RunData) -> Section:
                    "Time to target accuracy (one training run per point: a single value, no CI)")
         blocks.append(Table(cols, body, caption))
     blocks += repetition_outcomes(rows, ("test_accuracy", "train_loss", "test_loss", "time_to_target_s"))
+    names = metric_names(rows)
+    checks: list[str] = [n for n in ("optimizer_check", "optimizer_divergence") if n in names]
+    checks += [n for n in names if n.startswith("sanity:")]
+    if checks:
+        section = data.config.get("train")
+        train: dict[str, Any] = section if isinstance(section, dict) else {}
+        blocks += verdict_table(
+            data, "level2", rows, checks, varying_axes(rows),
+            "Checks of the training: the optimizer against train.reference_optimizer "
+            f"({train.get('reference_optimizer') or 'none'}) after the same steps from the same weights, "
+            "divergence ||p - p_ref|| / ||p_ref - p_0|| against train.reference_tolerance = "
+            f"{train.get('reference_tolerance', '?')}; reference-free sanity checks (finite, not diverged, "
+            "above chance) have a column only where one failed")
     acc = [n for n in metric_names(rows) if n.startswith("acceptance:")]
     if acc:
         blocks += verdict_table(data, "level2", rows, acc, varying_axes(rows), "Acceptance thresholds of the recipe")
@@ -266,6 +279,16 @@ def level3(data: RunData) -> Section:
         notes_at = len(blocks)  # superlinear speedup, oversubscription: right under the speedup figure
     if "efficiency" in names:
         blocks += figure(rows, "efficiency", layout, band=True, ideal="one")
+    if "speedup" in names:  # the figures' values as a table
+        scaled = rows[rows["point_id"].astype(str).str.startswith("scaling-")
+                      | rows["metric"].isin(["speedup", "efficiency"])]
+        metrics = [m for m in ("speedup", "efficiency") if m in names]
+        axes = [a for a in ("distributed.backend", "distributed.scaling", *varying_axes(scaled))
+                if a in scaled.columns and scaled[a].notna().any()]
+        cols, body, _ = wide_table(scaled, metrics, list(dict.fromkeys(axes)))
+        blocks.append(Table(cols[1:], [r[1:] for r in body],
+                            "Speedup and efficiency against the 1-rank point of the same configuration "
+                            "(value [95% CI]), as in the figures above"))
     busbw = find_metric(rows, ["busbw_GBps", "busbw"], prefix="busbw")
     if busbw:
         bw_layout = choose_layout(rows, ["distributed.message_bytes"], ["distributed.backend"])

@@ -219,16 +219,50 @@ def roofline(frame: pd.DataFrame, peak_gflops: float | None, peak_gbps: float | 
     return to_png(fig)
 
 
-def curves(frame: pd.DataFrame, series_names: list[str]) -> bytes:
-    """Training curves (frame: label, series, step, value), one panel per series name."""
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = "osD^v<>ph*"
+DIRECT_LABELS = 6
+"""At most this many lines per panel get a label at their end (more: the legend alone)."""
+
+
+def _direct_labels(ax: Axes, ends: list[tuple[float, float, str]]) -> None:
+    """Each line's label at its last point; labels whose lines end close together (identical
+    learning-rate schedules of several optimizers) are spread apart vertically."""
+    if not ends or len(ends) > DIRECT_LABELS:
+        return
+    low, high = ax.get_ylim()
+    gap = 0.07 * (high - low) if high > low else 1.0
+    placed: list[float] = []
+    for x, y, label in sorted(ends, key=lambda e: e[1]):
+        y_text = max(y, placed[-1] + gap) if placed else y
+        placed.append(y_text)
+        ax.annotate(label, (x, y), xytext=(x, y_text), textcoords="data", fontsize=7, va="center",
+                    xycoords="data", annotation_clip=False, arrowprops=None)
+    ax.set_xlim(right=ax.get_xlim()[1] + 0.35 * (ax.get_xlim()[1] - ax.get_xlim()[0]))  # room for labels
+
+
+def curves_figure(frame: pd.DataFrame, series_names: list[str]) -> Figure:
+    """Training curves (frame: label, series, step, value), one panel per series name. Lines that
+    coincide stay readable: each point has its own line style and marker, and (up to
+    :data:`DIRECT_LABELS` lines) its label at the line's end."""
     fig, axes = _grid(len(series_names))
     for ax, name in zip(axes, series_names):
         sub = frame[frame["series"] == name]
-        for label in sorted(dict.fromkeys(sub["label"]), key=natural_key)[:MAX_SERIES]:
+        ends: list[tuple[float, float, str]] = []
+        for i, label in enumerate(sorted(dict.fromkeys(sub["label"]), key=natural_key)[:MAX_SERIES]):
             s = sub[sub["label"] == label].sort_values("step")
-            ax.plot(s["step"], s["value"], "-o", markersize=3, label=str(label)[:40])
+            ax.plot(s["step"], s["value"], linestyle=LINE_STYLES[i % len(LINE_STYLES)],
+                    marker=MARKERS[i % len(MARKERS)], markersize=3, alpha=0.85, label=str(label)[:40])
+            if not s.empty:
+                ends.append((float(s["step"].iloc[-1]), float(s["value"].iloc[-1]), str(label)[:24]))
         ax.set_xlabel("epoch")
         ax.set_ylabel(name)
         ax.grid(True, alpha=0.3)
+        _direct_labels(ax, ends)
     _legend(fig, axes)
-    return to_png(fig)
+    return fig
+
+
+def curves(frame: pd.DataFrame, series_names: list[str]) -> bytes:
+    """:func:`curves_figure` as PNG."""
+    return to_png(curves_figure(frame, series_names))
