@@ -144,7 +144,7 @@ def test_units_are_prefixed_and_times_never_in_scientific_notation(full_report: 
     assert not re.search(r"\d\.\d+e-0\d s\b", html + md)
     for unit in (" µs", " ms", " KiB", " MiB", "GFLOP/s", "MB/s", "k samples/s", "MFLOP"):
         assert any(unit in c for c in cells), unit
-    assert "white-space:nowrap" in html and "break-word" not in html
+    assert "white-space:normal" in html and "overflow-x:auto;max-width" not in html  # cells wrap, tables never scroll
     # the Markdown file shows the same cells
     assert "| 84.86 [84.7, 85.33] µs |" in md and "84.86 [84.7, 85.33] µs" in html
 
@@ -377,3 +377,26 @@ def test_coinciding_training_curves_stay_readable() -> None:
     ys = sorted(t.get_position()[1] for t in labels)
     low, high = ax.get_ylim()
     assert min(b - a for a, b in zip(ys, ys[1:])) > 0.05 * (high - low)  # not on top of each other
+
+
+def test_level3_speedup_and_efficiency_are_metrics_in_the_results(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from d5pipe.results.finalize import with_scaling
+
+    run_dir = tmp_path / "run"
+    make_run_dir(run_dir, RunSpec(levels=("level3",), failed=0, skipped=0, grids={
+        "level3": {"distributed.ranks": [1, 2, 4], "distributed.backend": ["ddp", "mpi"]}}))
+    df = with_scaling(pd.read_parquet(aggregate(run_dir)))
+    speed = df[df["metric"] == "speedup"]
+    timed = df[df["metric"] == "time_per_step_s"]
+    assert set(speed["point_id"]) == set(timed["point_id"])  # every training point gets its own
+    one = speed[speed["distributed.ranks"] == 1]
+    assert (one["value"] == 1.0).all()
+    row = speed[(speed["distributed.ranks"] == 4) & (speed["distributed.backend"] == "ddp")].iloc[0]
+    t = timed.set_index("point_id")["value"]
+    base = timed[(timed["distributed.ranks"] == 1) & (timed["distributed.backend"] == "ddp")]["value"].iloc[0]
+    assert row["value"] == pytest.approx(base / t[row["point_id"]])  # strong scaling: T1 / Tn
+    assert row["ci_low"] <= row["value"] <= row["ci_high"]
+    eff = df[(df["metric"] == "efficiency") & (df["point_id"] == row["point_id"])]["value"].iloc[0]
+    assert eff == pytest.approx(row["value"] / 4)

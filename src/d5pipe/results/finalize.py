@@ -73,6 +73,34 @@ def with_accounting(df: pd.DataFrame, rd: RunDir) -> pd.DataFrame:
     return df.drop(columns=extra, errors="ignore").merge(acct, on="slurm_job_id", how="left")
 
 
+def with_scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """Level 3: each training point's ``speedup`` and ``efficiency`` against the 1-rank point of its
+    configuration (d5pipe.levels.level3.scaling; CI from both times' CIs), as metrics of the point,
+    so the report's scaling figures are data in results.parquet too. Nothing when the records carry
+    them already or the run does not sweep ranks."""
+    from d5pipe.levels.level3.scaling import TIME_METRIC, scaling_table
+
+    l3 = df[df["stage"] == "level3"]
+    if l3.empty or "distributed.ranks" not in df.columns or {"speedup", "efficiency"} & set(l3["metric"]):
+        return df
+    table = scaling_table(l3, TIME_METRIC)
+    if table.empty or "point_id" not in table.columns:
+        return df
+    timed = l3[l3["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
+    new = []
+    for metric in ("speedup", "efficiency"):
+        t = table.dropna(subset=[metric]).drop_duplicates("point_id").set_index("point_id")
+        ids = timed.index.intersection(t.index)
+        if ids.empty:
+            continue
+        rows = timed.loc[ids].copy()
+        rows["metric"], rows["value"] = metric, t.loc[ids, metric].astype(float)
+        rows["ci_low"], rows["ci_high"] = t.loc[ids, f"{metric}_ci_low"].astype(float), t.loc[ids, f"{metric}_ci_high"].astype(float)
+        rows["unit"], rows["kind"], rows["text"] = "", "numerical", None
+        new.append(rows.reset_index())
+    return pd.concat([df, *new], ignore_index=True) if new else df
+
+
 def write_comparisons(df: pd.DataFrame, rd: RunDir) -> None:
     """``comparisons.parquet``: every side-by-side pair of the run (d5pipe.results.comparisons:
     the compared factor, the other axes, both medians, speedup with its CI, p-value, verdict and
@@ -96,6 +124,7 @@ def finalize_results(run_dir: Path, out: Path) -> Path:
     merge_dataset_meta(rd.root)
     path = aggregate(rd.root, rd.planned_ids, Path(out))
     df = with_checks(_nullable(pq.read_table(path)), rd.config)
+    df = with_scaling(df)
     df = with_accounting(df, rd)
     write_frame(df, path)
     write_comparisons(df, rd)

@@ -162,8 +162,9 @@ def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Findin
     table = scaling_table(rows, SCALING_METRIC)
     if table.empty or "speedup_ci_low" not in table.columns:
         return []
-    # scaling_table keeps no point ID: match each of its rows back by key, ranks and the exact time
-    keys = [c for c in table.columns if c in rows.columns and c != RANKS_COLUMN]
+    # match each of scaling_table's rows back by key, ranks and the exact time (and point ID)
+    keys = [c for c in table.columns if c in rows.columns and c not in (RANKS_COLUMN, "point_id")]
+    table = table.drop(columns=["point_id"], errors="ignore")
     table = table.rename(columns={"ranks": RANKS_COLUMN}).assign(value=table["time_s"].astype(float))
     table[RANKS_COLUMN] = table[RANKS_COLUMN].astype("int64")
     left = rows[[*keys, RANKS_COLUMN, "value", "stage", "point_id"]].astype({RANKS_COLUMN: "int64", "value": float})

@@ -95,6 +95,8 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
             t, t_lo, t_hi = _bounds(row)
             rec: dict[str, object] = dict(zip(keys, key_t))
             rec.update(ranks=n, time_s=t, time_ci_low=t_lo, time_ci_high=t_hi)
+            if "point_id" in row.index:
+                rec["point_id"] = row["point_id"]
             if base is None:
                 rec.update(base_time_s=math.nan, base_ci_low=math.nan, base_ci_high=math.nan,
                            speedup=math.nan, speedup_ci_low=math.nan, speedup_ci_high=math.nan,
