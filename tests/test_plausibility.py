@@ -116,3 +116,26 @@ def test_constructed_superlinear_run_fails_in_frame_and_report(tmp_path: Path) -
     note = level3.index("Superlinear speedup on 1 point(s)")
     assert speedup_fig < note < level3.index('alt="efficiency vs distributed.ranks"')
     assert "a hard failure, the point fails" in level3[note:]
+
+
+def test_a_percentage_of_peak_above_100_beyond_its_ci_is_a_named_warning(tmp_path: Path) -> None:
+    """A point faster than its (stubbed) peak carries the warning in the results and the report;
+    one whose rate CI reaches below the peak does not."""
+    df = pd.DataFrame([
+        row("fast", "gflops", 33.3, stage="level0", unit="GFLOP/s", ci=(30.0, 36.0)),
+        row("fast", "pct_peak_flops", 3328.0, stage="level0", kind="info", unit="%"),
+        row("edge", "gflops", 1.03, stage="level0", unit="GFLOP/s", ci=(0.95, 1.1)),
+        row("edge", "pct_peak_flops", 103.0, stage="level0", kind="info", unit="%"),
+        row("ok", "gflops", 0.5, stage="level0", unit="GFLOP/s", ci=(0.45, 0.55)),
+        row("ok", "pct_peak_flops", 50.0, stage="level0", kind="info", unit="%"),
+        row("inf", "gflops_inference", 9.0, stage="level1", unit="GFLOP/s", ci=(8.5, 9.5)),
+        row("inf", "pct_peak_flops_inference", 180.0, stage="level1", kind="info", unit="%"),
+    ])
+    found = plaus(with_checks(df, {}))
+    assert sorted(zip(found["point_id"], found["metric"], found["text"])) == [
+        ("fast", "plausibility:above_bound", "warn"), ("inf", "plausibility:above_bound", "warn")]
+    fast = found.set_index("point_id").loc["fast"]
+    assert fast["ci_low"] == pytest.approx(3328.0 * 30.0 / 33.3)
+    assert "pct_peak_flops = 3328%" in fast["error"] and "not an upper bound" in fast["error"]
+    v = point_verdicts(with_checks(df, {})).set_index("point_id")
+    assert v.loc["fast", "verdict"] == v.loc["ok", "verdict"]  # a warning, never a verdict change

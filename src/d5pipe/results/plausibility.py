@@ -20,7 +20,11 @@ Soft -- kind ``info``, text ``warn``; they never change a verdict:
   :data:`d5pipe.measure.stats.HIGH_VARIATION_IQR_RATIO` (10%), from the ``*iqr`` row its
   summary wrote next to it;
 * ``several_environments``: the points of one stage (one table of the report) come from more
-  than one environment (``env_hash``).
+  than one environment (``env_hash``);
+* ``above_bound``: a ``pct_peak_*`` above 100% beyond its CI (the CI of the rate it is a percentage
+  of): the measured peak did not bound this point (a slow reference kernel in that precision, a
+  working set in cache against a main-memory copy), so the percentage means nothing; said, never
+  a silent number.
 
 Only failures are written for the hard check: a point without a ``superlinear_speedup`` row was
 either not checkable or plausible; passing a plausibility check is not evidence of correctness,
@@ -40,7 +44,8 @@ from d5pipe.results.columns import METRIC_COLUMNS
 
 PREFIX = "plausibility:"
 HARD: frozenset[str] = frozenset({"superlinear_speedup"})
-SOFT: frozenset[str] = frozenset({"oversubscribed", "target_missed", "high_variation", "several_environments"})
+SOFT: frozenset[str] = frozenset({"oversubscribed", "target_missed", "high_variation", "several_environments",
+                                  "above_bound"})
 DESCRIPTIONS: dict[str, str] = {
     "superlinear_speedup": "speedup above the rank count beyond its 95% CI (parallel efficiency > 1): "
                            "a hard failure, the point fails",
@@ -48,6 +53,7 @@ DESCRIPTIONS: dict[str, str] = {
     "target_missed": "the timer stopped (budget or sample cap) before its CI target",
     "high_variation": f"IQR above {HIGH_VARIATION_IQR_RATIO:.0%} of the median",
     "several_environments": "the points of one table come from more than one environment",
+    "above_bound": "a % of the measured peak above 100% beyond its CI: that peak does not bound the point",
 }
 """What each check means, for the report."""
 
@@ -185,11 +191,41 @@ def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Findin
     return out
 
 
+PCT_RATE: tuple[tuple[str, str], ...] = (("pct_peak_flops", "gflops"), ("pct_peak_bw", "gbps"))
+"""A percentage of a peak and the rate it is computed from (same suffix: ``_inference`` ...)."""
+
+
+def above_bound(df: pd.DataFrame) -> list[Finding]:
+    """``pct_peak_*`` rows above 100% beyond the CI of their rate (value x rate_ci_low / rate)."""
+    rows = _ok(df)
+    pct = rows[rows["metric"].astype(str).str.startswith("pct_peak") & (rows["value"].astype(float) > 100.0)]
+    if pct.empty:
+        return []
+    rates = rows.set_index(["stage", "point_id", "metric"])[["value", "ci_low"]]
+    out: list[Finding] = []
+    for stage, pid, metric, value in zip(pct["stage"].astype(str), pct["point_id"].astype(str),
+                                         pct["metric"].astype(str), pct["value"].astype(float)):
+        low = value
+        for prefix, rate in PCT_RATE:
+            if metric.startswith(prefix):
+                key = (stage, pid, rate + metric[len(prefix):])
+                if key in rates.index:
+                    r = rates.loc[key]
+                    r = r.iloc[0] if isinstance(r, pd.DataFrame) else r
+                    if pd.notna(r["ci_low"]) and float(r["value"]) > 0:
+                        low = value * float(r["ci_low"]) / float(r["value"])
+        if low > 100.0:
+            out.append(Finding(stage, pid, "above_bound",
+                               f"{metric} = {value:.0f}% (lower CI bound {low:.0f}%): faster than the measured "
+                               "peak it is a percentage of, so that peak is not an upper bound here", value, low))
+    return out
+
+
 def findings(df: pd.DataFrame, config: dict[str, Any] | None = None) -> list[Finding]:
     """Every plausibility finding of ``df`` (hard first)."""
     config = config or {}
     return [*superlinear_speedup(df, config), *oversubscribed(df), *target_missed(df),
-            *high_variation(df), *several_environments(df)]
+            *high_variation(df), *several_environments(df), *above_bound(df)]
 
 
 def plausibility_rows(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:
