@@ -14,6 +14,16 @@ pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture"]
 # The shared dataset cache (d5pipe.rundir.data_cache) is off in the tests: each run prepares its own
 # data, as the tests about preparation expect; tests/test_data_cache.py turns it on in a tmp dir.
 os.environ.setdefault("D5PIPE_DATA_CACHE_MB", "0")
+# The machine's ceilings (d5pipe.measure.ceilings) measured while the suite loads both cores would be
+# too low to be ceilings: the tests keep theirs in a cache of their own, never the user's.
+if "D5PIPE_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _TEST_CACHE = tempfile.mkdtemp(prefix="d5pipe-test-cache-")
+    os.environ["D5PIPE_CACHE_DIR"] = _TEST_CACHE
+    atexit.register(shutil.rmtree, _TEST_CACHE, True)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"

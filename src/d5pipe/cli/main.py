@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("d5pipe.cli.cmd_compare", "compare two runs metric by metric"),
     "cancel": ("d5pipe.cli.cmd_cancel", "stop a SLURM run: its detached driver and its jobs"),
     "cache": ("d5pipe.cli.cmd_cache", "the prepared datasets shared by run directories; --clear"),
+    "peaks": ("d5pipe.cli.cmd_peaks", "the machine's ceilings (FLOP/s per dtype, bandwidth per memory level)"),
 }
 
 

@@ -21,7 +21,7 @@ Soft -- kind ``info``, text ``warn``; they never change a verdict:
   summary wrote next to it;
 * ``several_environments``: the points of one stage (one table of the report) come from more
   than one environment (``env_hash``);
-* ``above_bound``: a ``pct_peak_*`` above 100% beyond its CI (the CI of the rate it is a percentage
+* ``above_bound``: a ``pct_peak_*`` or ``pct_of_bound`` above 100% beyond its CI (the CI of the rate it is a percentage
   of): the measured peak did not bound this point (a slow reference kernel in that precision, a
   working set in cache against a main-memory copy), so the percentage means nothing; said, never
   a silent number.
@@ -191,14 +191,17 @@ def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Findin
     return out
 
 
-PCT_RATE: tuple[tuple[str, str], ...] = (("pct_peak_flops", "gflops"), ("pct_peak_bw", "gbps"))
-"""A percentage of a peak and the rate it is computed from (same suffix: ``_inference`` ...)."""
+PCT_RATE: tuple[tuple[str, str], ...] = (("pct_peak_flops", "gflops"), ("pct_peak_bw", "gbps"),
+                                         ("pct_of_bound", "gflops"), ("pct_of_bound", "gbps"))
+"""A percentage of a ceiling and the rate it is computed from (same suffix: ``_inference`` ...);
+``pct_of_bound`` is of the FLOP rate, or of the bandwidth for a point without FLOPs."""
 
 
 def above_bound(df: pd.DataFrame) -> list[Finding]:
     """``pct_peak_*`` rows above 100% beyond the CI of their rate (value x rate_ci_low / rate)."""
     rows = _ok(df)
-    pct = rows[rows["metric"].astype(str).str.startswith("pct_peak") & (rows["value"].astype(float) > 100.0)]
+    pct = rows[rows["metric"].astype(str).str.startswith(("pct_peak", "pct_of_bound"))
+               & (rows["value"].astype(float) > 100.0)]
     if pct.empty:
         return []
     rates = rows.set_index(["stage", "point_id", "metric"])[["value", "ci_low"]]
@@ -214,6 +217,7 @@ def above_bound(df: pd.DataFrame) -> list[Finding]:
                     r = r.iloc[0] if isinstance(r, pd.DataFrame) else r
                     if pd.notna(r["ci_low"]) and float(r["value"]) > 0:
                         low = value * float(r["ci_low"]) / float(r["value"])
+                        break  # the first rate the point has (gflops before gbps)
         if low > 100.0:
             out.append(Finding(stage, pid, "above_bound",
                                f"{metric} = {value:.0f}% (lower CI bound {low:.0f}%): faster than the measured "

@@ -33,11 +33,10 @@ _CHUNK = 1 << 20
 
 
 def cache_dir() -> Path:
-    """``$D5PIPE_CACHE_DIR/data``, else the XDG cache's ``d5pipe/data``."""
-    root = os.environ.get("D5PIPE_CACHE_DIR")
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "d5pipe")
-    return Path(root) / "data"
+    """``data/`` of the user's d5pipe cache (d5pipe.user_cache)."""
+    from d5pipe.user_cache import user_cache_dir
+
+    return user_cache_dir() / "data"
 
 
 def limit_bytes() -> int:

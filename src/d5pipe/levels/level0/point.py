@@ -23,8 +23,8 @@ from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.schema import conf_from_dict
+from d5pipe.measure.ceilings import machine_ceilings, roofline
 from d5pipe.measure.device import check_device
-from d5pipe.measure.peak import machine_peak
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
 from d5pipe.rundir.record import Metric, PointOutcome
@@ -103,6 +103,32 @@ def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor
             *both.summary.to_metrics("time_fwd_bwd", "s", "time_fwd_bwd", prefix="fwd_bwd_")]
 
 
+def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: float, nbytes: float,
+                     gflops: float, gbps: float, extra: dict[str, Any]) -> list[Metric]:
+    """The point against the machine's ceilings (d5pipe.measure.ceilings): ``peak_gflops`` (FLOP
+    ceiling of its dtype) and ``pct_peak_flops``; ``peak_gbps`` (bandwidth of its working set's
+    memory level) and ``pct_peak_bw``; ``bound_gflops`` (roofline: min of the two) and
+    ``pct_of_bound`` (of the bandwidth bound for a point without FLOPs)."""
+    ceilings = machine_ceilings(device, (dtype,), memo=ctx.cache)
+    b = roofline(ceilings, dtype, flops, nbytes)
+    out: list[Metric] = []
+    if b.flop_ceiling_gflops > 0:
+        out += [Metric("peak_gflops", b.flop_ceiling_gflops, "GFLOP/s", "info"),
+                Metric("pct_peak_flops", 100 * gflops / b.flop_ceiling_gflops, "%", "info")]
+    if b.gbps > 0:
+        out += [Metric("peak_gbps", b.gbps, "GB/s", "info"), Metric("pct_peak_bw", 100 * gbps / b.gbps, "%", "info")]
+    if flops > 0 and b.gflops > 0:
+        out += [Metric("bound_gflops", b.gflops, "GFLOP/s", "info"),
+                Metric("pct_of_bound", 100 * gflops / b.gflops, "%", "info")]
+    elif b.gbps > 0:
+        out.append(Metric("pct_of_bound", 100 * gbps / b.gbps, "%", "info"))
+    out.append(Metric("memory_level", b.level, "", "info"))
+    extra["roofline"] = {"memory_level": b.level, "limited_by": b.limited_by, "flop_ceiling": b.via,
+                         "working_set_bytes": nbytes, "ceilings": ceilings.key,
+                         "ceilings_measured_s": ceilings.seconds}
+    return out
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.levels.level0)."""
     conf = operators_conf(ctx.config.get("operators"))
@@ -163,17 +189,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     ]
 
     if conf.peak:
-        peak_f, peak_b = machine_peak(
-            ctx.cache, conf.device, dtype, conf.peak_matmul_size, conf.peak_copy_mb,
-            m.config["budget_s"],
-        )
-        if peak_f is not None:
-            metrics.append(Metric("peak_gflops", peak_f.best / 1e9, "GFLOP/s", "info"))
-            metrics.append(Metric("pct_peak_flops", 100 * gflops_v / (peak_f.best / 1e9), "%", "info"))
-            extra["peak_flops"] = peak_f.to_dict()
-        metrics.append(Metric("peak_gbps", peak_b.best / 1e9, "GB/s", "info"))
-        metrics.append(Metric("pct_peak_bw", 100 * gbps_v / (peak_b.best / 1e9), "%", "info"))
-        extra["peak_bw"] = peak_b.to_dict()
+        metrics += roofline_metrics(ctx, conf.device, dtype, flops, nbytes, gflops_v, gbps_v, extra)
     if spec.compare_to:
         metrics.append(Metric("compare_to", spec.compare_to, "", "info"))
     if conf.time_backward:

@@ -35,11 +35,9 @@ class OperatorsConf:
     check_correctness: bool = True
     check_backward: bool = True
     peak: bool = True
-    """Measure the machine's peak FLOP/s and bandwidth once per shard process and report % of peak."""
-    peak_matmul_size: int = at_least(0, 0)
-    """n of the n^3 matmul measuring peak FLOP/s (0: 1024 on CPU, 8192 on CUDA)."""
-    peak_copy_mb: int = at_least(0, 0)
-    """MiB copied to measure peak bandwidth (0: 128 on CPU, 2048 on CUDA)."""
+    """Report each point against the machine's ceilings (d5pipe.measure.ceilings, measured once per
+    machine and thread count): % of the FLOP ceiling of its dtype, % of the bandwidth of the memory
+    level its working set fits in, and % of its roofline bound."""
     time_backward: bool = True
     """Also time the backward pass alone (``time_bwd``) and forward+backward (``time_fwd_bwd``)."""
     tol_l2: Optional[float] = at_least(None, 0.0)  # noqa: UP045

@@ -78,6 +78,29 @@ def _peak(rows: pd.DataFrame, direct: str, achieved: str, pct: str) -> float | N
     return None
 
 
+def _roofs(rows: pd.DataFrame) -> tuple[dict[str, float], dict[str, float]]:
+    """(FLOP ceiling per dtype, bandwidth per memory level) the points were bounded by; results
+    without per-point levels fall back to one roof each (the median recorded peak)."""
+    ok = rows[rows["status"] == "ok"]
+    flop: dict[str, float] = {}
+    peaks = ok[ok["metric"] == "peak_gflops"].dropna(subset=["value"])
+    if "operators.dtype" in ok.columns and not peaks.empty:
+        for dtype, group in peaks.groupby(peaks["operators.dtype"].astype(str)):
+            flop[f"{dtype} compute"] = float(group["value"].max())
+    elif (f := _peak(rows, "peak_gflops", "gflops", "pct_peak_flops")) is not None:
+        flop["peak compute"] = f
+    bw: dict[str, float] = {}
+    levels = ok.loc[ok["metric"] == "memory_level", ["point_id", "text"]].set_index("point_id")["text"]
+    gbps = ok[ok["metric"] == "peak_gbps"].dropna(subset=["value"]).set_index("point_id")["value"]
+    if len(levels) and len(gbps):
+        for pid, level in levels.items():
+            if pid in gbps.index:
+                bw[f"{level} bandwidth"] = max(bw.get(f"{level} bandwidth", 0.0), float(gbps.loc[pid]))
+    elif (b := _peak(rows, "peak_gbps", "gbps", "pct_peak_bw")) is not None:
+        bw["bandwidth"] = b
+    return flop, bw
+
+
 def level0(data: RunData) -> Section:
     rows = data.stage_rows("level0")
     layout = choose_layout(rows, ["operators.size", "operators.n", "operators.batch"],
@@ -100,12 +123,12 @@ def level0(data: RunData) -> Section:
                 "ai": w["flops"] / w["bytes"], "gflops": w["gflops"],
                 "series": [label_of(pts.loc[p], series_axes) if series_axes else "points" for p in w.index],
             })
-            peak_f = _peak(rows, "peak_gflops", "gflops", "pct_peak_flops")
-            peak_b = _peak(rows, "peak_gbps", "gbps", "pct_peak_bw")
-            if len(w) > 1 or peak_f or peak_b:
-                blocks.append(Figure(plots.roofline(frame, peak_f, peak_b), "roofline",
-                                     "Roofline: achieved GFLOP/s vs arithmetic intensity; dashed/dotted: the "
-                                     "machine's measured peak compute and bandwidth."))
+            flop_roofs, bw_roofs = _roofs(rows)
+            if len(w) > 1 or flop_roofs or bw_roofs:
+                blocks.append(Figure(plots.roofline(frame, flop_roofs, bw_roofs), "roofline",
+                                     "Roofline: achieved GFLOP/s vs arithmetic intensity; dashed: the FLOP "
+                                     "ceiling of each dtype, dotted: the bandwidth of each memory level "
+                                     "(d5pipe peaks prints them)."))
             else:  # one marker and no roof to read it against
                 blocks.append(Text("Roofline: a single point and no measured peak, so no figure; its GFLOP/s "
                                    "is in the table.", "note"))

@@ -194,19 +194,23 @@ def speedups(frame: pd.DataFrame, ylabel: str = "speedup over the baseline") -> 
     return to_png(fig)
 
 
-def roofline(frame: pd.DataFrame, peak_gflops: float | None, peak_gbps: float | None) -> bytes:
-    """GFLOP/s vs arithmetic intensity (frame: ai, gflops, series) with the measured peak lines."""
+def roofline(frame: pd.DataFrame, flop_roofs: dict[str, float], bw_roofs: dict[str, float]) -> bytes:
+    """GFLOP/s vs arithmetic intensity (frame: ai, gflops, series) under every measured ceiling:
+    one compute roof per dtype (``flop_roofs``: label -> GFLOP/s, dashed) and one bandwidth roof
+    per memory level (``bw_roofs``: label -> GB/s, dotted, capped by the highest compute roof)."""
     fig, (ax,) = _grid(1, width=6.5, height=4.2)
     for series in list(dict.fromkeys(frame["series"]))[:MAX_SERIES]:
         sub = frame[frame["series"] == series]
         ax.plot(sub["ai"], sub["gflops"], "o", label=str(series), markersize=5)
     lo, hi = float(frame["ai"].min()) / 2, float(frame["ai"].max()) * 2
     ai = np.geomspace(lo, hi, 200)
-    if peak_gflops:
-        ax.axhline(peak_gflops, color="k", linestyle="--", linewidth=1, label=f"peak {peak_gflops:.3g} GFLOP/s")
-    if peak_gbps:
-        roof = ai * peak_gbps if not peak_gflops else np.minimum(ai * peak_gbps, peak_gflops)
-        ax.plot(ai, roof, "k:", linewidth=1.2, label=f"bandwidth {peak_gbps:.3g} GB/s")
+    top = max(flop_roofs.values(), default=0.0)
+    for i, (label, gflops) in enumerate(sorted(flop_roofs.items(), key=lambda kv: -kv[1])):
+        ax.axhline(gflops, color="k", linestyle="--", linewidth=1, alpha=1.0 - 0.15 * min(i, 4),
+                   label=f"{label} {gflops:.3g} GFLOP/s")
+    for i, (label, gbps) in enumerate(sorted(bw_roofs.items(), key=lambda kv: -kv[1])):
+        roof = ai * gbps if not top else np.minimum(ai * gbps, top)
+        ax.plot(ai, roof, color="0.25", linestyle=(0, (1, 1 + i)), linewidth=1.2, label=f"{label} {gbps:.3g} GB/s")
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_y(ax)

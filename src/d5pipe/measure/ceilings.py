@@ -1,0 +1,296 @@
+"""The machine's ceilings, measured as ceilings (an empirical roofline), once per machine.
+
+"% of peak" must be a percentage of something that bounds. One large matmul and one large copy do
+not: a float16 matmul takes a slow path on many CPUs while other float16 kernels compute in float32,
+small matmuls run faster than a 1024^3 one, and data in cache move faster than a main-memory copy.
+So, as the Empirical Roofline Toolkit does:
+
+* **FLOP ceiling of a dtype**: the best rate (work / fastest block) of ``n x n x n`` matmuls over
+  :data:`FLOP_SHAPES`; shapes stop growing once one call takes longer than :data:`SLOW_CALL_S`
+  (float16 on a CPU without float16 arithmetic). A dtype narrower than float32 is bounded by the
+  float32 ceiling too when that is higher: its kernels may compute in float32 (the record says
+  which rate set the ceiling, ``via``).
+* **Bandwidth by working set**: a copy (read + write) and a read-only reduction of buffers from
+  16 KiB to 256 MiB (:data:`SWEEP_KIB`), the best of both per size. A point whose compulsory traffic
+  (its working set) is ``W`` bytes is bounded by the best rate measured at working sets of ``W / 4``
+  and up: the plateau of the cache level that holds it, with margin at the level's edges. The
+  levels (L1d, L2, L3 sizes from sysfs, then DRAM) name where ``W`` fits.
+* **Roofline bound of a point**: ``min(FLOP ceiling, intensity x bandwidth bound)``
+  (:func:`roofline`); a point without FLOPs is bounded by the bandwidth alone.
+
+Measured once per (machine, torch version, device, intra-op threads) and kept in the user cache
+(``ceilings/<key>.json``, d5pipe.user_cache) under a file lock, so concurrent shard processes
+neither measure twice nor measure while another one does; every later process reads the file.
+Each dtype is measured when first needed. The measurement (with its seconds) is part of the record
+of every point that uses it. ``d5pipe peaks`` prints the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from d5pipe.measure.timer import measure
+
+CEILINGS_VERSION = 1
+"""Bump when the measurement changes (a new cache key)."""
+FLOP_SHAPES: dict[str, tuple[int, ...]] = {"cpu": (64, 128, 256, 512, 1024, 2048), "cuda": (1024, 2048, 4096, 8192)}
+SWEEP_KIB: dict[str, tuple[int, ...]] = {
+    "cpu": (16, 64, 256, 1024, 4096, 16384, 65536, 262144),
+    "cuda": (1024, 16384, 262144, 1048576, 4194304),
+}
+SLOW_CALL_S = 0.1
+"""A matmul shape whose single call takes longer than this ends the shape sweep of its dtype."""
+WORKING_SET_MARGIN = 4
+"""A working set ``W`` is bounded by the best bandwidth measured at ``W / 4`` bytes and up."""
+TIMER: dict[str, Any] = {"warmup_s": 0.02, "warmup_max_iters": 3, "min_block_s": 0.005, "target_ci_pct": 5.0,
+                         "budget_s": 0.1, "min_samples": 3, "max_samples": 60}
+"""Short measurements: the best block is what a ceiling needs, not a tight CI of the median."""
+NARROW = (torch.float16, torch.bfloat16)
+
+
+def _kind(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+def machine_key(device: str, threads: int) -> str:
+    """What the ceilings depend on: machine, CPU model, torch, device, threads, this code's version."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(device) if _kind(device) == "cuda" else ""
+    ident = json.dumps([platform.node(), cpu, os.cpu_count(), torch.__version__, device, gpu, threads,
+                        CEILINGS_VERSION])
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def memory_levels() -> list[tuple[str, int]]:
+    """(name, bytes) of the data caches from sysfs (L1d, L2, L3), smallest first."""
+    out: dict[str, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for d in sorted(base.glob("index*")) if base.is_dir() else ():
+        try:
+            kind = (d / "type").read_text().strip()
+            level = (d / "level").read_text().strip()
+            size = (d / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        if kind == "Instruction" or not size:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1], 1)
+        out[f"L{level}"] = int(size.rstrip("KMG")) * mult
+    return sorted(out.items(), key=lambda kv: kv[1])
+
+
+def level_of(working_set: float, levels: list[tuple[str, int]]) -> str:
+    """The smallest cache level that holds ``working_set`` bytes, else DRAM."""
+    return next((name for name, size in levels if working_set <= size), "DRAM")
+
+
+def _best(fn: Any, device: str) -> float:
+    """Fastest per-call seconds of ``fn`` (after a first, untimed call)."""
+    return float(measure(fn, TIMER, device).summary.min)
+
+
+def measure_flops(device: str, dtype: torch.dtype) -> dict[str, Any]:
+    """Best matmul rate in ``dtype`` over :data:`FLOP_SHAPES` (see the module docstring)."""
+    rates: dict[str, float] = {}
+    gen = torch.Generator().manual_seed(0)
+    for n in FLOP_SHAPES[_kind(device)]:
+        try:
+            a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+            b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
+            t0 = time.perf_counter()
+            torch.matmul(a, b)
+            if _kind(device) == "cuda":
+                torch.cuda.synchronize(device)
+            first = time.perf_counter() - t0
+        except (RuntimeError, NotImplementedError):
+            break
+        if first > SLOW_CALL_S and rates:
+            break
+        rates[str(n)] = 2.0 * n**3 / _best(lambda a=a, b=b: torch.matmul(a, b), device)
+        if first > SLOW_CALL_S:
+            break
+    best_n = max(rates, key=lambda k: rates[k]) if rates else ""
+    return {"best": rates.get(best_n, 0.0), "shape": best_n, "rates": rates}
+
+
+def measure_bandwidth(device: str) -> dict[str, Any]:
+    """Best of copy and read-only reduction per working set (bytes moved / fastest call)."""
+    rates: dict[str, float] = {}
+    for kib in SWEEP_KIB[_kind(device)]:
+        n = kib * 1024 // 4
+        src = torch.ones(n, dtype=torch.float32, device=device)
+        dst = torch.empty_like(src)
+        copy = 2.0 * n * 4 / _best(lambda src=src, dst=dst: dst.copy_(src), device)
+        read = 1.0 * n * 4 / _best(lambda src=src: src.sum(), device)
+        rates[str(kib * 1024)] = max(copy, read)
+        del src, dst
+    return {"rates": rates, "levels": memory_levels()}
+
+
+@dataclass
+class Ceilings:
+    """The measured ceilings of one machine, device and thread count (see the module docstring)."""
+
+    key: str
+    device: str
+    threads: int
+    flops: dict[str, dict[str, Any]]
+    """dtype name -> {best, shape, rates} of its own matmuls."""
+    bandwidth: dict[str, Any]
+    """{rates: {working-set bytes: bytes/s}, levels: [[name, bytes], ...]}."""
+    seconds: dict[str, float]
+    """What measuring each part took (s)."""
+
+    def flop_ceiling(self, dtype: torch.dtype) -> tuple[float, str]:
+        """(FLOP/s, what set it): the dtype's own best matmul, or float32's when that is higher
+        for a dtype narrower than float32."""
+        own = float(self.flops.get(str(dtype), {}).get("best", 0.0))
+        via = f"matmul {str(dtype).removeprefix('torch.')} n={self.flops.get(str(dtype), {}).get('shape', '?')}"
+        if dtype in NARROW:
+            f32 = self.flops.get(str(torch.float32), {})
+            if float(f32.get("best", 0.0)) > own:
+                return float(f32["best"]), f"matmul float32 n={f32.get('shape', '?')} (bounds {via})"
+        return own, via
+
+    def bandwidth_bound(self, working_set: float) -> tuple[float, str]:
+        """(bytes/s, memory level) for a point moving ``working_set`` bytes."""
+        rates = {int(k): float(v) for k, v in self.bandwidth["rates"].items()}
+        if not rates:
+            return 0.0, "DRAM"
+        floor = working_set / WORKING_SET_MARGIN
+        eligible = [r for size, r in rates.items() if size >= floor] or [rates[max(rates)]]
+        levels = [(str(n), int(b)) for n, b in self.bandwidth.get("levels", [])]
+        return max(eligible), level_of(working_set, levels)
+
+    def table(self) -> list[tuple[str, str, str]]:
+        """(ceiling, value, how) rows: FLOP/s per measured dtype, bandwidth per level."""
+        rows = [(f"FLOP/s {name.removeprefix('torch.')}", f"{v['best'] / 1e9:.1f} GFLOP/s",
+                 f"best matmul of n in {sorted(int(k) for k in v['rates'])}, at n={v['shape']}")
+                for name, v in sorted(self.flops.items())]
+        rates = {int(k): float(v) for k, v in self.bandwidth["rates"].items()}
+        levels = [(str(n), int(b)) for n, b in self.bandwidth.get("levels", [])]
+        for name in [*(n for n, _ in levels), "DRAM"]:
+            sizes = [s for s in rates if level_of(s, levels) == name]
+            if sizes:
+                best = max(sizes, key=lambda s: rates[s])
+                rows.append((f"bandwidth {name}", f"{rates[best] / 1e9:.1f} GB/s",
+                             f"best of copy / read over working sets {_kib(min(sizes))}-{_kib(max(sizes))}"))
+        return rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "device": self.device, "threads": self.threads, "flops": self.flops,
+                "bandwidth": self.bandwidth, "seconds": self.seconds, "version": CEILINGS_VERSION}
+
+
+def _kib(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A point's roofline bound."""
+
+    gflops: float
+    """min(FLOP ceiling, intensity x bandwidth bound) in GFLOP/s (0 for a point without FLOPs)."""
+    gbps: float
+    """The bandwidth bound of the point's working set (GB/s)."""
+    level: str
+    limited_by: str
+    """``compute`` or ``bandwidth``."""
+    flop_ceiling_gflops: float
+    via: str
+
+
+def roofline(ceilings: Ceilings, dtype: torch.dtype, flops: float, working_set: float) -> Bound:
+    """The attainable rate of a point doing ``flops`` on ``working_set`` compulsory bytes."""
+    f_ceiling, via = ceilings.flop_ceiling(dtype)
+    bw, level = ceilings.bandwidth_bound(working_set)
+    if flops <= 0 or working_set <= 0:
+        return Bound(0.0, bw / 1e9, level, "bandwidth", f_ceiling / 1e9, via)
+    by_bw = flops / working_set * bw
+    limited = "compute" if f_ceiling <= by_bw else "bandwidth"
+    return Bound(min(f_ceiling, by_bw) / 1e9, bw / 1e9, level, limited, f_ceiling / 1e9, via)
+
+
+def cache_path(key: str) -> Path:
+    from d5pipe.user_cache import user_cache_dir
+
+    return user_cache_dir() / "ceilings" / f"{key}.json"
+
+
+def _merge_max(old: dict[str, float], new: dict[str, float]) -> dict[str, float]:
+    return {k: max(float(old.get(k, 0.0)), float(new.get(k, 0.0))) for k in {*old, *new}}
+
+
+def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int | None = None,
+                     memo: dict[str, Any] | None = None, remeasure: bool = False) -> Ceilings:
+    """The ceilings for ``device`` at ``threads`` (default: torch's), with every dtype of ``dtypes``
+    (and float32) measured: read from the user cache, measured under its lock where missing.
+    ``memo``: a per-process dict (``PointContext.cache``) that saves even the file read.
+    ``remeasure``: measure everything again and keep, per rate, the higher of the two (a ceiling
+    measured on a busy machine is too low; a second measurement can only raise it)."""
+    from filelock import FileLock
+
+    threads = int(threads or torch.get_num_threads())
+    key = machine_key(device, threads)
+    wanted = {str(d) for d in (torch.float32, *dtypes)}
+    mkey = f"ceilings:{key}"
+    if memo is not None and mkey in memo and wanted <= set(memo[mkey].flops) and not remeasure:
+        cached: Ceilings = memo[mkey]
+        return cached
+    path = cache_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=600):
+        data: dict[str, Any] = {}
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                data = {}
+        if data.get("version") != CEILINGS_VERSION:
+            data = {}
+        ceil = Ceilings(key, device, threads, dict(data.get("flops") or {}), dict(data.get("bandwidth") or {}),
+                        dict(data.get("seconds") or {}))
+        changed = False
+        prev = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            if remeasure or not ceil.bandwidth.get("rates"):
+                t0 = time.perf_counter()
+                fresh = measure_bandwidth(device)
+                fresh["rates"] = _merge_max(ceil.bandwidth.get("rates") or {}, fresh["rates"])
+                ceil.bandwidth = fresh
+                ceil.seconds["bandwidth"] = time.perf_counter() - t0
+                changed = True
+            for d in (torch.float32, *dtypes):
+                if remeasure or str(d) not in ceil.flops:
+                    t0 = time.perf_counter()
+                    fresh = measure_flops(device, d)
+                    rates = _merge_max((ceil.flops.get(str(d)) or {}).get("rates") or {}, fresh["rates"])
+                    best_n = max(rates, key=lambda k: rates[k]) if rates else ""
+                    ceil.flops[str(d)] = {"best": rates.get(best_n, 0.0), "shape": best_n, "rates": rates}
+                    ceil.seconds[f"flops {str(d).removeprefix('torch.')}"] = time.perf_counter() - t0
+                    changed = True
+        finally:
+            torch.set_num_threads(prev)
+        if changed:  # atomically: a reader never sees half a file (the lock is for writers)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(ceil.to_json(), indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+    if memo is not None:
+        memo[mkey] = ceil
+    return ceil
