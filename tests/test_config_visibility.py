@@ -25,7 +25,8 @@ def test_an_unknown_key_lists_its_sections_valid_keys_closest_first() -> None:
         r = d5pipe("plan", "quickstart", override)
         assert r.returncode == 2
         [line] = r.stderr.strip().splitlines()
-        assert "key 'level1.batchsize' is not in the schema; valid keys of level1 (closest first): batch_size, " in line
+        assert "key 'level1.batchsize'" in line
+        assert "not in the schema; valid keys of level1 (closest first): batch_size, " in line
         assert "runtime" in line and "output_check" in line  # the whole section, not only the close ones
     top = d5pipe("plan", "quickstart", "trian.lr=3")
     assert top.returncode == 2 and "valid keys of the config (closest first): train, " in top.stderr
@@ -33,6 +34,5 @@ def test_an_unknown_key_lists_its_sections_valid_keys_closest_first() -> None:
 
 def test_closeness_orders_matches_first_and_keeps_the_rest() -> None:
     assert by_closeness("batchsize", ["dtype", "batch_size", "impl"]) == ["batch_size", "dtype", "impl"]
-    assert unknown_key("timer.budget").startswith("key 'timer.budget' is not in the schema; valid keys of timer "
-                                                  "(closest first): budget_s")
-    assert unknown_key("nosuch.section.key") == "key 'nosuch.section.key' is not in the schema"
+    assert unknown_key("timer.budget").startswith("not in the schema; valid keys of timer (closest first): budget_s")
+    assert unknown_key("nosuch.section.key") == "not in the schema"

@@ -79,7 +79,7 @@ def _explain(exc: BaseException, experiment: str) -> str:
     if key and _NOT_IN.match(reason):  # OmegaConf's "Key 'x' not in 'Level1Conf'": say what is valid
         from d5pipe.config.validate import unknown_key
 
-        return f"config error: {unknown_key(key)} (experiment '{experiment}')"
+        reason = unknown_key(key)
     parts = ["config error"]
     if key:
         parts.append(f"key '{key}'")

@@ -133,13 +133,12 @@ def section_schema(path: str) -> type | None:
 
 
 def unknown_key(key: str) -> str:
-    """``key 'level1.batchsize' is not in the schema; valid keys of level1 (closest first): batch_size, ...``"""
+    """``not in the schema; valid keys of level1 (closest first): batch_size, ...`` for ``key``."""
     parent, _, name = key.rpartition(".")
     cls = section_schema(parent)
     if cls is None:
-        return f"key '{key}' is not in the schema"
-    where = parent or "the config"
-    return (f"key '{key}' is not in the schema; valid keys of {where} (closest first): "
+        return "not in the schema"
+    return (f"not in the schema; valid keys of {parent or 'the config'} (closest first): "
             f"{', '.join(by_closeness(name, list(_fields(cls))))}")
 
 

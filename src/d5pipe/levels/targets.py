@@ -191,7 +191,7 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
         return {TARGET_KEY: f"d5pipe.levels.models.{name}", **{k: section[k] for k in _MODEL_ARGS[name]}}
     if slot_name == "dataset":
         args = {k: v for k, v in section.items() if k != "custom"}
-        return {TARGET_KEY: "d5pipe.levels.datasets.builtin_arrays", **args}
+        return {TARGET_KEY: "d5pipe.levels.builtin_datasets.builtin_arrays", **args}
     if slot_name in ("optimizer", "reference_optimizer"):
         return {TARGET_KEY: f"d5pipe.levels.optim.{name}", **{k: section[k] for k in _OPTIMIZER_ARGS[name]}}
     if slot_name == "scheduler":

@@ -33,8 +33,8 @@ _CHUNK = 1 << 20
 
 
 def cache_dir() -> Path:
-    """``data/`` of the user's d5pipe cache (d5pipe.user_cache)."""
-    from d5pipe.user_cache import user_cache_dir
+    """``data/`` of the user's d5pipe cache (d5pipe.user_cache_dir)."""
+    from d5pipe import user_cache_dir
 
     return user_cache_dir() / "data"
 
