@@ -400,3 +400,30 @@ def test_level3_speedup_and_efficiency_are_metrics_in_the_results(tmp_path: Path
     assert row["ci_low"] <= row["value"] <= row["ci_high"]
     eff = df[(df["metric"] == "efficiency") & (df["point_id"] == row["point_id"])]["value"].iloc[0]
     assert eff == pytest.approx(row["value"] / 4)
+
+
+def test_the_side_by_side_speedups_are_metrics_of_the_variants_points(tmp_path: Path) -> None:
+    """results.parquet carries each compared pair on every repetition of the variant: speedup with
+    its CI and verdict (speedup:<metric>) and its p-value (speedup_p:<metric>); failed pairs none."""
+    import pandas as pd
+
+    from d5pipe.results.comparisons import comparisons, record_samples
+    from d5pipe.results.finalize import with_checks, with_comparison_rows
+
+    grid = {"operators.size": [128], "operators.impl": ["eager", "compiled", "naive"], "repeat": [0, 1, 2]}
+    run = tmp_path / "reps"
+    make_run_dir(run, RunSpec(levels=("level0",), failed=0, hostile=False, reproduce=False, acceptance=None,
+                              grids={"level0": grid}))
+    df = with_checks(pd.read_parquet(aggregate(run)), {})
+    pairs = comparisons(df, record_samples(run), {})
+    out = with_comparison_rows(df, pairs)
+    speed = out[out["metric"] == "speedup:time"]
+    assert set(speed["operators.impl"]) == {"compiled"} and sorted(speed["repeat"]) == [0, 1, 2]
+    row = speed.iloc[0]
+    pair = pairs[pairs["variant"] == "compiled"].iloc[0]
+    assert (row["value"], row["ci_low"], row["ci_high"], row["text"]) == (
+        pair["speedup"], pair["ci_low"], pair["ci_high"], "faster")
+    assert row["error"] == "vs operators.impl=eager"
+    p = out[(out["metric"] == "speedup_p:time")]
+    assert len(p) == 3 and (p["value"] == pair["p_value"]).all()
+    assert len(out) == len(df) + 6  # nothing else added; naive (failed its check) gets no row

@@ -101,13 +101,52 @@ def with_scaling(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, *new], ignore_index=True) if new else df
 
 
-def write_comparisons(df: pd.DataFrame, rd: RunDir) -> None:
-    """``comparisons.parquet``: every side-by-side pair of the run (d5pipe.results.comparisons:
-    the compared factor, the other axes, both medians, speedup with its CI, p-value, verdict and
-    both sides' checks), computed once here; the report reads it."""
+def compute_comparisons(df: pd.DataFrame, rd: RunDir) -> pd.DataFrame:
+    """Every side-by-side pair of the run (d5pipe.results.comparisons: the compared factor, the
+    other axes, both medians, speedup with its CI, p-value, verdict and both sides' checks),
+    computed once here: written as ``comparisons.parquet``, which the report reads."""
     from d5pipe.results.comparisons import comparisons, record_samples
 
-    write_frame(comparisons(df, record_samples(rd.root), rd.config), rd.side_table("comparisons"))
+    return comparisons(df, record_samples(rd.root), rd.config)
+
+
+COMPARISON_PREFIXES = ("speedup:", "speedup_p:")
+"""Metrics of a variant's points that carry its side-by-side comparison (``speedup:<metric>``:
+speedup over the baseline with its CI, text the verdict; ``speedup_p:<metric>``: the p-value)."""
+
+
+def with_comparison_rows(df: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each compared pair as metrics of the variant configuration's points (every repetition), so
+    results.parquet holds the speedups too: ``speedup:<metric>`` (value, CI, verdict in ``text``,
+    the baseline in ``error``) and ``speedup_p:<metric>``."""
+    from d5pipe.plan.point_config import REPEAT_AXIS
+    from d5pipe.results.comparisons import stage_axes
+
+    if pairs.empty:
+        return df
+    new = []
+    for pair in pairs.itertuples(index=False):
+        if pair.verdict == "not compared" or not pd.notna(pair.speedup):
+            continue
+        srows = df[df["stage"] == pair.stage]
+        axes = [a for a in stage_axes(srows) if a != REPEAT_AXIS]
+        ref = srows[srows["point_id"] == pair.variant_point]
+        if ref.empty:
+            continue
+        key = ref.iloc[0][axes].astype(str)
+        points = srows[(srows[axes].astype(str) == key).all(axis=1)].drop_duplicates("point_id")
+        baseline = f"vs {pair.factor}={pair.baseline}"
+        for metric, value, low, high, text, unit in (
+                (f"speedup:{pair.metric}", pair.speedup, pair.ci_low, pair.ci_high, pair.verdict, "x"),
+                (f"speedup_p:{pair.metric}", pair.p_value, None, None, None, "")):
+            rows = points.copy()
+            rows["metric"], rows["value"], rows["ci_low"], rows["ci_high"] = metric, float(value), low, high
+            rows["text"], rows["unit"], rows["kind"], rows["error"] = text, unit, "info", baseline
+            new.append(rows)
+    if not new:
+        return df
+    extra = pd.concat(new, ignore_index=True).astype({c: t for c, t in df.dtypes.items()}, errors="ignore")
+    return pd.concat([df, extra], ignore_index=True)
 
 
 def write_frame(df: pd.DataFrame, path: Path) -> None:
@@ -126,8 +165,10 @@ def finalize_results(run_dir: Path, out: Path) -> Path:
     df = with_checks(_nullable(pq.read_table(path)), rd.config)
     df = with_scaling(df)
     df = with_accounting(df, rd)
+    pairs = compute_comparisons(df, rd)
+    df = with_comparison_rows(df, pairs)
     write_frame(df, path)
-    write_comparisons(df, rd)
+    write_frame(pairs, rd.side_table("comparisons"))
     hashes = df["env_hash"].dropna()
     ranked = [str(h) for h in hashes.value_counts().index if str(h)]
     finalize_environment(rd.root, ranked)

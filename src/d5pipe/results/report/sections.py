@@ -28,6 +28,7 @@ def main_metrics(rows: pd.DataFrame) -> list[str]:
     with_ci = set(ok[ok["ci_low"].notna()]["metric"])
     info = set(ok[ok["kind"] == "info"]["metric"])
     ordered = [n for n in names if n in with_ci] + [n for n in names if n not in with_ci and n not in info]
+    ordered = [n for n in ordered if not n.startswith(("speedup:", "speedup_p:"))]  # the side-by-side's
     return ordered[:MAX_METRIC_COLUMNS]
 
 
