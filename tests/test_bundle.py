@@ -172,9 +172,20 @@ def test_a_bundle_holds_only_records_whose_code_it_carries(tmp_path: Path) -> No
     orphan = run / "points" / "level0" / "matmul-old-code-version.json"
     orphan.write_text(kept.read_text())
     assert bundle.left_out_records(run) == ["points/level0/matmul-old-code-version.json"]
-    sealed = d5pipe("bundle", str(run))
+    assert bundle.verify(run)[0].startswith("added: points/level0/matmul-old-code-version.json")  # after the seal
+    sealed = d5pipe("bundle", str(run), "--rehash")
     assert sealed.returncode == 0, sealed.stderr
     assert "1 point record(s) left out of the bundle" in sealed.stdout
     listed = bundle.read_checksums(run)
     assert f"points/level0/{kept.name}" in listed and "points/level0/matmul-old-code-version.json" not in listed
     assert bundle.verify(run) == []  # the left-out record is not a problem of the bundle
+    archive = d5pipe("bundle", str(run), "--archive", str(tmp_path / "r.tar.gz"))
+    assert archive.returncode == 0, archive.stderr
+    out = tmp_path / "x"
+    assert d5pipe("bundle", str(tmp_path / "r.tar.gz"), "--extract", str(out)).returncode == 0
+    extracted = out / "run"
+    assert not (extracted / "points" / "level0" / orphan.name).exists() and bundle.verify(extracted) == []
+    (extracted / "points" / "level0" / orphan.name).write_text(orphan.read_text())  # put back: not sealed there
+    assert bundle.verify(extracted) == []  # named in the seal as left out, unchanged
+    orphan.write_text(orphan.read_text().replace('"ok"', '"failed"'))
+    assert [p.split(" (")[0] for p in bundle.verify(run)] == ["added: points/level0/matmul-old-code-version.json"]

@@ -13,7 +13,7 @@ What a bundle contains: every regular file under the run directory except
 
 ``CHECKSUMS.sha256`` is in ``sha256sum`` format (``<hex>  <relative path>``, sorted by path) after one
 comment line carrying the schema version, so ``sha256sum -c CHECKSUMS.sha256`` also checks a bundle
-(it warns once about the comment line). The archive holds exactly the checksummed files plus the
+(it warns about the comment lines: the header and any "# left out" records). The archive holds exactly the checksummed files plus the
 checksum file, under one top-level directory named after the run directory, with normalised owner
 and mtime so that the same bundle gives the same archive bytes.
 """
@@ -39,6 +39,7 @@ from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 CHECKSUMS_NAME = CHECKSUMS_FILE
 CHECKSUMS_SCHEMA_VERSION = 1
 _HEADER = f"# d5pipe checksums schema_version {CHECKSUMS_SCHEMA_VERSION}"
+LEFT_OUT_TAG = "# left out (not a point of the plan): "
 EXCLUDED_DIRS = frozenset({".snakemake", "logs", "work", "data", "tmp", "__pycache__", "cache"})
 EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock", ".d5pipe-hashes.json",
                             ".d5pipe-plan.json"})
@@ -83,11 +84,12 @@ def left_out_records(run_dir: Path) -> list[str]:
     return out
 
 
-def _entries(run_dir: Path) -> list[tuple[str, os.stat_result]]:
-    """(relative path, lstat) of every bundle file of ``run_dir``, sorted by path."""
+def _entries(run_dir: Path, leave_out: bool = True) -> list[tuple[str, os.stat_result]]:
+    """(relative path, lstat) of every bundle file of ``run_dir``, sorted by path; with
+    ``leave_out=False`` also the records :func:`left_out_records` names (what verify looks at)."""
     if not run_dir.is_dir():
         raise D5PipeError(f"{run_dir}: not a run directory")
-    left_out = set(left_out_records(run_dir))
+    left_out = set(left_out_records(run_dir)) if leave_out else set()
     return sorted((e for e in _walk(run_dir, Path(".")) if e[0] not in left_out), key=lambda entry: entry[0])
 
 
@@ -148,7 +150,9 @@ def write_checksums(run_dir: Path) -> Path:
         else:
             sums[rel] = file_sha256(run_dir / rel)
         fresh[rel] = [st.st_size, st.st_mtime_ns, sums[rel]]
-    lines = [_HEADER] + [f"{digest}  {rel}" for rel, digest in sums.items()]
+    # records left out are named, with their sha256, in comment lines: verify accepts exactly them
+    left = [f"{LEFT_OUT_TAG}{file_sha256(run_dir / rel)}  {rel}" for rel in left_out_records(run_dir)]
+    lines = [_HEADER, *left] + [f"{digest}  {rel}" for rel, digest in sums.items()]
     path = run_dir / CHECKSUMS_NAME
     write_if_changed(path, ("\n".join(lines) + "\n").encode())
     write_text(cache_path, json.dumps(fresh), durable=False)
@@ -173,10 +177,23 @@ def read_checksums(run_dir: Path) -> dict[str, str]:
     return sums
 
 
+def left_out_sums(run_dir: Path) -> dict[str, str]:
+    """{path: sha256} of the records the seal left out (its ``# left out`` comment lines)."""
+    path = Path(run_dir) / CHECKSUMS_NAME
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else ():
+        if line.startswith(LEFT_OUT_TAG):
+            digest, _, rel = line[len(LEFT_OUT_TAG):].partition("  ")
+            out[rel] = digest
+    return out
+
+
 def verify(run_dir: Path) -> list[str]:
     """Problems of a bundle against its checksum file: ``modified``, ``missing``, ``added`` files.
 
     An empty list means the bundle is intact. A missing checksum file is reported as a problem.
+    A record the seal left out (named with its sha256 in the checksum file) is not ``added``
+    while it is unchanged; any other file, a forged record included, is.
     """
     run_dir = Path(run_dir)
     try:
@@ -184,7 +201,9 @@ def verify(run_dir: Path) -> list[str]:
     except D5PipeError as exc:
         return [str(exc)]
     problems: list[str] = []
-    present = set(bundle_files(run_dir))
+    left = left_out_sums(run_dir)
+    present = {rel for rel, _st in _entries(run_dir, leave_out=False)}
+    present -= {rel for rel in present & set(left) if rel not in expected and file_sha256(run_dir / rel) == left[rel]}
     for rel, digest in expected.items():
         if rel not in present:
             problems.append(f"missing: {rel}")
