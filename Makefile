@@ -42,8 +42,9 @@ horovod: $(STAMP)
 run: install
 	$(VENV)/bin/d5pipe run quickstart
 
-# Four pytest processes side by side (scripts/run_tests.sh): the SLURM tests, two sets of long modules, the rest.
-test: install-test lint
+# Four pytest processes side by side (scripts/run_tests.sh): the SLURM tests, two sets of long modules, the rest;
+# the linters (make lint) run beside them, and any failure fails the target.
+test: install-test
 	PYTEST=$(VENV)/bin/pytest bash scripts/run_tests.sh
 
 # The suite without the SLURM cluster, MPI ranks or the browser (minutes, not tens of minutes).

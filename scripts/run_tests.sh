@@ -8,7 +8,7 @@
 #   3. the long end-to-end CLI runs of reproduce, runtimes, stale verdicts, comparisons, the model zoo and
 #      generated datasets (HEAVY2 below);
 #   4. everything else.
-# Each has its own --basetemp. Lane 3 prints as it goes, the others' logs follow it; the exit code
+# Each has its own --basetemp; `make lint` runs beside them. Lane 4 prints as it goes, the others' logs follow it; the exit code
 # is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
@@ -17,13 +17,17 @@ HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verd
         tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$work"; }
+lint_pid=""
+cleanup() { for p in "${pids[@]}" $lint_pid; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 ignore=()
 for f in "${HEAVY[@]}" "${HEAVY2[@]}"; do ignore+=("--ignore=$f"); done
 
 "$PYTEST" -q -m slurm -p no:cacheprovider --basetemp="$work/slurm" "$@" >"$work/slurm.log" 2>&1 &
 pids+=($!)
+# the linters run beside the tests (the SLURM lane, the longest, mostly waits): ${LINT:-make -s lint}
+${LINT:-make -s lint} >"$work/lint.log" 2>&1 &
+lint_pid=$!
 "$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/heavy" "$@" "${HEAVY[@]}" >"$work/heavy.log" 2>&1 &
 pids+=($!)
 "$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/heavy2" "$@" "${HEAVY2[@]}" >"$work/heavy2.log" 2>&1 &
@@ -34,11 +38,14 @@ rc_rest=$?
 wait "${pids[0]}"; rc_slurm=$?
 wait "${pids[1]}"; rc_heavy=$?
 wait "${pids[2]}"; rc_heavy2=$?
+wait "$lint_pid"; rc_lint=$?
+echo "== lint (ruff, mypy, snakemake --lint)"
+cat "$work/lint.log"
 echo "== ${HEAVY[*]}"
 cat "$work/heavy.log"
 echo "== ${HEAVY2[*]}"
 cat "$work/heavy2.log"
 echo "== SLURM tests"
 cat "$work/slurm.log"
-echo "== exit: rest $rc_rest, heavy modules $rc_heavy, end-to-end modules $rc_heavy2, SLURM tests $rc_slurm"
-[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_heavy2" -eq 0 ] && [ "$rc_slurm" -eq 0 ]
+echo "== exit: rest $rc_rest, heavy modules $rc_heavy, end-to-end modules $rc_heavy2, SLURM tests $rc_slurm, lint $rc_lint"
+[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_heavy2" -eq 0 ] && [ "$rc_slurm" -eq 0 ] && [ "$rc_lint" -eq 0 ]
