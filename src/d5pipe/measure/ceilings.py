@@ -178,8 +178,11 @@ class Ceilings:
 
     def table(self) -> list[tuple[str, str, str]]:
         """(ceiling, value, how) rows: FLOP/s per measured dtype, bandwidth per level."""
+        f32 = float(self.flops.get(str(torch.float32), {}).get("best", 0.0))
         rows = [(f"FLOP/s {name.removeprefix('torch.')}", f"{v['best'] / 1e9:.1f} GFLOP/s",
-                 f"best matmul of n in {sorted(int(k) for k in v['rates'])}, at n={v['shape']}")
+                 f"best matmul of n in {sorted(int(k) for k in v['rates'])}, at n={v['shape']}"
+                 + (f"; its points are bounded by float32's {f32 / 1e9:.1f} GFLOP/s"
+                    if name in (str(torch.float16), str(torch.bfloat16)) and f32 > float(v["best"]) else ""))
                 for name, v in sorted(self.flops.items())]
         rates = {int(k): float(v) for k, v in self.bandwidth["rates"].items()}
         levels = [(str(n), int(b)) for n, b in self.bandwidth.get("levels", [])]
