@@ -148,16 +148,12 @@ def _code_of(targets_fn: Any, cfg: dict[str, Any], cache: Any) -> dict[str, str]
 def _file_identity(stage: str, cfg: dict[str, Any]) -> dict[str, str]:
     """``{"file:<path>": sha256}`` of a file a point reads as its network (``level1.onnx_file``): its
     content, not only its path, is part of the point's identity."""
-    import hashlib
+    from d5pipe.rundir.atomic import file_sha256
 
     path = (cfg.get("level1") or {}).get("onnx_file") if stage == "level1" else None
     if not path:
         return {}
-    h = hashlib.sha256()
-    with open(str(path), "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return {f"file:{path}": h.hexdigest()}
+    return {f"file:{path}": file_sha256(str(path))}
 
 
 def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:

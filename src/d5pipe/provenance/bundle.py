@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
 import os
 import posixpath
 import shutil
@@ -33,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import write_if_changed, write_text
+from d5pipe.rundir.atomic import file_sha256, write_if_changed, write_text
 from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 
 CHECKSUMS_NAME = CHECKSUMS_FILE
@@ -45,19 +44,10 @@ EXCLUDED_FILES = frozenset({CHECKSUMS_NAME, REPRODUCE_FILE, ".d5pipe.lock", ".d5
                             ".d5pipe-plan.json"})
 """Root files that are not part of what a run means (the driver's lock is machine-local)."""
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
-_CHUNK = 1 << 20
 
 
 def is_archive(path: Path) -> bool:
     return Path(path).name.endswith(ARCHIVE_SUFFIXES)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def bundle_files(run_dir: Path) -> list[str]:

@@ -99,3 +99,14 @@ def write_if_changed(path: Path, data: bytes) -> bool:
         pass
     write_bytes(path, data)
     return True
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks (bundles, the dataset cache, ONNX files)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

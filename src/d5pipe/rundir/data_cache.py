@@ -16,7 +16,6 @@ evicted first. ``d5pipe cache`` lists it, ``d5pipe cache --clear`` empties it. T
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import write_bytes, write_json
+from d5pipe.rundir.atomic import file_sha256, write_bytes, write_json
 
 DEFAULT_LIMIT_MB = 2048
-_CHUNK = 1 << 20
 
 
 def cache_dir() -> Path:
@@ -49,14 +47,6 @@ def limit_bytes() -> int:
     if mb < 0:
         raise D5PipeError(f"D5PIPE_DATA_CACHE_MB: {raw!r} must be >= 0")
     return int(mb * (1 << 20))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -80,7 +70,7 @@ def store(key: str, data: Path, meta: dict[str, Any], prepare_s: float) -> None:
         tmp = root / f".{key}.{os.getpid()}.tmp"
         shutil.copyfile(data, tmp)
         os.replace(tmp, target)
-        write_json(root / f"{key}.json", {**meta, "file_sha256": _sha256(target), "prepare_s": prepare_s})
+        write_json(root / f"{key}.json", {**meta, "file_sha256": file_sha256(target), "prepare_s": prepare_s})
         evict(limit)
     except OSError:
         return
@@ -95,7 +85,7 @@ def restore(key: str, data_dir: Path) -> Restored | None:
     src, src_meta = root / f"{key}.npz", root / f"{key}.json"
     try:
         meta = json.loads(src_meta.read_text())
-        if meta.get("key") != key or _sha256(src) != meta.get("file_sha256"):
+        if meta.get("key") != key or file_sha256(src) != meta.get("file_sha256"):
             return None  # a damaged or foreign entry: the job prepares the data instead
         data_dir.mkdir(parents=True, exist_ok=True)
         out = data_dir / f"{key}.npz"

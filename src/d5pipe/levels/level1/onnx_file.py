@@ -114,7 +114,7 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     prepare_file = getattr(runtime, "prepare_file", None)
     if not callable(prepare_file):
         raise PointSkipped(f"level1.runtime={conf.runtime} cannot read an ONNX file (no prepare_file)")
-    from d5pipe.levels.level1.runtimes import file_sha256
+    from d5pipe.rundir.atomic import file_sha256
 
     threads = torch.get_num_threads()
     sha = file_sha256(path)

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from d5pipe.levels.contract import PointSkipped
+from d5pipe.rundir.atomic import file_sha256
 
 
 @dataclass
@@ -57,14 +58,6 @@ class Runtime(Protocol):
     def version(self) -> str: ...
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared: ...
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def network_key(model: nn.Module, example: torch.Tensor) -> str:
@@ -102,7 +95,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, onnx_dir: Path) -> dict
             os.replace(tmp, path)
         finally:
             Path(tmp).unlink(missing_ok=True)
-    return {"path": str(path), "sha256": _sha256(path)}
+    return {"path": str(path), "sha256": file_sha256(path)}
 
 
 class TorchRuntime:
@@ -179,11 +172,6 @@ class OpenVino:
         used = int(compiled.get_property("INFERENCE_NUM_THREADS"))
         settings = {"device": "CPU", **config, "precision_used": str(compiled.get_property("INFERENCE_PRECISION_HINT"))}
         return Prepared(run=run, settings=settings, threads=used, onnx=onnx)
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file (a user's ``.onnx``: part of its points' identity)."""
-    return _sha256(Path(path))
 
 
 def _needs(module: str, runtime: str) -> None:
