@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,25 +52,30 @@ TOPS_SCRIPT = (
 )
 
 
-def section_boxes(page: Path, tmp: Path) -> dict[str, tuple[float, float]]:
-    """Top and bottom (CSS px) of each top-level section as Chromium lays the page out.
+def probe_layout(page: Path, tmp: Path, script: str, attr: str, width: int = 1280) -> Any:
+    """What ``script`` stored as JSON in ``<body attr=...>`` once Chromium laid ``page`` out.
 
     The report has no script (by design), so a copy with one probe script is rendered and its DOM
-    dumped; the layout is the report's own (same HTML and CSS, same window width as the screenshot).
+    dumped; the layout is the report's own (same HTML and CSS, the given window width).
     """
     chromium = shutil.which("chromium")
     assert chromium, "chromium is not installed: apt-get install -y chromium"
-    probe = tmp / "probe.html"
-    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", TOPS_SCRIPT + "</body>"), encoding="utf-8")
-    profile = tmp / "probe-profile"
+    probe = tmp / f"{attr}-probe.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", script + "</body>"), encoding="utf-8")
+    profile = tmp / f"{attr}-profile"
     profile.mkdir()
     cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-           f"--user-data-dir={profile}", "--window-size=1280,2000", "--dump-dom", probe.resolve().as_uri()]
+           f"--user-data-dir={profile}", f"--window-size={width},2000", "--dump-dom", probe.resolve().as_uri()]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    m = re.search(r'data-tops="([^"]*)"', proc.stdout)
+    m = re.search(rf'{attr}="([^"]*)"', proc.stdout)
     assert m, proc.stdout[-2000:]
-    boxes = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def section_boxes(page: Path, tmp: Path) -> dict[str, tuple[float, float]]:
+    """Top and bottom (CSS px) of each top-level section as Chromium lays the page out (1280 px)."""
+    boxes = probe_layout(page, tmp, TOPS_SCRIPT, "data-tops")
     return {k: (float(v[0]), float(v[1])) for k, v in boxes.items()}
 
 
@@ -124,19 +130,7 @@ WIDTH_SCRIPT = (
 
 def table_boxes(page: Path, tmp: Path, width: int) -> list[tuple[float, int, int, list[str]]]:
     """Per table as Chromium lays it out at ``width`` px: right edge, scroll and client width, headers."""
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is not installed: apt-get install -y chromium"
-    probe = tmp / "width-probe.html"
-    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", WIDTH_SCRIPT + "</body>"), encoding="utf-8")
-    profile = tmp / "width-profile"
-    profile.mkdir()
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-           f"--user-data-dir={profile}", f"--window-size={width},2000", "--dump-dom", probe.resolve().as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    m = re.search(r'data-tables="([^"]*)"', proc.stdout)
-    assert m, proc.stdout[-2000:]
-    return [tuple(t) for t in json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))]
+    return [tuple(t) for t in probe_layout(page, tmp, WIDTH_SCRIPT, "data-tables", width)]
 
 
 def test_no_table_is_cut_off_at_1400_px_and_level3_speedup_is_a_table(tmp_path: Path) -> None:
