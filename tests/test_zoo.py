@@ -58,13 +58,18 @@ def test_logits_come_from_a_tensor_an_output_object_or_a_mapping() -> None:
         logits_of(SimpleNamespace(hidden=t), "", "model.custom.m")
 
 
+def run_results(experiment: str, tmp_path: Path) -> pd.DataFrame:
+    """``d5pipe run`` of a test experiment with transformers allowed; its results.parquet."""
+    run = tmp_path / "run"
+    r = d5pipe("run", experiment, "--config-dir", str(TEST_CONF), "--allow", "transformers", "--out", str(run))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    return pd.read_parquet(run / "results.parquet")
+
+
 @pytest.mark.slow
 def test_a_library_model_runs_levels_1_and_2_without_a_wrapper(tmp_path: Path) -> None:
     """transformers' ResNet by _target_ (keyword input, output object), on synthetic 3x64x64 images."""
-    run = tmp_path / "run"
-    r = d5pipe("run", "zoo_library", "--config-dir", str(TEST_CONF), "--allow", "transformers", "--out", str(run))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    df = pd.read_parquet(run / "results.parquet")
+    df = run_results("zoo_library", tmp_path)
     l1 = df[df["stage"] == "level1"].set_index("metric")
     assert l1.loc["output_check", "text"] == "pass" and l1.loc["inference_latency", "value"] > 0
     assert l1.loc["fwd_bwd_time", "value"] > 0
@@ -82,10 +87,7 @@ def test_plan_rejects_a_non_identifier_adapter_field_before_any_job(tmp_path: Pa
 
 @pytest.mark.slow
 def test_token_ids_run_through_level_1_on_every_runtime(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    r = d5pipe("run", "zoo_tokens", "--config-dir", str(TEST_CONF), "--allow", "transformers", "--out", str(run))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    df = pd.read_parquet(run / "results.parquet")
+    df = run_results("zoo_tokens", tmp_path)
     check = df[df["metric"] == "output_check"].set_index("level1.runtime")["text"].to_dict()
     assert check == {"torch": "pass", "onnxruntime": "pass", "openvino": "pass"}
     assert (df.loc[df["metric"] == "inference_latency", "value"] > 0).all()
