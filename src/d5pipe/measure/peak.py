@@ -30,13 +30,10 @@ class Peak:
         return asdict(self)
 
 
-def flops_peak(cache: dict[str, Any], device: str, dtype: torch.dtype, matmul_size: int = 0,
-               budget_s: float = 1.5) -> Peak | None:
+def flops_peak(cache: dict[str, Any], device: str, dtype: torch.dtype) -> Peak | None:
     """The FLOP ceiling of ``dtype`` on ``device`` at this process's thread count; None when no
     matmul runs in ``dtype`` there. ``cache``: the process's ``PointContext.cache`` (saves the
-    file read). ``matmul_size`` and ``budget_s`` are kept for callers; the ceiling's shapes and
-    timing are the ceilings module's."""
-    del matmul_size, budget_s
+    file read)."""
     ceilings = machine_ceilings("cuda" if device.startswith("cuda") else "cpu", (dtype,), memo=cache)
     best, via = ceilings.flop_ceiling(dtype)
     return Peak(best, best, 0.0, via) if best > 0 else None

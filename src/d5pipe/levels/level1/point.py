@@ -233,7 +233,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         eager = infer_eager if mode == "inference" else fwd_bwd_eager
         counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
         if counted is not None:
-            fpeak = flops_peak(ctx.cache, str(device), torch_dtype(conf.dtype, "level1.dtype"), 0, m.config["budget_s"]) if conf.peak else None
+            fpeak = flops_peak(ctx.cache, str(device), torch_dtype(conf.dtype, "level1.dtype")) if conf.peak else None
             metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
         extra[f"timer_{mode}"] = m.info()
         extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]

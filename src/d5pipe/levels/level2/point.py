@@ -240,7 +240,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     ]
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
-        peak = flops_peak(ctx.cache, str(device), torch.float32, 0, 0.5) if conf.peak else None
+        peak = flops_peak(ctx.cache, str(device), torch.float32) if conf.peak else None
         metrics += flop_metrics("", counted / n, throughput, peak)
     return PointOutcome(
         metrics=metrics,

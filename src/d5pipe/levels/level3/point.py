@@ -303,7 +303,7 @@ def add_flop_metrics(out: PointOutcome, spec: dict[str, Any], data: Dataset, cac
         return
     device = str(spec.get("device", "cpu"))
     node_peak = None if cache is None else flops_peak(cache, "cuda" if device.startswith("cuda") else "cpu",
-                                                      torch.float32, 0, 0.5)
+                                                      torch.float32)
     peak = None if node_peak is None else Peak(node_peak.best * nodes, node_peak.median * nodes, node_peak.work,
                                                f"{node_peak.what} x {nodes} node(s)")
     throughput = next(m for m in out.metrics if m.name == "samples_per_s")
