@@ -106,3 +106,7 @@ def test_a_point_faster_than_its_bound_is_flagged_in_the_results_and_the_report(
     assert "not an upper bound" in flagged["error"].item()
     assert df.loc[df["metric"] == "pct_of_bound", "value"].item() > 100
     assert "above_bound" in (run / "report.html").read_text(encoding="utf-8")
+    [record] = [json.loads(p.read_text()) for p in (run / "points" / "level0").glob("*.json")]
+    suspect = record["extra"]["roofline"]["suspect"]  # the ceilings it beat, named in its record
+    assert any(s.startswith("flops") and "float32" in s for s in suspect) and any(s.startswith("bandwidth") for s in suspect)
+    assert any("marked suspect" in w for w in record["extra"]["warnings"])

@@ -103,12 +103,21 @@ def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor
             *both.summary.to_metrics("time_fwd_bwd", "s", "time_fwd_bwd", prefix="fwd_bwd_")]
 
 
+def _low(rate: Metric) -> float:
+    """The lower CI bound of a rate (its value where it has no CI)."""
+    return float(rate.ci_low if rate.ci_low is not None else rate.value or 0.0)
+
+
 def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: float, nbytes: float,
-                     gflops: float, gbps: float, extra: dict[str, Any]) -> list[Metric]:
+                     gflops_m: Metric, gbps_m: Metric, extra: dict[str, Any]) -> list[Metric]:
     """The point against the machine's ceilings (d5pipe.measure.ceilings): ``peak_gflops`` (FLOP
     ceiling of its dtype) and ``pct_peak_flops``; ``peak_gbps`` (bandwidth of its working set's
     memory level) and ``pct_peak_bw``; ``bound_gflops`` (roofline: min of the two) and
-    ``pct_of_bound`` (of the bandwidth bound for a point without FLOPs)."""
+    ``pct_of_bound`` (of the bandwidth bound for a point without FLOPs).
+
+    A ceiling the point beats beyond its CI (lower CI bound of the rate above it) is named in the
+    record's ``roofline.suspect`` and in a warning: it did not bound this point."""
+    gflops, gbps = float(gflops_m.value or 0.0), float(gbps_m.value or 0.0)  # rates are floats
     ceilings = machine_ceilings(device, (dtype,), memo=ctx.cache)
     b = roofline(ceilings, dtype, flops, nbytes)
     out: list[Metric] = []
@@ -126,6 +135,15 @@ def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: 
     extra["roofline"] = {"memory_level": b.level, "limited_by": b.limited_by, "flop_ceiling": b.via,
                          "working_set_bytes": nbytes, "ceilings": ceilings.key,
                          "ceilings_measured_s": ceilings.seconds}
+    suspect = []
+    if flops > 0 and 0 < b.flop_ceiling_gflops < _low(gflops_m):
+        suspect.append(f"flops {b.via} ({b.flop_ceiling_gflops:.4g} GFLOP/s)")
+    if 0 < b.gbps < _low(gbps_m):
+        suspect.append(f"bandwidth {b.level} ({b.gbps:.4g} GB/s)")
+    if suspect:
+        extra["roofline"]["suspect"] = suspect
+        extra["warnings"].append("faster than the measured ceiling(s) " + ", ".join(suspect)
+                                 + " beyond its CI: marked suspect (remeasure with `d5pipe peaks --remeasure`)")
     return out
 
 
@@ -179,7 +197,6 @@ def run_point(ctx: PointContext) -> PointOutcome:
     metrics += m.summary.to_metrics("time", "s", "time")
     gflops = rate_metric("gflops", flops / 1e9, m.summary, "GFLOP/s", "time")
     gbps = rate_metric("gbps", nbytes / 1e9, m.summary, "GB/s", "time")
-    gflops_v, gbps_v = float(gflops.value or 0.0), float(gbps.value or 0.0)  # rates are floats
     metrics += [
         gflops,
         gbps,
@@ -189,7 +206,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     ]
 
     if conf.peak:
-        metrics += roofline_metrics(ctx, conf.device, dtype, flops, nbytes, gflops_v, gbps_v, extra)
+        metrics += roofline_metrics(ctx, conf.device, dtype, flops, nbytes, gflops, gbps, extra)
     if spec.compare_to:
         metrics.append(Metric("compare_to", spec.compare_to, "", "info"))
     if conf.time_backward:
