@@ -11,9 +11,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext
 from d5pipe.levels.level3.point import run_point
-from d5pipe.rundir.record import PointOutcome
 
 
 def _value(out: PointOutcome, name: str) -> tuple[float, float, float]:

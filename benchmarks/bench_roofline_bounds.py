@@ -45,7 +45,7 @@ def bounds_of(run: Path) -> tuple[pd.DataFrame, int]:
     df = pd.read_parquet(run / "results.parquet")
     df = df[df["stage"] == "level0"]
     pct = df[df["metric"] == "pct_of_bound"].assign(dtype=lambda d: _dtype_of(run, d))
-    found = {(f.point_id): f.low for f in above_bound(df)}
+    found = {f.point_id for f in above_bound(df)}
     rows = []
     for dtype, g in pct.groupby("dtype"):
         top = g.loc[g["value"].astype(float).idxmax()]

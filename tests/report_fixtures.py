@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from d5pipe.plan.seeds import point_seed
-from d5pipe.rundir.atomic import write_json, write_text
+from d5pipe.core.atomic import write_json, write_text
+from d5pipe.core.seeds import point_seed
 from d5pipe.rundir.record import read_record, write_record
 
 HOSTILE = '<script>alert("x")</script> & <img src=x onerror=alert(1)>'
@@ -318,7 +318,7 @@ def write_bulk_records(
 ) -> int:
     """Write ``n_points`` level records fast (plain writes, no fsync) for the benchmark.
 
-    Uses the same serialisation as ``d5pipe.rundir.atomic.write_json``. Returns the number of
+    Uses the same serialisation as ``d5pipe.core.atomic.write_json``. Returns the number of
     metric rows these records hold.
     """
     rng = random.Random(seed)

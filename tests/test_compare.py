@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from d5pipe.cli import cmd_compare
+from d5pipe.core.outcome import Metric
 from d5pipe.provenance import bundle
 from d5pipe.results.aggregate import aggregate
 from d5pipe.results.compare import compare_runs, format_table, load_run, regressions
-from d5pipe.rundir.record import Metric, record_path, write_record
+from d5pipe.rundir.record import record_path, write_record
 
 
 def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], seed: int, reps: int = 5,

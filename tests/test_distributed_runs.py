@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, run_closers
 from d5pipe.levels.level3.launch import usable_cores
 from d5pipe.levels.level3.point import run_point
-from d5pipe.rundir.record import Metric, PointOutcome
 
 HOSTILE = "x; touch owned"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe.config.stages import STAGE_NAMES
+from d5pipe.core.stages import STAGE_NAMES
 from d5pipe.execute.run import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]

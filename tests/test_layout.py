@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe.config.stages import STAGES, load_target
+from d5pipe.core.stages import STAGES, load_target
+from tests.test_layers import ORDER
 
 PKG = Path(__file__).resolve().parents[1] / "src" / "d5pipe"
-LAYERS = {"cli", "config", "plan", "rundir", "execute", "measure", "levels", "results", "provenance"}
+LAYERS = set(ORDER)
 MAX_LINES = 400
 
 
@@ -38,7 +39,7 @@ def test_each_level_package_has_the_same_shape(stage: str) -> None:
 def test_checks_and_schemas_are_torch_free() -> None:
     """What `d5pipe plan` imports (registry, schemas, validators) must not pull torch in."""
     targets = [STAGES[s].validate for s in STAGES]
-    code = ("import sys\nfrom d5pipe.config.stages import STAGES, load_target\n"
+    code = ("import sys\nfrom d5pipe.core.stages import STAGES, load_target\n"
             "import d5pipe.config.schema, d5pipe.config.validate, d5pipe.plan.build\n"
             f"for t in {targets!r}: load_target(t)\n"
             "print(sorted(m for m in ('torch', 'scipy', 'pandas') if m in sys.modules))\n")

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from d5pipe import D5PipeError
+from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.level0.point import run_point
 from d5pipe.levels.level0.validate import validate_operators
-from d5pipe.rundir.record import PointOutcome
 
 QUICK_TIMER = {"warmup_s": 0.01, "warmup_max_iters": 3, "min_block_s": 0.002, "budget_s": 0.2,
                "min_samples": 5, "max_samples": 50, "target_ci_pct": 10.0}

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from d5pipe.core.outcome import Metric
 from d5pipe.levels.contract import PointContext
 from d5pipe.levels.level2.sanity import (
     CHANCE_MIN_STEPS,
@@ -24,7 +25,6 @@ from d5pipe.levels.level2.sanity import (
 )
 from d5pipe.results.comparisons import NOT_COMPARED, comparisons
 from d5pipe.results.verdicts import point_verdicts
-from d5pipe.rundir.record import Metric
 from tests.conftest import ROOT, TEST_CONF, d5pipe
 
 CURVES = {"train_loss": [2.0, 1.0], "train_accuracy": [0.5, 0.8], "test_loss": [2.1, 1.1], "test_accuracy": [0.5, 0.8]}

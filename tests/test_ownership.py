@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import is_temp_of
+from d5pipe.core.atomic import is_temp_of
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.ownership import OWNER_FILE, RunLock, claim
 

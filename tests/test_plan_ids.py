@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from d5pipe import D5PipeError
+from d5pipe.core.seeds import check_unique, derive_seed, point_seed
 from d5pipe.plan.build import build_plan, point_id
-from d5pipe.plan.seeds import check_unique, derive_seed, point_seed
 
 
 def _cfg(**sweep: object) -> dict:

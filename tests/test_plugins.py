@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from d5pipe import D5PipeError
-from d5pipe.config import plugins
+from d5pipe.core import allowlist as plugins
 from tests.conftest import d5pipe
 
 ROOT = Path(__file__).resolve().parents[1]

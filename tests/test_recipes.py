@@ -1,4 +1,4 @@
-"""d5pipe.plan.recipes: FIXED keys and acceptance thresholds on the tidy results frame."""
+"""d5pipe.config.recipes: FIXED keys and acceptance thresholds on the tidy results frame."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from d5pipe import D5PipeError
-from d5pipe.plan.recipes import check_fixed
+from d5pipe.config.recipes import check_fixed
 from d5pipe.results.acceptance import evaluate_acceptance
 
 

@@ -23,12 +23,13 @@ import yaml
 
 from d5pipe import D5PipeError
 from d5pipe.cli import cmd_reproduce
-from d5pipe.plan.seeds import point_seed
+from d5pipe.core.outcome import Metric
+from d5pipe.core.seeds import point_seed
 from d5pipe.provenance import bundle
 from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.reproduce import reproduce
 from d5pipe.results.aggregate import aggregate
-from d5pipe.rundir.record import Metric, record_path, write_record
+from d5pipe.rundir.record import record_path, write_record
 
 POINTS = ("mm-64-a1b2c3", "mm-128-d4e5f6", "mm-256-0718ab")
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.levels.level3.point import run_point
 from d5pipe.levels.level3.strategies import LocalSGD, RingAverage, TopK
-from d5pipe.rundir.record import PointOutcome
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "byo"

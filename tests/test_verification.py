@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext
-from d5pipe.rundir.record import PointOutcome
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "plugin_fixtures"

@@ -165,7 +165,7 @@ def test_a_stage_entry_overrides_default_even_with_the_schema_value() -> None:
 
 
 def test_composed_resources_inherit_unset_fields() -> None:
-    from d5pipe.config.resources import merged_resources as _stage_resource_conf
+    from d5pipe.core.stage_resources import merged_resources as _stage_resource_conf
     from d5pipe.execute.run import load_plan
 
     plan = load_plan("quickstart", ["executor=slurm", "executor.resources.default.partition=gpu",

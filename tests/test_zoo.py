@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from d5pipe import D5PipeError
+from d5pipe.levels.instantiate import accepted
 from d5pipe.levels.models import Adapter, build_model, count_parameters, logits_of
-from d5pipe.levels.plugins import accepted
 from d5pipe.levels.zoo import PUBLISHED_PARAMETERS
 from tests.conftest import TEST_CONF, d5pipe
 

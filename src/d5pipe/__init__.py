@@ -1,17 +1,21 @@
 """d5pipe: fair, verifiable, reproducible deep-learning benchmarks on clusters (after Deep500).
 
 The package face. Importing ``d5pipe`` is cheap (no torch, pandas or Hydra); the layers below are
-imported when used:
+imported when used. Bottom first: a layer imports only the layers above it in this table (the test
+tests/test_layers.py derives the graph from the imports and holds it to this order):
 
 =================  ==========================================================================
-``config``         what to run: the stage registry, schemas, Hydra composition, validation
-``plan``           pure and torch-free: sweep expansion, point IDs, seeds, shards, recipes
-``rundir``         where it is written: the run directory, point records, manifest, atomic writes
-``execute``        how it runs: driving Snakemake, shard jobs, resources, SLURM glue, status
-``measure``        level-independent measurement: timer, statistics, memory, device, determinism
+``core``           what every layer shares: the user-error type, canonical hashing, seeds,
+                   atomic writes, config fields and their checks, the stage registry, the
+                   metric and outcome types, the admission of user code
+``measure``        level-independent measurement: timer, statistics, ceilings, memory, determinism
 ``levels``         the point contract, models, datasets and ``level0`` .. ``level3``
+``config``         what to run: schemas, Hydra composition, validation, recipes
+``plan``           pure and torch-free: sweep expansion, point IDs, shards, plan cache
+``rundir``         where it is written: the run directory, point records, manifest
 ``results``        aggregation into results.parquet, verdicts, run comparison, the report
 ``provenance``     environment record and hash, bundles, reproduce
+``execute``        how it runs: driving Snakemake, shard jobs, resources, SLURM glue, status
 ``cli``            one module per ``d5pipe`` subcommand
 =================  ==========================================================================
 
@@ -27,41 +31,11 @@ Public API, grouped by level (each name is imported on first use)::
 from __future__ import annotations
 
 import importlib
-import os
-from pathlib import Path
 from typing import Any
 
-__version__ = "0.1.0"
-
-
-def user_cache_dir() -> Path:
-    """The user's d5pipe cache: ``$D5PIPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/d5pipe``, else
-    ``~/.cache/d5pipe``. Machine-local things shared by run directories live there: prepared
-    datasets (d5pipe.rundir.data_cache) and the machine's ceilings (d5pipe.measure.ceilings)."""
-    root = os.environ.get("D5PIPE_CACHE_DIR")
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "d5pipe")
-    return Path(root)
-
-
-class D5PipeError(Exception):
-    """A user error: bad config, bad input, missing file.
-
-    The CLI prints ``str(err)`` as one line (no traceback) and exits with ``exit_code`` (2).
-    Messages name the key, file or value to fix.
-    """
-
-    exit_code = 2
-
-    def __str__(self) -> str:
-        return " ".join(super().__str__().split())
-
-
-class WorkflowFailed(D5PipeError):
-    """The workflow engine itself failed (points' own failures never cause this)."""
-
-    exit_code = 1
-
+from d5pipe.core.cache_dir import user_cache_dir
+from d5pipe.core.errors import D5PipeError, WorkflowFailed
+from d5pipe.core.version import __version__
 
 _LAZY: dict[str, str] = {
     # config -> plan -> run
@@ -75,8 +49,8 @@ _LAZY: dict[str, str] = {
     # the level contract
     "PointContext": "d5pipe.levels.contract:PointContext",
     "PointSkipped": "d5pipe.levels.contract:PointSkipped",
-    "PointOutcome": "d5pipe.rundir.record:PointOutcome",
-    "Metric": "d5pipe.rundir.record:Metric",
+    "PointOutcome": "d5pipe.core.outcome:PointOutcome",
+    "Metric": "d5pipe.core.outcome:Metric",
     # L0
     "OperatorSpec": "d5pipe.levels.level0.spec:OperatorSpec",
     # results
@@ -94,4 +68,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["D5PipeError", "WorkflowFailed", "__version__", *_LAZY]
+__all__ = ["D5PipeError", "WorkflowFailed", "__version__", "user_cache_dir", *_LAZY]

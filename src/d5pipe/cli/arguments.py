@@ -42,7 +42,7 @@ def apply_allow(prefixes: list[str]) -> None:
     their session directory, where a relative entry (``PYTHONPATH=examples/byo``) means nothing."""
     import os
 
-    from d5pipe.config.plugins import allow
+    from d5pipe.core.allowlist import allow
 
     allow(prefixes)
     entries = os.environ.get("PYTHONPATH", "")

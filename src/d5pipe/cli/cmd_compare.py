@@ -11,9 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from d5pipe.core.atomic import write_json
+from d5pipe.provenance.bundle import opened_bundle
 from d5pipe.results.compare import RunComparison, compare_runs, format_table, regressions, to_json
 from d5pipe.results.metric_compare import ComparePolicy
-from d5pipe.rundir.atomic import write_json
 
 REGRESSION_EXIT = 4
 """``d5pipe compare --fail-on-regression``: a significant slowdown beyond the threshold."""
@@ -62,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = compare_runs(args.a, args.b, policy_from_args(args), args.allow_different)
+    with opened_bundle(args.a) as dir_a, opened_bundle(args.b) as dir_b:
+        result = compare_runs(dir_a, dir_b, policy_from_args(args), args.allow_different,
+                              labels=(str(args.a), str(args.b)))
     print(format_table(result))
     if args.json is not None:
         write_json(args.json, to_json(result))

@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import environment as envinfo
 
 

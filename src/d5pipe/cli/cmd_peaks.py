@@ -22,13 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
+    from d5pipe.levels.device import require_device
     from d5pipe.measure.ceilings import cache_path, machine_ceilings, machine_key
-    from d5pipe.measure.device import check_device
 
     if args.threads < 1:
         raise D5PipeError(f"--threads: {args.threads} must be >= 1")
-    device = str(check_device(args.device, "--device"))
+    device = str(require_device(args.device, "--device"))
     dtypes = tuple(getattr(torch, d) for d in (args.dtype or DTYPES))
     t0 = time.perf_counter()
     ceilings = machine_ceilings(device, dtypes, threads=args.threads, remeasure=args.remeasure)

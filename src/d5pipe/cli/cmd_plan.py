@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     apply_allow(args.allow)
     plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)
     if args.show_config:
-        from d5pipe.rundir.yamlio import safe_dump
+        from d5pipe.core.yamlio import safe_dump
 
         print(safe_dump(plan.config, sort_keys=False), end="")
         return 0

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import cast
 
-from d5pipe import D5PipeError
 from d5pipe.cli.arguments import add_allow_argument, apply_allow
 from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args
+from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
 from d5pipe.rundir.layout import RunDir
 

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _detach(args: argparse.Namespace, argv: list[str]) -> int:
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
     from d5pipe.execute.detach import submit_driver
     from d5pipe.execute.run import default_out, load_plan
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim

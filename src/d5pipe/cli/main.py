@@ -7,7 +7,8 @@ import importlib
 import sys
 from typing import NoReturn
 
-from d5pipe import D5PipeError, __version__
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.version import __version__
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("d5pipe.cli.cmd_run", "run an experiment (plan, then the Snakemake workflow)"),

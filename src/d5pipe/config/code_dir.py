@@ -1,7 +1,7 @@
 """The user code a run used, carried in the run directory: ``RUN/code/``. Torch-free.
 
 When a run is planned (``d5pipe run``), the source files of every user module a point uses
-(d5pipe.config.code_hash: the module, its parents' ``__init__.py`` and the allowed modules it
+(d5pipe.core.code_hash: the module, its parents' ``__init__.py`` and the allowed modules it
 imports) are copied to ``RUN/code/<path relative to its import-path directory>``
 (``RUN/code/mypkg/models.py``), and ``RUN/code/index.json`` records, per module, the hash that
 went into the points' IDs and the hash of each file. The directory is part of the bundle
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from d5pipe.config.code_hash import ModuleCode
+from d5pipe.core.code_hash import ModuleCode
 
 CODE_DIR = "code"
 INDEX = "index.json"

@@ -16,9 +16,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from d5pipe import D5PipeError
 from d5pipe.config.schema import register
 from d5pipe.config.validate import check_config
+from d5pipe.core.errors import D5PipeError
 
 
 def package_conf_dir() -> Path:

@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from d5pipe.config.fields import at_least, between, choice, positive
-from d5pipe.config.stages import STAGE_NAMES
+from d5pipe.core.fields import at_least, between, choice, positive
+from d5pipe.core.stages import STAGE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.level2.schema import TrainConf
@@ -76,13 +76,6 @@ class PlacementConf:
     A local run has one node: points with k >= 2 are skipped there."""
 
 
-RESOURCE_DEFAULTS: dict[str, Any] = {
-    "partition": "", "account": "", "runtime_min": 30, "nodes": 1, "tasks": 1,
-    "cpus_per_task": 1, "mem_mb": 2048, "gpus": 0,
-}
-"""What a resource takes when neither the stage's entry nor ``default`` sets it."""
-
-
 @dataclass
 class ResourcesConf:
     """One entry of ``executor.resources``: a field left null (unset) is inherited, stage entry ->
@@ -135,14 +128,14 @@ class D5Config:
     """Experiment name (set by the experiment file)."""
     description: str = ""
     seed: int = 0
-    """Root seed; per-point and per-rank seeds derive from it (d5pipe.plan.seeds)."""
+    """Root seed; per-point and per-rank seeds derive from it (d5pipe.core.seeds)."""
     repetitions: int = at_least(1, 1)
     """Each point is measured this many times, each time in a separate shard job (a separate process,
     later in time) with its own derived seed; the repetitions are the axis ``repeat``. Timings are
     compared across runs by their repetitions' medians (d5pipe.results.repetitions): with one
     repetition per side a timing is not compared."""
     stages: list[str] = field(default_factory=list)
-    """Enabled levels: any of d5pipe.config.stages.STAGE_NAMES, in any order, at least one."""
+    """Enabled levels: any of d5pipe.core.stages.STAGE_NAMES, in any order, at least one."""
     sweep: SweepConf = field(default_factory=SweepConf)
     recipe: RecipeConf = field(default_factory=RecipeConf)
     shards: ShardsConf = field(default_factory=ShardsConf)

@@ -4,9 +4,9 @@ What is checked here, on plain data (no torch, scipy or pandas is imported):
 
 * **structure**: the config re-merged into the structured schema, so keys added with Hydra's
   ``+key=value`` (which Hydra lets past the schema) and wrong types are one-line errors;
-* **declared constraints** of every schema field (d5pipe.config.fields: choices, ranges, element
+* **declared constraints** of every schema field (d5pipe.core.fields: choices, ranges, element
   ranges) for the composed values;
-* **stages**: known (d5pipe.config.stages), at least one, no duplicates;
+* **stages**: known (d5pipe.core.stages), at least one, no duplicates;
 * **sweep axes**: each names an existing key of a sweepable section and every distinct value has
   the field's type and satisfies its constraints (once per value, not per point); recipe keys
   marked fixed are not swept;
@@ -19,114 +19,30 @@ planner through each stage's ``validate`` target (d5pipe.plan.build). Every erro
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import types
-import typing
 from collections.abc import Iterator, Mapping
-from functools import cache
 from typing import Any
 
-from d5pipe import D5PipeError
 from d5pipe.config.schema import D5Config
-from d5pipe.config.stages import RESOURCE_ENTRIES, STAGE_NAMES, SWEEPABLE_SECTIONS
-
-_NoneType = type(None)
-
-
-@cache
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-@cache
-def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
-    return {f.name: f for f in dataclasses.fields(cls)}
-
-
-def _is_schema(tp: Any) -> bool:
-    """True for a schema dataclass (a class, not an instance)."""
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def type_error(tp: Any, value: Any) -> str | None:
-    """Why ``value`` does not have type ``tp`` (None when it does). Ints count as floats."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return None
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and _NoneType in options:
-            return None
-        errors = [type_error(o, value) for o in options if o is not _NoneType]
-        return None if any(e is None for e in errors) else (errors[0] if errors else "unexpected null")
-    if value is None:
-        return "null is not allowed here"
-    if tp is bool:
-        return None if isinstance(value, bool) else f"{value!r} is not a boolean"
-    if tp is int:  # an integral float (16.0) denotes the same config value (d5pipe.plan.canonical)
-        ok = (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer())
-        return None if ok else f"{value!r} is not an integer"
-    if tp is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"{value!r} is not a number"
-    if tp is str:
-        return None if isinstance(value, str) else f"{value!r} is not a string"
-    if origin is list:
-        if not isinstance(value, list):
-            return f"{value!r} is not a list"
-        (item,) = typing.get_args(tp) or (Any,)
-        for v in value:
-            err = type_error(item, v)
-            if err:
-                return f"element {err}"
-        return None
-    if origin is dict:
-        return None if isinstance(value, dict) else f"{value!r} is not a mapping"
-    if _is_schema(tp):
-        return None if isinstance(value, dict) else f"{value!r} is not a mapping"
-    return None
-
-
-def constraint_error(meta: Mapping[str, Any], value: Any) -> str | None:
-    """Why ``value`` breaks a field's declared constraints (None when it does not)."""
-    if value is None or not meta:
-        return None
-    choices = meta.get("choices")
-    if choices is not None and value not in choices:
-        return f"{value!r} is not one of {', '.join(map(str, choices))}"
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if numeric:
-        if "min" in meta and value < meta["min"]:
-            return f"{value!r} must be >= {meta['min']}"
-        if "gt" in meta and value <= meta["gt"]:
-            return f"{value!r} must be > {meta['gt']}"
-        if "max" in meta and value > meta["max"]:
-            return f"{value!r} must be <= {meta['max']}"
-        if "lt" in meta and value >= meta["lt"]:
-            return f"{value!r} must be < {meta['lt']}"
-    if "item_min" in meta and isinstance(value, list):
-        low = [v for v in value if isinstance(v, (int, float)) and v < meta["item_min"]]
-        if low:
-            return f"{value!r} has element {low[0]!r} below {meta['item_min']}"
-    return None
-
-
-def by_closeness(name: str, candidates: list[str]) -> list[str]:
-    """``candidates`` with the close matches of ``name`` first (closest first), then the rest in order."""
-    import difflib
-
-    close = difflib.get_close_matches(name, candidates, n=len(candidates), cutoff=0.5)
-    return close + [c for c in candidates if c not in close]
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import (
+    by_closeness,
+    check_fields,
+    constraint_error,
+    is_schema,
+    schema_fields,
+    schema_hints,
+    type_error,
+)
+from d5pipe.core.stages import RESOURCE_ENTRIES, STAGE_NAMES, SWEEPABLE_SECTIONS
 
 
 def section_schema(path: str) -> type | None:
     """The schema class of the section at dotted ``path`` ("" is the root), if it is one."""
     cls: type = D5Config
     for part in [p for p in path.split(".") if p]:
-        tp = _hints(cls).get(part)
-        if tp is None or not _is_schema(tp):
+        tp = schema_hints(cls).get(part)
+        if tp is None or not is_schema(tp):
             return None
         cls = tp
     return cls
@@ -139,44 +55,7 @@ def unknown_key(key: str) -> str:
     if cls is None:
         return "not in the schema"
     return (f"not in the schema; valid keys of {parent or 'the config'} (closest first): "
-            f"{', '.join(by_closeness(name, list(_fields(cls))))}")
-
-
-def check_value(cls: type, name: str, value: Any, key: str) -> None:
-    """Type and constraints of one value of field ``name`` of schema ``cls`` (key names it)."""
-    err = type_error(_hints(cls)[name], value) or constraint_error(_fields(cls)[name].metadata, value)
-    if err:
-        raise D5PipeError(f"config error: key '{key}': {err}")
-
-
-def check_fields(cls: type, data: Mapping[str, Any], prefix: str) -> None:
-    """Every field of ``data`` against schema ``cls``, recursing into nested schemas."""
-    hints = _hints(cls)
-    known = _fields(cls)
-    for name, value in data.items():
-        key = f"{prefix}{name}"
-        if name not in known:
-            raise D5PipeError(f"config error: key '{key}' is not in the schema; valid keys of "
-                              f"{prefix.rstrip('.') or 'the config'} (closest first): "
-                              f"{', '.join(by_closeness(name, list(known)))}")
-        tp = hints[name]
-        if name == "sweep" and cls is D5Config:
-            continue  # checked value by value in check_sweep
-        if _is_schema(tp) and isinstance(value, Mapping):
-            check_fields(tp, value, f"{key}.")
-            continue
-        check_value(cls, name, value, key)
-        args: tuple[Any, ...] = typing.get_args(tp)
-        if typing.get_origin(tp) is dict and args and _is_schema(args[1]):
-            for entry, sub in value.items():
-                if sub is not None and not isinstance(sub, Mapping):
-                    raise D5PipeError(f"config error: key '{key}.{entry}': {sub!r} is not a mapping")
-                check_fields(args[1], sub or {}, f"{key}.{entry}.")
-        if typing.get_origin(tp) is list and args and _is_schema(args[0]):
-            for i, sub in enumerate(value):
-                if not isinstance(sub, Mapping):
-                    raise D5PipeError(f"config error: key '{key}[{i}]': {sub!r} is not a mapping")
-                check_fields(args[0], sub, f"{key}[{i}].")
+            f"{', '.join(by_closeness(name, list(schema_fields(cls))))}")
 
 
 def schema_field(dotted: str) -> tuple[type, str] | None:
@@ -184,11 +63,11 @@ def schema_field(dotted: str) -> tuple[type, str] | None:
     cls: Any = D5Config
     parts = dotted.split(".")
     for i, part in enumerate(parts):
-        if not _is_schema(cls) or part not in _fields(cls):
+        if not is_schema(cls) or part not in schema_fields(cls):
             return None
         if i == len(parts) - 1:
             return cls, part
-        cls = _hints(cls)[part]
+        cls = schema_hints(cls)[part]
     return None
 
 
@@ -211,8 +90,8 @@ def sweep_axes(sweep: Mapping[str, Any]) -> Iterator[tuple[str, str, list[Any]]]
 
 def check_sweep(config: Mapping[str, Any]) -> None:
     """Every axis names a sweepable schema key; every distinct value fits it; fixed keys stay fixed."""
-    from d5pipe.plan.canonical import canonical_json
-    from d5pipe.plan.recipes import check_fixed
+    from d5pipe.config.recipes import check_fixed
+    from d5pipe.core.canonical import canonical_json
 
     axes: list[str] = []
     for where, axis, values in sweep_axes(config.get("sweep") or {}):
@@ -232,7 +111,7 @@ def check_sweep(config: Mapping[str, Any]) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            err = type_error(_hints(cls)[name], v) or constraint_error(_fields(cls)[name].metadata, v)
+            err = type_error(schema_hints(cls)[name], v) or constraint_error(schema_fields(cls)[name].metadata, v)
             if err:
                 raise D5PipeError(f"{where}: value {v!r} does not fit key '{axis}': {err}")
         axes.append(axis)
@@ -271,9 +150,9 @@ def check_name(name: Any) -> None:
 
 def check_config(config: Mapping[str, Any]) -> None:
     """All checks of the module docstring on a resolved, plain config."""
-    from d5pipe.plan.recipes import validate_acceptance
+    from d5pipe.config.recipes import validate_acceptance
 
-    check_fields(D5Config, config, "")
+    check_fields(D5Config, config, "", skip=frozenset({"sweep"}))  # the sweep: value by value in check_sweep
     check_name(config.get("name"))
     check_stages(config)
     check_resources(config.get("executor") or {})

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import write_json
+from d5pipe.core.atomic import write_json
+from d5pipe.core.errors import D5PipeError
 from d5pipe.rundir.layout import RunDir
 
 DRIVER_FILE = "driver.json"
@@ -32,7 +32,7 @@ def driver_path(rd: RunDir) -> Path:
 
 
 def _sbatch_argv(rd: RunDir, executor: dict[str, Any], command: Sequence[str], name: str) -> list[str]:
-    from d5pipe.config.resources import merged_resources
+    from d5pipe.core.stage_resources import merged_resources
 
     res = merged_resources(executor, "default")
     log_dir = rd.root / "logs" / "driver"

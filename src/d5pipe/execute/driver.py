@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.measure.process import die_with_parent
 from d5pipe.rundir.layout import RunDir
 

@@ -62,7 +62,7 @@ SHARD_NAME = re.compile(r"^s[0-9]{5}$")
 
 def shard_main(argv: list[str]) -> int:
     """``STAGE SHARD MARKER LOG``: run one shard in the run directory (the job's cwd)."""
-    from d5pipe.config.stages import STAGES
+    from d5pipe.core.stages import STAGES
 
     if len(argv) != 4 or argv[0] not in STAGES or not SHARD_NAME.match(argv[1]):
         print(f"usage: python -m d5pipe.execute.jobs STAGE sNNNNN MARKER LOG (got {argv!r})", file=sys.stderr)
@@ -78,9 +78,9 @@ def shard_main(argv: list[str]) -> int:
 
 def prepare_data_job(smk: Any) -> None:
     """Materialise one dataset (``prepare_data`` rule) and write its metadata beside it."""
+    from d5pipe.core.atomic import write_json
     from d5pipe.execute.workflow_api import dataset_config
     from d5pipe.levels.datasets import prepare
-    from d5pipe.rundir.atomic import write_json
     from d5pipe.rundir.data_cache import store
 
     with _logged(smk):
@@ -115,7 +115,7 @@ def preload_report(main_process: bool) -> None:
     def load() -> None:
         import importlib
 
-        from d5pipe.config.stages import STAGES, load_target
+        from d5pipe.core.stages import STAGES, load_target
         from d5pipe.execute.deferred_import import resolve_all
 
         try:

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.stages import NODE_AXIS
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.stages import NODE_AXIS
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _UNUSABLE = ("down", "drain", "fail", "maint", "unk", "no_respond", "power")
@@ -84,7 +84,7 @@ def placed_stages(plan: Any) -> set[str]:
 
 def check_nodes(plan: Any) -> None:
     """Under SLURM: every node index the plan uses exists (before any job is submitted)."""
-    from d5pipe.config.resources import merged_resources
+    from d5pipe.core.stage_resources import merged_resources
 
     executor = plan.config.get("executor") or {}
     for stage in sorted(placed_stages(plan)):

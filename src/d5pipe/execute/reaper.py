@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         os.killpg(snakemake_pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
     from d5pipe.execute.slurm import cancel_run_jobs
 
     try:

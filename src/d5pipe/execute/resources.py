@@ -1,7 +1,7 @@
 """A stage's d5pipe resources as snakemake-executor-plugin-slurm resources.
 
 The merge of ``executor.resources`` (stage entry over ``default`` over the schema's defaults) is
-d5pipe.config.resources.merged_resources; this module checks the merged values and maps them to
+d5pipe.core.stage_resources.merged_resources; this module checks the merged values and maps them to
 the names the plugin reads (``slurm_partition``, ``slurm_account``, ``runtime``, ``nodes``,
 ``tasks``, ``cpus_per_task``, ``mem_mb``, ``gpu``, ``mpi``).
 """
@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.schema import RESOURCE_DEFAULTS, ResourcesConf
+from d5pipe.config.schema import ResourcesConf
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.stage_resources import RESOURCE_DEFAULTS
 
 RESOURCE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(ResourcesConf))
 """The keys of ``executor.resources.<stage>`` (d5pipe names)."""
@@ -34,7 +35,7 @@ def resource_int(stage_res: Mapping[str, Any], key: str, minimum: int,
 def snakemake_resources(stage_res: Mapping[str, Any]) -> dict[str, Any]:
     """Map one stage's d5pipe resources to snakemake-executor-plugin-slurm resource names.
 
-    Missing or null keys take :data:`~d5pipe.config.schema.RESOURCE_DEFAULTS`. Empty ``partition``/``account`` and
+    Missing or null keys take :data:`~d5pipe.core.stage_resources.RESOURCE_DEFAULTS`. Empty ``partition``/``account`` and
     ``gpus: 0`` are left out (SLURM's default partition; no ``-A``; no ``--gpus``). A job with
     ``tasks > 1`` also gets ``mpi: "srun"``: the plugin then allocates ``--ntasks=tasks`` and
     runs the rule directly in the batch step instead of inside ``srun -n1``, so the rule can

@@ -9,8 +9,8 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
-from d5pipe import WorkflowFailed
 from d5pipe.config.compose import compose_plain
+from d5pipe.core.errors import WorkflowFailed
 from d5pipe.execute.summary import PlanSummary, summarize
 from d5pipe.plan.build import Plan, build_plan
 from d5pipe.results.verdicts import RunVerdict
@@ -194,7 +194,7 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collecti
     """Snakemake arguments for SLURM: a status source that works here, and job arrays for every
     stage whose shards all ask for the same resources (not level 3: tasks follow the ranks; not
     the ``placed`` stages, whose shards are pinned to different nodes)."""
-    from d5pipe.config.stages import STAGES, array_job
+    from d5pipe.core.stages import STAGES, array_job
     from d5pipe.execute.slurm_watch import status_args
     from d5pipe.execute.snakemake import profile_dirs
 
@@ -253,8 +253,8 @@ def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None,
     """
     import yaml
 
-    from d5pipe import D5PipeError
     from d5pipe.config.validate import check_config
+    from d5pipe.core.errors import D5PipeError
 
     try:
         with open(config_yaml, encoding="utf-8") as fh:

@@ -26,14 +26,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from d5pipe.config.stages import STAGES, load_target
+from d5pipe.core.atomic import sync_files, write_json
+from d5pipe.core.outcome import PointOutcome
+from d5pipe.core.stages import STAGES, load_target
 from d5pipe.execute.placement import skip_reason
 from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.plan.point_config import point_config, stage_base
-from d5pipe.rundir.atomic import sync_files, write_json
 from d5pipe.rundir.layout import RunDir
-from d5pipe.rundir.record import CorruptRecord, PointOutcome, Record
+from d5pipe.rundir.record import CorruptRecord, Record
 
 
 def _now() -> str:

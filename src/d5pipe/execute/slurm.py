@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 SQUEUE_FIELDS: tuple[str, ...] = ("job_id", "state", "name", "comment", "nodelist",
                                   "time_limit", "elapsed", "exit_reason", "work_dir",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 DEFAULT_INIT_S = 40.0
 """The plugin's default ``slurm-init-seconds-before-status-checks``."""

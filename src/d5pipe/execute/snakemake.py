@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.execute.workflow_api import max_threads
 
 

@@ -63,7 +63,7 @@ class PlanSummary:
 
 def _submissions(plan: Plan, stage: str, jobs: int) -> int:
     """sbatch calls for ``jobs`` shard jobs of ``stage`` (see d5pipe.execute.run.slurm_args)."""
-    from d5pipe.config.stages import STAGES
+    from d5pipe.core.stages import STAGES
 
     ex = plan.config.get("executor") or {}
     if ex.get("name") != "slurm":

@@ -3,7 +3,7 @@
 Snakemake runs with ``--directory RUN``; every path here is relative to that directory. Each
 function is called by a one-line helper in ``workflow/rules/*.smk``; the run directory's files
 are parsed once per process (d5pipe.rundir.layout.RunDir.of). ``workflow/rules/levels.smk``
-creates one rule per planned stage of the registry (d5pipe.config.stages) from these answers.
+creates one rule per planned stage of the registry (d5pipe.core.stages) from these answers.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from d5pipe.config.resources import merged_resources
-from d5pipe.config.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES, array_job
+from d5pipe.core.stage_resources import merged_resources
+from d5pipe.core.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES, array_job
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
 THROTTLE_GRACE_S = 10
@@ -40,7 +40,7 @@ def load_config(run_dir: str | Path = ".") -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def _schema_file() -> dict[str, Any]:
-    from d5pipe.rundir.yamlio import safe_load
+    from d5pipe.core.yamlio import safe_load
 
     with open(PLAN_INDEX_SCHEMA, encoding="utf-8") as fh:
         schema: dict[str, Any] = safe_load(fh)
@@ -60,7 +60,7 @@ def validate_index(run_dir: str | Path = ".") -> None:
     """Check ``plan/index.json`` against :func:`plan_index_schema` (jsonschema)."""
     import jsonschema
 
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
 
     try:
         jsonschema.validate(load_index(run_dir), plan_index_schema())
@@ -192,7 +192,7 @@ def _placed(run_dir: str | Path, stage: str) -> bool:
 
 def shard_nodelist(run_dir: str | Path, stage: str, shard: str, partition: str) -> str:
     """``--nodelist=<node>`` for a shard whose points are pinned to a node (d5pipe.execute.placement)."""
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
     from d5pipe.execute.placement import node_of, nodelist_option
 
     rd = _run(run_dir)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.dataset_key import LAZY_DATASET_NAMES, SKLEARN_LOADERS
 from d5pipe.levels.schema import DatasetConf
 

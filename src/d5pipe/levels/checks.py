@@ -6,12 +6,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 _DEVICE = re.compile(r"^(cpu|cuda(:[0-9]+)?)$")
 
 
-def check_device(device: Any, key: str) -> None:
+def check_device_name(device: Any, key: str) -> None:
     """``cpu``, ``cuda`` or ``cuda:N`` (whether that device exists is decided where it runs)."""
     if not isinstance(device, str) or not _DEVICE.match(device):
         raise D5PipeError(f"config error: key '{key}': {device!r} is not a device (use cpu, cuda or cuda:N)")

@@ -3,7 +3,7 @@
 Every level's ``point.run_point(ctx: PointContext) -> PointOutcome``:
 
 * reads only ``ctx`` (its resolved config sections, seed, directories, the shard's cache);
-* returns a :class:`~d5pipe.rundir.record.PointOutcome` (metrics, raw samples, extras);
+* returns a :class:`~d5pipe.core.outcome.PointOutcome` (metrics, raw samples, extras);
 * raises :class:`PointSkipped` to mark the point ``skipped`` with a reason;
 * any other exception marks the point ``failed`` with its error text; the sweep goes on.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d5pipe.rundir.record import Metric, PointOutcome
+from d5pipe.core.outcome import Metric, PointOutcome
 
 __all__ = ["Metric", "PointContext", "PointOutcome", "PointSkipped", "register_closer", "run_closers"]
 
@@ -39,7 +39,7 @@ class PointContext:
     """The point's resolved config: plain dict with the sections this stage reads
     (e.g. ``{"operators": {...}, "timer": {...}, "seed": 1}``), axis values applied."""
     seed: int
-    """The point's seed, derived from the root seed and the point ID (d5pipe.plan.seeds)."""
+    """The point's seed, derived from the root seed and the point ID (d5pipe.core.seeds)."""
     run_dir: Path
     work_dir: Path
     """A scratch directory for this point (created, may hold logs such as a JSONL step log)."""

@@ -10,7 +10,7 @@ own shaping keys (:data:`LAZY_KEYS`) and the generator's version; the keys of th
 unchanged by them.
 
 A user dataset (``dataset.custom``) is named by its target (arguments included) and the hash of
-its module's source (d5pipe.config.code_hash), so editing the code makes a new dataset file.
+its module's source (d5pipe.core.code_hash), so editing the code makes a new dataset file.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from d5pipe.core.canonical import digest
 from d5pipe.levels.schema import DATASET_NAMES as SCHEMA_DATASET_NAMES
 from d5pipe.levels.schema import DatasetConf, check_dataset, conf_from_dict
-from d5pipe.plan.canonical import digest
 
 DATASET_FORMAT_VERSION = 1
 """Bump when the generated arrays change for the same config (changes every key)."""
@@ -84,8 +84,8 @@ def canonical_config(dataset_cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _custom_canonical(conf: dict[str, Any]) -> dict[str, Any]:
-    from d5pipe.config.code_hash import module_code
-    from d5pipe.config.plugins import allow_list, check_target
+    from d5pipe.core.allowlist import allow_list, check_target
+    from d5pipe.core.code_hash import module_code
     from d5pipe.levels.targets import check_slot, target_of
 
     check_slot({"dataset": conf}, "dataset")

@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.atomic import write_bytes
+from d5pipe.core.canonical import canonical_json
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.dataset_key import (
     DATASET_FORMAT_VERSION,
     canonical_config,
@@ -54,8 +56,6 @@ from d5pipe.levels.dataset_key import (
     resolve,
 )
 from d5pipe.levels.lazy_samples import Generator, LazySamples, lazy_splits
-from d5pipe.plan.canonical import canonical_json
-from d5pipe.rundir.atomic import write_bytes
 
 ARRAY_NAMES: tuple[str, ...] = ("x_train", "y_train", "x_test", "y_test")
 CHECKSUM_SAMPLES = 4
@@ -253,7 +253,7 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
         return _prepare_generated(dataset_cfg, key, out_path)
     import dataclasses
 
-    from d5pipe.levels.plugins import build
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.targets import target_of
 
     conf = resolve(dataset_cfg)

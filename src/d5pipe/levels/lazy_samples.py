@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 _MASK64 = (1 << 64) - 1
 _STREAM_SAMPLES = 0x5A4D504C  # Philox key word 1 per purpose: independent streams

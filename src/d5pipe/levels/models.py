@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.schema import (
     ADAPTER_KEYS,
     FLOAT_INPUT_MODELS,
@@ -221,13 +221,13 @@ def transformer(input_shape: tuple[int, ...], n_classes: int, d_model: int, head
 def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_classes: int,
                 name: str | None = None) -> nn.Module:
     """The model ``model.name`` selects (or ``name``: e.g. ``model.reference``) for samples of
-    ``input_shape`` (no batch dim); built-in or user target, one path (d5pipe.levels.plugins).
+    ``input_shape`` (no batch dim); built-in or user target, one path (d5pipe.levels.instantiate).
 
     Parameters are initialised from torch's global RNG: seed it first (d5pipe.measure.determinism).
     """
     import dataclasses
 
-    from d5pipe.levels.plugins import build
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.targets import target_of
 
     conf = conf_from_dict(ModelConf, "model", model_cfg)

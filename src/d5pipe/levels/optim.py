@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.schema import conf_from_dict
 
@@ -78,7 +78,7 @@ def train_section(train_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def make_optimizer(train_cfg: Mapping[str, Any] | None, params: Params, name: str | None = None) -> torch.optim.Optimizer:
     """The optimizer ``train.optimizer`` (or ``name``) selects, over ``params``."""
-    from d5pipe.levels.plugins import build
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.targets import target_of
 
     key, target = target_of(train_section(train_cfg), "optimizer", name)
@@ -90,7 +90,7 @@ def make_optimizer(train_cfg: Mapping[str, Any] | None, params: Params, name: st
 
 def make_scheduler(train_cfg: Mapping[str, Any] | None, optimizer: torch.optim.Optimizer) -> Any:
     """The LR scheduler ``train.schedule`` selects for ``optimizer`` (stepped once per epoch)."""
-    from d5pipe.levels.plugins import build
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.targets import target_of
 
     key, target = target_of(train_section(train_cfg), "scheduler")

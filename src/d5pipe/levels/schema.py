@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from d5pipe import D5PipeError
-from d5pipe.config.fields import at_least, between, items_at_least
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import at_least, between, check_fields, items_at_least
 
 ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
 """Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
@@ -136,7 +136,5 @@ def conf_from_dict(cls: type[T], section: str, data: Mapping[str, Any] | None) -
     unknown = sorted(set(items) - known)
     if unknown:
         raise D5PipeError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
-    from d5pipe.config.validate import check_fields  # here: config.schema imports this module
-
     check_fields(cls, items, f"{section}.")
     return cls(**items)

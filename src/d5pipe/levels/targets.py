@@ -5,7 +5,7 @@ built-in name or a key of the section's user registry (``model.custom``). Built-
 registered targets of the same kind (``mlp`` is ``{_target_: d5pipe.levels.models.mlp,
 hidden: ..., dropout: ...}``, its arguments taken from the section), so :func:`target_of` gives
 one mapping for either and the level code builds it with one call
-(d5pipe.levels.plugins.build).
+(d5pipe.levels.instantiate.build).
 
 ==================  ========================  ============================  =========================
 slot                selector                  user registry                 built with
@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.plugins import TARGET_KEY, check_registry, check_selector, check_target, target_path
+from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, target_path
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level2.schema import OPTIMIZERS, SCHEDULES
@@ -154,7 +154,7 @@ def user_target(section: Mapping[str, Any], slot_name: str) -> tuple[str, Any] |
 def used_targets(cfg: Mapping[str, Any], stage: str) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of every user target a point of ``stage`` uses (nested ones too):
     what its code hash covers. Built-ins are d5pipe's own code (in the environment record)."""
-    from d5pipe.config.plugins import iter_targets
+    from d5pipe.core.allowlist import iter_targets
 
     out: list[tuple[str, str]] = []
     for slot_name in STAGE_SLOTS[stage]:
@@ -240,7 +240,7 @@ def metric_targets(train: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
 def check_config_targets(config: Mapping[str, Any]) -> None:
     """Every user registry of every enabled stage of a whole config (e.g. a bundle's
     ``config.yaml``) against the runner's allow-list; nothing is imported or searched for."""
-    from d5pipe.config.plugins import check_deprecated_prefixes
+    from d5pipe.core.allowlist import check_deprecated_prefixes
 
     check_deprecated_prefixes(_section(config, "operators").get("allowed_prefixes"), "operators.allowed_prefixes")
     for stage in config.get("stages") or []:

@@ -19,7 +19,7 @@ So, as the Empirical Roofline Toolkit does:
   (:func:`roofline`); a point without FLOPs is bounded by the bandwidth alone.
 
 Measured once per (machine, torch version, device, intra-op threads) and kept in the user cache
-(``ceilings/<key>.json``, d5pipe.user_cache_dir) under a file lock, so concurrent shard processes
+(``ceilings/<key>.json``, d5pipe.core.cache_dir.user_cache_dir) under a file lock, so concurrent shard processes
 neither measure twice nor measure while another one does; every later process reads the file.
 Each dtype is measured when first needed. The measurement (with its seconds) is part of the record
 of every point that uses it. ``d5pipe peaks`` prints the table.
@@ -230,7 +230,7 @@ def roofline(ceilings: Ceilings, dtype: torch.dtype, flops: float, working_set: 
 
 
 def cache_path(key: str) -> Path:
-    from d5pipe import user_cache_dir
+    from d5pipe.core.cache_dir import user_cache_dir
 
     return user_cache_dir() / "ceilings" / f"{key}.json"
 

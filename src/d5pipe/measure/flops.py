@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from d5pipe.core.outcome import Metric
 from d5pipe.measure.peak import Peak
-from d5pipe.rundir.record import Metric
 
 FLOPS_NOTE = ("FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmul, convolution, attention and "
               "their backward); elementwise work is not counted, so FLOP/s and % of peak are lower bounds")

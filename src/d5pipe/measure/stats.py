@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from d5pipe.core.outcome import Metric
 from d5pipe.measure.normality import binom_half_cdf, shapiro_wilk
-from d5pipe.rundir.record import Metric
 
 CONFIDENCE = 0.95
 """Default confidence level of every interval d5pipe reports."""

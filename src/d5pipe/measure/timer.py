@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.measure.stats import CONFIDENCE, Summary, median_ci, summarize
 from d5pipe.measure.timer_schema import TimerConf
 

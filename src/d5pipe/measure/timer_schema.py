@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from d5pipe.config.fields import at_least, positive
+from d5pipe.core.fields import at_least, positive
 
 
 @dataclass
@@ -25,7 +25,7 @@ class TimerConf:
 
 def check_timer(timer: dict[str, object], where: str = "timer") -> None:
     """Cross-field check of a resolved ``timer`` section (ranges are declared above)."""
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
 
     lo, hi = timer.get("min_samples"), timer.get("max_samples")
     if isinstance(lo, int) and isinstance(hi, int) and hi < lo:

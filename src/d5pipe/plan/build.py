@@ -5,7 +5,7 @@ each point is the stage's sections of that data with the axis values applied.
 
 **User code is part of what a point means.** Each stage's validate module names the user targets
 a point uses (``used_targets(cfg)``, d5pipe.levels.targets); the source hash of each one's module
-(d5pipe.config.code_hash, no import) joins the hashed config as ``code: {module: sha256}``, so
+(d5pipe.core.code_hash, no import) joins the hashed config as ``code: {module: sha256}``, so
 editing a module changes exactly the IDs of the points that use it. A point without user code
 hashes as before (``{stage, config}``).
 """
@@ -16,13 +16,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.stages import NODE_AXIS, STAGES, load_target
 from d5pipe.config.validate import check_sweep
-from d5pipe.plan.canonical import canonical_json, digest, normalise
+from d5pipe.core.canonical import canonical_json, digest, normalise
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.seeds import check_unique, point_seed
+from d5pipe.core.stages import NODE_AXIS, STAGES, load_target
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost, point_cost_s
 from d5pipe.plan.point_config import REPEAT_AXIS, point_config, stage_base
-from d5pipe.plan.seeds import check_unique, point_seed
 from d5pipe.plan.sweep import expand, project
 
 PLAN_SCHEMA_VERSION = 1
@@ -77,7 +77,7 @@ class Plan:
     datasets: dict[str, dict[str, Any]]
     """Dataset key -> dataset config, for every dataset some point needs."""
     code: dict[str, Any] = field(default_factory=dict)
-    """User module -> its d5pipe.config.code_hash.ModuleCode, for every module some point uses."""
+    """User module -> its d5pipe.core.code_hash.ModuleCode, for every module some point uses."""
 
     def n_points(self) -> int:
         return sum(len(s.point_ids) for s in self.stages.values())
@@ -124,7 +124,7 @@ def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised
              code: dict[str, str] | None = None) -> str:
     """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant).
 
-    ``normalised``: ``cfg`` is already in canonical form (d5pipe.plan.canonical.normalise) — the
+    ``normalised``: ``cfg`` is already in canonical form (d5pipe.core.canonical.normalise) — the
     planner normalises the stage base and the axis values once instead of per point. ``code``:
     user module -> source hash of the targets the point uses (hashed with the config when any).
     """
@@ -148,7 +148,7 @@ def _code_of(targets_fn: Any, cfg: dict[str, Any], cache: Any) -> dict[str, str]
 def _file_identity(stage: str, cfg: dict[str, Any]) -> dict[str, str]:
     """``{"file:<path>": sha256}`` of a file a point reads as its network (``level1.onnx_file``): its
     content, not only its path, is part of the point's identity."""
-    from d5pipe.rundir.atomic import file_sha256
+    from d5pipe.core.atomic import file_sha256
 
     path = (cfg.get("level1") or {}).get("onnx_file") if stage == "level1" else None
     if not path:
@@ -221,8 +221,8 @@ def build_plan(config: dict[str, Any]) -> Plan:
     stages: dict[str, StagePlan] = {}
     datasets: dict[str, dict[str, Any]] = {}
     all_seeds: list[tuple[str, int]] = []
-    from d5pipe.config.code_hash import CodeCache
-    from d5pipe.config.plugins import allow_list
+    from d5pipe.core.allowlist import allow_list
+    from d5pipe.core.code_hash import CodeCache
 
     code_cache = CodeCache(allow_list())
     for stage in config["stages"]:

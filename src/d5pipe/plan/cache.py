@@ -19,8 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from d5pipe.core.canonical import digest
 from d5pipe.plan.build import PLAN_SCHEMA_VERSION, Plan, StagePlan
-from d5pipe.plan.canonical import digest
 
 CACHE_FILE = ".d5pipe-plan.json"
 CACHE_VERSION = 1
@@ -41,7 +41,7 @@ def source_fingerprint() -> str:
 
 
 def cache_key(config: dict[str, Any]) -> str:
-    from d5pipe.config.plugins import allow_list
+    from d5pipe.core.allowlist import allow_list
 
     return digest({"version": CACHE_VERSION, "plan_schema": PLAN_SCHEMA_VERSION, "config": digest(config),
                    "d5pipe": source_fingerprint(), "allow": list(allow_list())}, 32)
@@ -61,7 +61,7 @@ def _stage_from_json(stage: str, d: dict[str, Any]) -> StagePlan:
 
 def store(run_dir: Path, plan: Plan) -> None:
     """Remember ``plan`` for ``run_dir`` (nothing for a plan with user code)."""
-    from d5pipe.rundir.atomic import write_text
+    from d5pipe.core.atomic import write_text
 
     path = Path(run_dir) / CACHE_FILE
     if plan.code:

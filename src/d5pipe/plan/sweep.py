@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.plan.canonical import canonical_json
+from d5pipe.core.canonical import canonical_json
+from d5pipe.core.errors import D5PipeError
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import file_sha256, write_if_changed, write_text
+from d5pipe.core.atomic import file_sha256, write_if_changed, write_text
+from d5pipe.core.errors import D5PipeError
 from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 
 CHECKSUMS_NAME = CHECKSUMS_FILE

@@ -10,7 +10,7 @@ one ``git`` call, one ``nvidia-smi`` call where present and one short subprocess
 library version without initialising MPI).
 
 :func:`env_hash` is the first 16 hex characters of the sha256 of the canonical JSON
-(:func:`d5pipe.plan.canonical.canonical_json`) of the *hash subset*: the record entries named by
+(:func:`d5pipe.core.canonical.canonical_json`) of the *hash subset*: the record entries named by
 :data:`HASH_KEYS`, i.e. what can change results:
 
 * ``python.version``, ``python.implementation``;
@@ -40,8 +40,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.plan.canonical import digest
+from d5pipe.core.canonical import digest
+from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import probes as envprobe
 from d5pipe.rundir.layout import RunDir
 
@@ -165,7 +165,7 @@ def _cached_static(cache_dir: Path | None, light: bool) -> dict[str, Any]:
     except (OSError, ValueError):
         pass
     parts = _static_parts(light)
-    from d5pipe.rundir.atomic import write_text
+    from d5pipe.core.atomic import write_text
 
     write_text(path, json.dumps(parts, sort_keys=True), durable=False)
     return parts

@@ -51,12 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from d5pipe import D5PipeError
+from d5pipe.core.atomic import write_json
+from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.bundle import is_archive, opened_bundle, verify
 from d5pipe.results.compare import PointComparison, compare_loaded, load_run
 from d5pipe.results.metric_compare import ComparePolicy, Comparison
-from d5pipe.rundir.atomic import write_json
 from d5pipe.rundir.layout import RunDir
 
 REPRODUCE_SCHEMA_VERSION = 1

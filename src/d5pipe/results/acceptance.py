@@ -1,4 +1,4 @@
-"""Acceptance verdicts: recipe thresholds evaluated on the tidy results (see d5pipe.plan.recipes)."""
+"""Acceptance verdicts: recipe thresholds evaluated on the tidy results (see d5pipe.config.recipes)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from d5pipe import D5PipeError
-from d5pipe.plan.recipes import OPS, VERDICT_COLUMNS, VERDICT_PREFIX, validate_acceptance
+from d5pipe.config.recipes import OPS, VERDICT_COLUMNS, VERDICT_PREFIX, validate_acceptance
+from d5pipe.core.errors import D5PipeError
 from d5pipe.results.columns import METRIC_COLUMNS
 
 

@@ -8,7 +8,7 @@
 * ``value`` holds numbers (bools as 1.0/0.0); ``text`` holds string values (and "true"/"false"
   for bools), so a verdict ``pass`` is ``value=NaN, text="pass"``.
 * ``error`` is the point's error text, or, on a row whose metric has a ``detail`` (the evidence
-  of a check, d5pipe.rundir.record.Metric), that detail.
+  of a check, d5pipe.core.outcome.Metric), that detail.
 * A failed or skipped point gives exactly one row, metric ``status``, with its error text;
   an ``ok`` point without metrics gives one ``status`` row too, so no point disappears.
 * A planned point (``point_ids``) without a record gives a ``skipped`` row whose error says so.
@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from d5pipe import D5PipeError
+from d5pipe.core.atomic import write_bytes
+from d5pipe.core.errors import D5PipeError
 from d5pipe.results.columns import axis_column_name, axis_columns
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
-from d5pipe.rundir.atomic import write_bytes
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
 
@@ -72,7 +72,7 @@ class _Columns:
 
 _STATUS_ROW = {"name": "status", "value": None, "unit": "", "kind": "info", "ci_low": None, "ci_high": None}
 _GETTERS = [(k, methodcaller("get", k) if k == "detail" else itemgetter(k)) for k in _METRIC_FIELDS]
-"""``detail`` is optional (d5pipe.rundir.record.Metric): most metrics have none."""
+"""``detail`` is optional (d5pipe.core.outcome.Metric): most metrics have none."""
 
 
 def _record_files(run_dir: Path, point_ids: dict[str, list[str]] | None) -> Iterator[tuple[str, str, Path]]:

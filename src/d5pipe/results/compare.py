@@ -25,10 +25,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from d5pipe import D5PipeError
-from d5pipe.plan.canonical import canonical_json
+from d5pipe.core.canonical import canonical_json
+from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
-from d5pipe.provenance.bundle import opened_bundle
 from d5pipe.results.columns import axis_columns, is_missing
 from d5pipe.results.metric_compare import (
     ComparePolicy,
@@ -293,20 +292,22 @@ def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, s
     )
 
 
-def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None,
-                 allow_different: bool = False) -> RunComparison:
-    """Compare run B (candidate) against run A (reference); each may be a run dir or a bundle archive.
+def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None, allow_different: bool = False,
+                 labels: tuple[str, str] | None = None) -> RunComparison:
+    """Compare run directory B (candidate) against run directory A (reference); ``d5pipe compare``
+    opens bundle archives into directories first (d5pipe.provenance.bundle.opened_bundle) and
+    names them by ``labels`` in errors.
 
     Runs of two different experiments share no point by design: that is a one-line error unless
     ``allow_different``.
     """
     policy = policy or ComparePolicy()
-    with opened_bundle(Path(a)) as dir_a, opened_bundle(Path(b)) as dir_b:
-        ea, eb = RunDir(dir_a).require_run().experiment, RunDir(dir_b).require_run().experiment
-        if ea != eb and not allow_different:
-            raise D5PipeError(f"compare: {a} is experiment '{ea}', {b} is '{eb}'; they share no point "
-                              "(use --allow-different to compare them anyway)")
-        return compare_loaded(load_run(dir_a), load_run(dir_b), policy)
+    ea, eb = RunDir(a).require_run().experiment, RunDir(b).require_run().experiment
+    if ea != eb and not allow_different:
+        la, lb = labels or (str(a), str(b))
+        raise D5PipeError(f"compare: {la} is experiment '{ea}', {lb} is '{eb}'; they share no point "
+                          "(use --allow-different to compare them anyway)")
+    return compare_loaded(load_run(Path(a)), load_run(Path(b)), policy)
 
 
 def regressions(result: RunComparison, pct: float) -> list[tuple[PointComparison, Comparison]]:

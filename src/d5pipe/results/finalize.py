@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from d5pipe.rundir.atomic import write_bytes
+from d5pipe.core.atomic import write_bytes
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.manifest import finalize_environment, merge_dataset_meta
 
@@ -179,8 +179,8 @@ def write_verdict(run_dir: Path) -> Path:
     """``RUN/verdict.json``: the run's verdict from the results just written (the driver reads it)."""
     from dataclasses import asdict
 
+    from d5pipe.core.atomic import write_json
     from d5pipe.results.verdicts import run_verdict
-    from d5pipe.rundir.atomic import write_json
 
     rd = RunDir(run_dir)
     verdict = run_verdict(pd.read_parquet(rd.results_path))

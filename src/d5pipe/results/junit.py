@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from d5pipe.core.atomic import write_bytes
 from d5pipe.results.verdicts import checks, point_verdicts
-from d5pipe.rundir.atomic import write_bytes
 
 if TYPE_CHECKING:
     import pandas as pd

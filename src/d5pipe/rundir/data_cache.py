@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import file_sha256, write_bytes, write_json
+from d5pipe.core.atomic import file_sha256, write_bytes, write_json
+from d5pipe.core.errors import D5PipeError
 
 DEFAULT_LIMIT_MB = 2048
 
 
 def cache_dir() -> Path:
-    """``data/`` of the user's d5pipe cache (d5pipe.user_cache_dir)."""
-    from d5pipe import user_cache_dir
+    """``data/`` of the user's d5pipe cache (d5pipe.core.cache_dir.user_cache_dir)."""
+    from d5pipe.core.cache_dir import user_cache_dir
 
     return user_cache_dir() / "data"
 

@@ -32,7 +32,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 RESULTS_FILE = "results.parquet"
 CHECKSUMS_FILE = "CHECKSUMS.sha256"
@@ -167,7 +167,7 @@ class RunDir:
         """``config.yaml`` (the composed, resolved config)."""
         import yaml
 
-        from d5pipe.rundir.yamlio import safe_load
+        from d5pipe.core.yamlio import safe_load
 
         try:
             with open(self.config_path, encoding="utf-8") as fh:
@@ -208,7 +208,7 @@ class RunDir:
 
     def stages(self) -> list[str]:
         """Planned stages in pipeline order."""
-        from d5pipe.config.stages import STAGE_NAMES
+        from d5pipe.core.stages import STAGE_NAMES
 
         planned = self.index["stages"]
         return [s for s in STAGE_NAMES if s in planned]

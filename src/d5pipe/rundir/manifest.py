@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from d5pipe import __version__
+from d5pipe.core.atomic import write_if_changed
+from d5pipe.core.version import __version__
 from d5pipe.plan.build import Plan
-from d5pipe.rundir.atomic import write_if_changed
 from d5pipe.rundir.layout import RunDir
 
 MANIFEST_SCHEMA_VERSION = 1

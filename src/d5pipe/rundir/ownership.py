@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import is_temp_of, write_json
+from d5pipe.core.atomic import is_temp_of, write_json
+from d5pipe.core.errors import D5PipeError
 from d5pipe.rundir.layout import RunDir
 
 OWNER_FILE = ".d5pipe-owner.json"

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from d5pipe.core.atomic import write_if_changed
+from d5pipe.core.yamlio import safe_dump
 from d5pipe.plan.build import PLAN_SCHEMA_VERSION, Plan
-from d5pipe.rundir.atomic import write_if_changed
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
-from d5pipe.rundir.yamlio import safe_dump
 
 
 def plan_index(plan: Plan) -> dict[str, Any]:

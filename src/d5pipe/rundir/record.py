@@ -13,31 +13,15 @@ shard wraps it with identity, status and provenance into a :class:`Record`.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.rundir.atomic import write_text
+from d5pipe.core.atomic import write_text
+from d5pipe.core.errors import D5PipeError
 
 RECORD_SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS: frozenset[int] = frozenset({1})
-
-MetricKind = Literal["timing", "numerical", "deterministic", "verdict", "count", "info"]
-"""How a metric is compared when an experiment is reproduced.
-
-* ``timing``: nondeterministic; compared statistically using ``samples[metric.samples]``;
-* ``numerical``: floating point result (loss, accuracy, error norms); compared with a tolerance;
-* ``deterministic``: must be bit-identical (checksums, counts derived from config);
-* ``verdict``: a ``pass``/``fail`` string;
-* ``count``: an exact integer (samples taken, outliers);
-* ``info``: descriptive, never compared.
-"""
-
-Status = Literal["ok", "failed", "skipped"]
-STATUSES: tuple[str, ...] = ("ok", "failed", "skipped")
-
 
 class RecordVersionError(D5PipeError):
     """A record's ``schema_version`` is missing or unknown to this d5pipe."""
@@ -45,51 +29,6 @@ class RecordVersionError(D5PipeError):
 
 class CorruptRecord(Exception):
     """A record file that is not a JSON object (a torn write by another tool, disk damage)."""
-
-
-@dataclass
-class Metric:
-    """One measured or derived value of a point."""
-
-    name: str
-    value: float | int | str | bool | None
-    unit: str = ""
-    kind: MetricKind = "numerical"
-    ci_low: float | None = None
-    ci_high: float | None = None
-    samples: str | None = None
-    """Key into ``PointOutcome.samples`` holding the raw samples this value summarises."""
-    detail: str | None = None
-    """Why a verdict says what it says (a sentence); written only when set, and shown as that
-    row's ``error`` in results.parquet (so a failed check's reason names its evidence)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        value = self.value
-        if isinstance(value, float) and not math.isfinite(value):
-            value = None if math.isnan(value) else value
-        out: dict[str, Any] = {
-            "name": self.name,
-            "value": value,
-            "unit": self.unit,
-            "kind": self.kind,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "samples": self.samples,
-        }
-        if self.detail is not None:
-            out["detail"] = self.detail
-        return out
-
-
-@dataclass
-class PointOutcome:
-    """What a stage's ``run_point`` returns for one point."""
-
-    metrics: list[Metric] = field(default_factory=list)
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    """Raw samples (e.g. per-repetition times in seconds), kept in the record."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """JSON-serialisable extras: curves, notes, warnings (``extra["warnings"]``: list[str])."""
 
 
 @dataclass

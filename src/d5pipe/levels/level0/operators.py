@@ -255,7 +255,7 @@ def complete(spec: OperatorSpec) -> OperatorSpec:
     """
     import dataclasses
 
-    from d5pipe import D5PipeError
+    from d5pipe.core.errors import D5PipeError
 
     parts = ("make_inputs", "reference", "flops", "min_bytes")
     missing = [p for p in parts if getattr(spec, p) is None]

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.device import require_device
 from d5pipe.levels.level0.backward import time_backward
 from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
 from d5pipe.levels.level0.operators import complete
@@ -24,10 +26,8 @@ from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.ceilings import machine_ceilings, roofline
-from d5pipe.measure.device import check_device
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
-from d5pipe.rundir.record import Metric, PointOutcome
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel")
@@ -150,7 +150,7 @@ def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: 
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.levels.level0)."""
     conf = operators_conf(ctx.config.get("operators"))
-    check_device(conf.device, "operators.device")
+    require_device(conf.device, "operators.device")
     dtype = DTYPES[conf.dtype]
     spec = complete(resolve_operator(dataclasses.asdict(conf)))
     assert spec.reference is not None and spec.flops is not None and spec.min_bytes is not None

@@ -8,7 +8,7 @@ or a key of ``operators.custom``, whose value is a target:
 * ``{_target_: mypkg.ops.MYOP}`` or the short form ``"mypkg.ops:MYOP"`` -- an
   :class:`OperatorSpec` object itself.
 
-Every target is checked against the runner's allow-list (d5pipe.config.plugins) before anything
+Every target is checked against the runner's allow-list (d5pipe.core.allowlist) before anything
 is imported; anything else is a one-line D5PipeError naming the key.
 """
 
@@ -17,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.plugins import HYDRA_KEYS, TARGET_KEY
+from d5pipe.core.allowlist import HYDRA_KEYS, TARGET_KEY
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.targets import check_slot, target_of
 
 
 def build_operator(key: str, target: Mapping[str, Any]) -> OperatorSpec:
     """The spec a target names or builds (see the module docstring)."""
-    from d5pipe.levels.plugins import build, locate
+    from d5pipe.levels.instantiate import build, locate
 
     obj = locate(str(target[TARGET_KEY]), key)
     if not isinstance(obj, OperatorSpec):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from d5pipe.config.fields import at_least, choice
+from d5pipe.core.fields import at_least, choice
 
 BUILTIN_OPERATORS: tuple[str, ...] = (
     "matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum",

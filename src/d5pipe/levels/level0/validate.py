@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe.config.plugins import check_deprecated_prefixes
-from d5pipe.levels.checks import check_device, section
+from d5pipe.core.allowlist import check_deprecated_prefixes
+from d5pipe.levels.checks import check_device_name, section
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
 from d5pipe.measure.timer_schema import check_timer
@@ -21,7 +21,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     ops = section(cfg, "operators")
     check_deprecated_prefixes(ops.get("allowed_prefixes"), "operators.allowed_prefixes")
     check_slots(cfg, "level0")
-    check_device(ops.get("device", "cpu"), "operators.device")
+    check_device_name(ops.get("device", "cpu"), "operators.device")
     check_timer(dict(section(cfg, "timer")))
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 
 def input_spec(path: str | Path, batch_size: int) -> tuple[str, tuple[int, ...]]:
@@ -94,14 +94,14 @@ def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
 
 def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     """One level-1 point whose network is ``level1.onnx_file`` (see the module docstring)."""
+    from d5pipe.core.outcome import Metric, PointOutcome
     from d5pipe.levels.contract import PointSkipped
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.level0.correctness import compare
-    from d5pipe.levels.plugins import build
     from d5pipe.levels.targets import target_of
     from d5pipe.levels.verify import network_tolerance, verdict
     from d5pipe.measure.stats import rate_metric
     from d5pipe.measure.timer import measure
-    from d5pipe.rundir.record import Metric, PointOutcome
 
     if conf.dtype != "float32":
         raise PointSkipped(f"level1.onnx_file: the file's network is float32; level1.dtype={conf.dtype} does not apply")
@@ -114,7 +114,7 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     prepare_file = getattr(runtime, "prepare_file", None)
     if not callable(prepare_file):
         raise PointSkipped(f"level1.runtime={conf.runtime} cannot read an ONNX file (no prepare_file)")
-    from d5pipe.rundir.atomic import file_sha256
+    from d5pipe.core.atomic import file_sha256
 
     threads = torch.get_num_threads()
     sha = file_sha256(path)

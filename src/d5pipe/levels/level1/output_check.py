@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.outcome import Metric
 from d5pipe.levels.level0.correctness import compare
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.verify import network_tolerance, verdict
-from d5pipe.rundir.record import Metric
 
 
 def align_to_reference(model: nn.Module, reference: nn.Module, key: str = "model.reference") -> None:

@@ -38,20 +38,20 @@ from typing import Any
 import torch
 from torch import nn
 
+from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.device import require_device, synchronize, torch_dtype
 from d5pipe.levels.level1 import output_check
 from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import seed_everything
-from d5pipe.measure.device import check_device, synchronize, torch_dtype
 from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import Measurement, measure
-from d5pipe.rundir.record import Metric, PointOutcome
 
 
 def resolve_level1(level1_cfg: dict[str, Any]) -> Level1Conf:
@@ -86,8 +86,8 @@ def network_seed(config: dict[str, Any]) -> int:
     """The seed of a point's network weights: from the root seed, the ``model`` section and the
     dataset only, so the variants of one point (``level1.impl``, ``level1.runtime``, batch size,
     repetitions) run the *same* weights -- a fair comparison differs in the compared factor alone."""
-    from d5pipe.plan.canonical import canonical_json
-    from d5pipe.plan.seeds import derive_seed
+    from d5pipe.core.canonical import canonical_json
+    from d5pipe.core.seeds import derive_seed
 
     identity = canonical_json({"model": config.get("model") or {}, "dataset": config.get("dataset") or {}})
     return derive_seed(int(config.get("seed", 0) or 0), "level1-network:" + identity)
@@ -140,7 +140,7 @@ def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
                    device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any]]:
     """The network on ``level1.runtime`` (d5pipe.levels.level1.runtimes): a callable batch -> outputs
     and what to record (name, version, settings, threads asked and used, the ONNX file)."""
-    from d5pipe.levels.plugins import build
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.targets import target_of
 
     if device.type != "cpu":
@@ -163,7 +163,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     """Measure inference and forward+backward of one model configuration."""
     cfg = ctx.config
     conf = resolve_level1(cfg.get("level1") or {})
-    device = check_device(conf.device, "level1.device")
+    device = require_device(conf.device, "level1.device")
     timer_cfg = cfg.get("timer") or {}
     if conf.onnx_file:
         from d5pipe.levels.level1.onnx_file import run_onnx_point

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from d5pipe.core.atomic import file_sha256
 from d5pipe.levels.contract import PointSkipped
-from d5pipe.rundir.atomic import file_sha256
 
 
 @dataclass

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.levels.checks import check_device, section
+from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.checks import check_device_name, section
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
@@ -19,7 +19,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
     level1 = section(cfg, "level1")
-    check_device(level1.get("device", "cpu"), "level1.device")
+    check_device_name(level1.get("device", "cpu"), "level1.device")
     check_onnx_file(level1.get("onnx_file"))
     runtime = str(level1.get("runtime", "torch") or "torch")
     if level1.get("onnx_file") and runtime in ("torch", "compile"):

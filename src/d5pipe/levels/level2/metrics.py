@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe import D5PipeError
-from d5pipe.config.plugins import TARGET_KEY
+from d5pipe.core.allowlist import TARGET_KEY
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.outcome import Metric
 from d5pipe.levels.targets import metric_targets
-from d5pipe.rundir.record import Metric
 
 
 def macro_f1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -35,7 +35,7 @@ def macro_f1(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 
 def extra_metrics(train_cfg: dict[str, Any], model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[Metric]:
     """The metrics of every ``train.metrics`` entry (see the module docstring)."""
-    from d5pipe.levels.plugins import build
+    from d5pipe.levels.instantiate import build
 
     out: list[Metric] = []
     model.eval()

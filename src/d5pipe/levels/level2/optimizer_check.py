@@ -26,13 +26,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from d5pipe.core.outcome import Metric
+from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import make_loader
 from d5pipe.levels.optim import make_optimizer
 from d5pipe.levels.verify import flat_params, relative_divergence, verdict
-from d5pipe.plan.seeds import derive_seed
-from d5pipe.rundir.record import Metric
 
 
 def _steps(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list[tuple[torch.Tensor, torch.Tensor]],

@@ -57,8 +57,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
+from d5pipe.levels.device import require_device, state_dict_sha256
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
@@ -70,11 +72,9 @@ from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler as build_scheduler
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
-from d5pipe.measure.device import check_device, state_dict_sha256
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import summarize
-from d5pipe.rundir.record import Metric, PointOutcome
 
 METRICS_SPLIT_BYTES = 1 << 30
 """``train.metrics`` on a generated dataset: the largest test split generated whole for them."""
@@ -176,7 +176,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     """Train one point; see the module docstring for what is measured."""
     cfg = ctx.config
     conf = resolve_train(cfg.get("train") or {})
-    device = check_device(conf.device, "train.device")
+    device = require_device(conf.device, "train.device")
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     _check_generated(cfg, conf, data)
     seeds = seed_everything(ctx.seed)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from d5pipe.rundir.record import Metric
+from d5pipe.core.outcome import Metric
 
 PREFIX = "sanity:"
 DIVERGENCE_RATIO = 1.25

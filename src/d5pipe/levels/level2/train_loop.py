@@ -33,11 +33,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
+from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.datasets import Samples
+from d5pipe.levels.device import synchronize
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.measure.determinism import loader_generator, seed_worker
-from d5pipe.measure.device import synchronize
-from d5pipe.plan.seeds import derive_seed
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 

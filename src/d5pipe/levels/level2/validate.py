@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe.levels.checks import check_device, section
+from d5pipe.levels.checks import check_device_name, section
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
@@ -16,7 +16,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_slots(cfg, "level2")
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
-    check_device(section(cfg, "train").get("device", "cpu"), "train.device")
+    check_device_name(section(cfg, "train").get("device", "cpu"), "train.device")
 
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level3.backends import Backend
 from d5pipe.levels.level3.schema import COLLECTIVES, FLOAT_BYTES
 

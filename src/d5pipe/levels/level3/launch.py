@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level3.schema import BACKENDS, LAUNCHERS
 
 LOOPBACK = "127.0.0.1"

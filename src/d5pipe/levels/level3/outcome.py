@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.level3.collectives import actual_message_bytes, busbw_factor
 from d5pipe.levels.level3.scaling import ring_allreduce_bytes
 from d5pipe.measure.stats import rate_metric, summarize
-from d5pipe.rundir.record import Metric, PointOutcome
 
 TIMING_NOTE = (
     "per-iteration time = max over ranks of each rank's perf_counter time for the iteration, "

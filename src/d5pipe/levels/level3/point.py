@@ -29,7 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from d5pipe.config.resources import merged_resources
+from d5pipe.core.atomic import write_json
+from d5pipe.core.canonical import digest
+from d5pipe.core.outcome import PointOutcome
+from d5pipe.core.seeds import derive_seed
+from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
 from d5pipe.levels.level3 import outcome, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
@@ -38,10 +42,6 @@ from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSessio
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.process import die_with_parent
-from d5pipe.plan.canonical import digest
-from d5pipe.plan.seeds import derive_seed
-from d5pipe.rundir.atomic import write_json
-from d5pipe.rundir.record import PointOutcome
 
 if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
@@ -51,7 +51,7 @@ INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORL
 
 
 def rank_seeds(point_seed: int, ranks: int) -> list[int]:
-    """One seed per rank, derived from the point seed (d5pipe.plan.seeds policy)."""
+    """One seed per rank, derived from the point seed (d5pipe.core.seeds policy)."""
     return [derive_seed(point_seed, f"rank{r}") for r in range(ranks)]
 
 
@@ -177,8 +177,8 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
 
 def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
     """A strategy that does not run on the point's engine skips the point, saying so."""
-    from d5pipe.config.plugins import TARGET_KEY
-    from d5pipe.levels.plugins import locate
+    from d5pipe.core.allowlist import TARGET_KEY
+    from d5pipe.levels.instantiate import locate
 
     key, target = training.strategy_target(dist_cfg)
     cls = locate(str(target[TARGET_KEY]), key)

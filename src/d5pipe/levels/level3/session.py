@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from d5pipe.core.atomic import write_json
 from d5pipe.levels.level3.launch import LaunchPlan
 from d5pipe.measure.process import die_with_parent
-from d5pipe.rundir.atomic import write_json
 
 POLL_S = 0.005
 CLOSE_WAIT_S = 3.0

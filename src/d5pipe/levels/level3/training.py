@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 
 def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
@@ -87,8 +87,8 @@ def strategy_target(dist_cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def build_strategy(spec: dict[str, Any]) -> Any:
     """The point's strategy (d5pipe.levels.level3.strategies), built in this rank."""
+    from d5pipe.levels.instantiate import build
     from d5pipe.levels.level3.strategies import Strategy
-    from d5pipe.levels.plugins import build
 
     key, target = spec["strategy"]["key"], spec["strategy"]["target"]
     strategy = build(target, key)

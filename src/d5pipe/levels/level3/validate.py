@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.levels.checks import check_device, section
+from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.checks import check_device_name, section
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
@@ -30,7 +30,7 @@ def check_distributed(dist: Mapping[str, Any]) -> None:
                           f"{dist.get('backend')!r} (it needs MPI ranks); use mpirun, srun or auto")
     device = dist.get("device")
     if device is not None:
-        check_device(device, "distributed.device")
+        check_device_name(device, "distributed.device")
 
 
 def check_point(cfg: Mapping[str, Any]) -> None:
@@ -38,7 +38,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_slots(cfg, "level3")
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
-    check_device(section(cfg, "train").get("device", "cpu"), "train.device")
+    check_device_name(section(cfg, "train").get("device", "cpu"), "train.device")
     check_distributed(section(cfg, "distributed"))
 
 

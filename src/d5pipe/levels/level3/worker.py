@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
+from d5pipe.core.atomic import write_json
 from d5pipe.levels.level3 import training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
 from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.measure.process import die_with_parent
-from d5pipe.rundir.atomic import write_json
 
 
 def _device(spec: dict[str, Any], local_rank: int) -> torch.device:

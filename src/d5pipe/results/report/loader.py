@@ -16,14 +16,14 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.yamlio import safe_load
 from d5pipe.results.comparisons import SampleSource, record_samples
 from d5pipe.results.finalize import with_checks
 from d5pipe.results.report.frames import NON_AXIS_COLUMNS
 from d5pipe.results.verdicts import point_verdicts
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, read_record
-from d5pipe.rundir.yamlio import safe_load
 
 
 @dataclass

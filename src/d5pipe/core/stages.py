@@ -16,7 +16,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 
 @dataclass(frozen=True)

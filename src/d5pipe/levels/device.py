@@ -6,7 +6,7 @@ import hashlib
 
 import torch
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.contract import PointSkipped
 
 DTYPES: dict[str, torch.dtype] = {
@@ -17,7 +17,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
-def check_device(device: str, key: str) -> torch.device:
+def require_device(device: str, key: str) -> torch.device:
     """``torch.device(device)``; skip the point when that device is not present here."""
     try:
         dev = torch.device(device)

@@ -16,8 +16,8 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.stages import STAGE_NAMES as STAGES
+from d5pipe.core.errors import D5PipeError
+from d5pipe.core.stages import STAGE_NAMES as STAGES
 
 OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
 VERDICT_PREFIX = "acceptance:"

@@ -30,8 +30,8 @@ from functools import lru_cache
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
-from d5pipe import D5PipeError
-from d5pipe.config.plugins import ALWAYS_ALLOWED, module_allowed
+from d5pipe.core.allowlist import ALWAYS_ALLOWED, module_allowed
+from d5pipe.core.errors import D5PipeError
 
 INSTALLED_DIRS = ("site-packages", "dist-packages")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 SEED_MASK = (1 << 63) - 1
 

@@ -7,7 +7,7 @@ built-ins and user code alike::
           input_shape=(1, 8, 8), n_classes=10)
 
 Every ``_target_`` in the mapping, nested ones included, is checked against the runner's
-allow-list (d5pipe.config.plugins) **before anything is imported**; then
+allow-list (d5pipe.core.allowlist) **before anything is imported**; then
 ``hydra.utils.instantiate(target, _partial_=True, _convert_="all")`` imports and builds the nested
 targets and returns a partial of the top one, which is called with d5pipe's own arguments
 (``input_shape``, ``params``, ``optimizer`` ...) unconverted, so tensors, generators and modules
@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from d5pipe import D5PipeError
-from d5pipe.config.plugins import TARGET_KEY, check_target
+from d5pipe.core.allowlist import TARGET_KEY, check_target
+from d5pipe.core.errors import D5PipeError
 
 
 def _root_cause(exc: BaseException) -> BaseException:

@@ -21,7 +21,7 @@ it admits itself and what lies below it, never ``mypkg_evil``. Importing ``mypkg
 ``mypkg/__init__.py`` too, so allowing a subpackage trusts its parents' ``__init__`` modules.
 An experiment config or a bundle can name targets but cannot widen the list; every target is
 checked here before anything is imported (:func:`check_target`), at ``d5pipe plan`` time and again
-where it is built (d5pipe.levels.plugins).
+where it is built (d5pipe.levels.instantiate).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from d5pipe import D5PipeError
+from d5pipe.core.errors import D5PipeError
 
 ENV_VAR = "D5PIPE_ALLOW"
 ALWAYS_ALLOWED: tuple[str, ...] = ("d5pipe",)
