@@ -1,4 +1,4 @@
-"""Benchmark of d5pipe.results.aggregate at 10k / 100k / 1M records.
+"""Benchmark of the results pass (d5pipe.results.run_results) at 10k / 100k / 1M records.
 
 A *record* here is one metric row of results.parquet, i.e. one (point, metric) pair. The synthetic
 points are level0 matmul points from tests/report_fixtures.py with 11 metrics each (and 15 raw
@@ -28,8 +28,9 @@ from report_fixtures import write_bulk_records  # noqa: E402
 
 METRICS_PER_POINT = 11
 CHILD = (
-    "import sys, time; from pathlib import Path; from d5pipe.results.aggregate import aggregate; "
-    "t = time.perf_counter(); aggregate(Path(sys.argv[1])); "
+    "import sys, time; from pathlib import Path; "
+    "from d5pipe.results.run_results import build_results, write_results; "
+    "t = time.perf_counter(); write_results(build_results(Path(sys.argv[1]))); "
     "print(f'{time.perf_counter() - t:.3f}')"
 )
 

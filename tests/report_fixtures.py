@@ -339,3 +339,10 @@ def write_bulk_records(
         text = json.dumps(rec, indent=1, sort_keys=True, default=str) + "\n"
         (run_dir / "points" / stage / f"{pid}.json").write_text(text, encoding="utf-8")
     return rows
+
+
+def publish(run_dir: Path, point_ids: dict[str, list[str]] | None = None) -> Path:
+    """The run's results built and written in one pass (d5pipe.results.run_results): results.parquet."""
+    from d5pipe.results.run_results import build_results, write_results
+
+    return write_results(build_results(run_dir, point_ids=point_ids))

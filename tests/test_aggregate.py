@@ -1,4 +1,4 @@
-"""aggregate(): exact rows and columns, failed points keep their error, planned-ID restriction."""
+"""The results pass (d5pipe.results.run_results): exact rows and columns, failed points keep their error, planned-ID restriction."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from d5pipe import D5PipeError  # noqa: E402
-from d5pipe.results.aggregate import aggregate  # noqa: E402
 from d5pipe.results.columns import FIXED_COLUMNS  # noqa: E402
 from d5pipe.rundir.record import read_record  # noqa: E402
-from report_fixtures import GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir  # noqa: E402
+from report_fixtures import GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir, publish  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +23,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[
     run_dir = tmp_path_factory.mktemp("agg")
     planned = make_run_dir(run_dir, RunSpec(levels=("level0", "level3"), failed=2, skipped=1))
     return run_dir, planned
+
+
+def derived(df: pd.DataFrame) -> pd.Series:
+    """Rows the results pass adds to the records' rows: checks, level 3's scaling, speedups."""
+    return df["metric"].str.startswith(("acceptance:", "plausibility:", "speedup")) | (df["metric"] == "efficiency")
 
 
 def expected_rows(run_dir: Path) -> int:
@@ -36,13 +40,13 @@ def expected_rows(run_dir: Path) -> int:
 
 def test_exact_columns_and_rows(run: tuple[Path, dict[str, list[str]]]) -> None:
     run_dir, planned = run
-    path = aggregate(run_dir)
+    path = publish(run_dir)
     assert path == run_dir / "results.parquet"
     df = pd.read_parquet(path)
     axes = sorted({*GRIDS["level0"], *GRIDS["level3"]})
-    assert list(df.columns) == [*FIXED_COLUMNS, "slurm_job_id", *axes]
+    assert list(df.columns) == [*FIXED_COLUMNS, "slurm_job_id", *axes, "verdict"]
     assert df["slurm_job_id"].isna().all()  # a local run has no SLURM job
-    assert len(df) == expected_rows(run_dir)
+    assert len(df[~derived(df)]) == expected_rows(run_dir)  # the records' rows, then the checks and speedups
     assert set(df["stage"]) == {"level0", "level3"}
     assert df.groupby("stage")["point_id"].nunique().to_dict() == {s: len(v) for s, v in planned.items()}
     schema = pq.read_schema(path)
@@ -67,7 +71,7 @@ def test_exact_columns_and_rows(run: tuple[Path, dict[str, list[str]]]) -> None:
 
 def test_failed_and_skipped_points_keep_error(run: tuple[Path, dict[str, list[str]]]) -> None:
     run_dir, _ = run
-    df = pd.read_parquet(aggregate(run_dir))
+    df = pd.read_parquet(publish(run_dir))
     bad = df[df["status"] != "ok"]
     assert sorted(bad["status"]) == ["failed", "failed", "skipped"]
     assert (bad["metric"] == "status").all()
@@ -76,26 +80,27 @@ def test_failed_and_skipped_points_keep_error(run: tuple[Path, dict[str, list[st
     failed = bad[bad["status"] == "failed"]
     assert all(HOSTILE in e and e.startswith("RuntimeError: boom") for e in failed["error"])
     assert bad.loc[bad["status"] == "skipped", "error"].item() == "fp16 unsupported on this CPU"
-    assert df.loc[df["status"] == "ok", "error"].isna().all()
+    recorded = ~df["metric"].str.startswith(("acceptance:", "plausibility:"))  # checks carry their evidence
+    assert df.loc[(df["status"] == "ok") & recorded, "error"].isna().all()
 
 
 def test_planned_ids_restrict_and_missing_records(run: tuple[Path, dict[str, list[str]]], tmp_path: Path) -> None:
     run_dir, planned = run
     chosen = {"level3": planned["level3"][:3] + ["ffffffffffffffff"]}
-    out = aggregate(run_dir, chosen, out=tmp_path / "r.parquet")
+    out = publish(run_dir, chosen)
     df = pd.read_parquet(out)
     assert set(df["stage"]) == {"level3"}
     assert set(df["point_id"]) == set(chosen["level3"])
     missing = df[df["point_id"] == "ffffffffffffffff"]
     assert len(missing) == 1 and missing["status"].item() == "skipped"
     assert "no record" in missing["error"].item()
-    assert len(df) == 3 * 5 + 1  # three ok level3 points with 5 metrics each + the missing one
-    assert (tmp_path / "summary_level3.parquet").exists()
+    assert len(df[~derived(df)]) == 3 * 5 + 1  # three ok level3 points with 5 metrics each + the missing one
+    assert (run_dir / "summary_level3.parquet").exists()
 
 
 def test_summary_and_side_tables(run: tuple[Path, dict[str, list[str]]]) -> None:
     run_dir, planned = run
-    aggregate(run_dir)
+    publish(run_dir)
     summ = pd.read_parquet(run_dir / "summary_level3.parquet")
     assert len(summ) == len(planned["level3"])
     assert {"point_id", "status", "distributed.ranks", "time_per_step_s", "busbw_GBps"} <= set(summ.columns)
@@ -109,7 +114,7 @@ def test_summary_and_side_tables(run: tuple[Path, dict[str, list[str]]]) -> None
 
 def test_curves_side_table(tmp_path: Path) -> None:
     make_run_dir(tmp_path, RunSpec(levels=("level2",), failed=0, hostile=False))
-    aggregate(tmp_path)
+    publish(tmp_path)
     curves = pd.read_parquet(tmp_path / "curves.parquet")
     assert set(curves["series"]) == {"train_loss", "test_accuracy"}
     assert len(curves) == 3 * 2 * 6  # points x series x epochs
@@ -121,7 +126,7 @@ def test_atomic_write_leaves_no_temp_and_tolerates_bad_records(tmp_path: Path) -
     (tmp_path / "points" / "level1" / "partial.json").write_text(
         json.dumps({"schema_version": 1, "status": "ok", "metrics": [{"name": "x", "value": 1}]}),
         encoding="utf-8")
-    df = pd.read_parquet(aggregate(tmp_path))
+    df = pd.read_parquet(publish(tmp_path))
     broken = df[df["point_id"] == "broken"]
     assert broken["status"].item() == "failed" and "unreadable record" in broken["error"].item()
     partial = df[df["point_id"] == "partial"]
@@ -136,9 +141,9 @@ def test_a_record_of_an_unknown_schema_version_is_a_one_line_error(tmp_path: Pat
     (tmp_path / "points" / "level1" / "future.json").write_text(
         json.dumps({"schema_version": 99, "status": "ok", "metrics": []}), encoding="utf-8")
     with pytest.raises(RecordVersionError, match=r"future.json: record schema_version 99 is not one"):
-        aggregate(tmp_path)
+        publish(tmp_path)
 
 
 def test_missing_run_dir_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(D5PipeError, match="does not exist"):
-        aggregate(tmp_path / "nope")
+        publish(tmp_path / "nope")

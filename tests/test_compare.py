@@ -12,9 +12,9 @@ import pytest
 from d5pipe.cli import cmd_compare
 from d5pipe.core.outcome import Metric
 from d5pipe.provenance import bundle
-from d5pipe.results.aggregate import aggregate
-from d5pipe.results.compare import compare_runs, format_table, load_run, regressions
+from d5pipe.results.compare import compare_runs, format_table, load_points, regressions
 from d5pipe.rundir.record import record_path, write_record
+from tests.report_fixtures import publish
 
 
 def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], seed: int, reps: int = 5,
@@ -45,7 +45,7 @@ def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], see
         "params": {"operators.size": 1, **(params or {}), **({"repeat": 0} if reps > 1 else {})},
         "seed": 1, "status": "failed", "error": "RuntimeError: boom", "metrics": [], "samples": {},
     })
-    aggregate(run)
+    publish(run)
     (run / "manifest.json").write_text(json.dumps({"schema_version": 1, "experiment": "demo"}))
     (run / "plan").mkdir(exist_ok=True)
     axes = ["operators.size", *(params or {}), *(["repeat"] if reps > 1 else [])]
@@ -56,9 +56,9 @@ def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], see
     return run
 
 
-def test_load_run_attaches_samples_and_params(tmp_path: Path) -> None:
+def test_load_points_attaches_samples_and_params(tmp_path: Path) -> None:
     run = make_run(tmp_path, "a", 1.0, (8, 16), seed=1)
-    points = load_run(run)
+    points = load_points(run)
     p = points[("level0", "mm-8")]
     assert p.params == {"operators.size": 8, "repeat": 0} and p.status == "ok"
     assert p.metrics["time"].samples is not None and len(p.metrics["time"].samples) == 40
@@ -109,7 +109,7 @@ def test_points_are_matched_by_parameters_not_ids(tmp_path: Path) -> None:
         data["point_id"] = "other-" + data["point_id"]
         rec.unlink()
         write_record(record_path(b, "level0", data["point_id"]), data)
-    aggregate(b)
+    publish(b, {"level0": sorted(p.stem for p in (b / "points" / "level0").glob("*.json"))})  # no real plan
     bundle.write_checksums(b)
     result = compare_runs(a, b)
     assert len(result.points) == 3 and result.only_ref == [] and result.only_new == []

@@ -154,10 +154,10 @@ def test_verify_and_compare_in_one_run(tmp_path: Path, monkeypatch: pytest.Monke
     df = pd.read_parquet(run / "results.parquet")
     checks = df[df["metric"] == "optimizer_check"]
     assert set(checks["train.optimizer"]) == {"my_sgd"} and set(checks["text"]) == {"pass"} and len(checks) == 3
-    from d5pipe.results.comparisons import record_samples
+    from d5pipe.results.run_results import build_results
     from d5pipe.rundir.layout import RunDir
 
-    out = comparisons(df, record_samples(run), RunDir(run).config)
+    out = comparisons(df, build_results(run).samples, RunDir(run).config)
     assert sorted(out["variant"]) == ["adam", "my_sgd"] and set(out["baseline"]) == {"sgd"}
     assert (out["n_baseline"] == 3).all() and (out["n_variant"] == 3).all()
     assert set(out["verdict"]) <= {"faster", "slower", "no significant difference"}

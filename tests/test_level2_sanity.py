@@ -137,7 +137,7 @@ def test_a_failed_check_is_the_reason_and_the_pair_is_not_ranked() -> None:
 @pytest.mark.slow
 def test_flipped_sign_optimizer_fails_its_point_and_is_not_ranked(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from d5pipe.results.comparisons import record_samples
+    from d5pipe.results.run_results import build_results
     from d5pipe.rundir.layout import RunDir
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "plugin_fixtures"))
@@ -161,7 +161,7 @@ def test_flipped_sign_optimizer_fails_its_point_and_is_not_ranked(tmp_path: Path
     status = d5pipe("status", str(run))
     assert status.returncode == 3 and f"fail level2/{lion.point_id}: check sanity:not_diverged failed" in status.stdout
 
-    [pair] = comparisons(df, record_samples(run), RunDir(run).config).to_dict(orient="records")
+    [pair] = comparisons(df, build_results(run).samples, RunDir(run).config).to_dict(orient="records")
     assert (pair["baseline"], pair["variant"], pair["verdict"]) == ("adam", "lion_flipped", NOT_COMPARED)
     assert math.isnan(pair["speedup"]) and "sanity:not_diverged" in pair["note"]
     assert pair["baseline_quality"] > 0.5 and pair["variant_quality"] <= 0.1

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from d5pipe import D5PipeError
+from d5pipe.config.validate import check_sweep
 from d5pipe.core.seeds import check_unique, derive_seed, point_seed
 from d5pipe.plan.build import build_plan, point_id
 
@@ -100,14 +101,14 @@ def test_seeds_unique_over_100k_points() -> None:
 )
 def test_axis_errors(sweep: dict, culprit: str) -> None:
     with pytest.raises(D5PipeError, match=culprit.replace("(", r"\(").replace(")", r"\)")):
-        build_plan(_cfg(**sweep))
+        check_sweep(_cfg(**sweep))  # in check_config, before the planner
 
 
 def test_fixed_key_cannot_be_swept() -> None:
     cfg = _cfg()
     cfg["recipe"]["fixed"] = ["operators.size"]
     with pytest.raises(D5PipeError, match="recipe.fixed: sweep varies fixed key 'operators.size'"):
-        build_plan(cfg)
+        check_sweep(cfg)
 
 
 def test_planner_ids_equal_direct_ids() -> None:

@@ -13,13 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from d5pipe.results.aggregate import aggregate  # noqa: E402
-from d5pipe.results.finalize import with_checks  # noqa: E402
 from d5pipe.results.plausibility import PREFIX  # noqa: E402
 from d5pipe.results.report import build_report  # noqa: E402
-from d5pipe.results.report.loader import load_run  # noqa: E402
+from d5pipe.results.run_results import build_results, with_checks  # noqa: E402
 from d5pipe.results.verdicts import point_verdicts  # noqa: E402
-from report_fixtures import superlinear_run  # noqa: E402
+from report_fixtures import publish, superlinear_run  # noqa: E402
 
 
 def row(point_id: str, metric: str, value: float, *, stage: str = "level3", kind: str = "numerical",
@@ -101,8 +99,8 @@ def test_soft_warnings_never_change_a_verdict_and_appear_once_per_point() -> Non
 
 def test_constructed_superlinear_run_fails_in_frame_and_report(tmp_path: Path) -> None:
     pid = superlinear_run(tmp_path, speedup=12.8)
-    aggregate(tmp_path)
-    df = load_run(tmp_path).results  # results.parquet through finalize.with_checks
+    publish(tmp_path)
+    df = build_results(tmp_path).frame  # the one pass: checks and verdicts
     hit = df[(df["point_id"] == pid) & (df["metric"] == "plausibility:superlinear_speedup")]
     assert hit["text"].item() == "fail" and hit["value"].item() == pytest.approx(12.8, rel=1e-6)
     assert set(df.loc[df["point_id"] == pid, "verdict"]) == {"fail"}

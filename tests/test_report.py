@@ -14,10 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from d5pipe import D5PipeError  # noqa: E402
-from d5pipe.results.aggregate import aggregate  # noqa: E402
 from d5pipe.results.report import build_report  # noqa: E402
 from d5pipe.rundir.record import read_record  # noqa: E402
-from report_fixtures import HOSTILE, RunSpec, make_run_dir  # noqa: E402
+from report_fixtures import HOSTILE, RunSpec, make_run_dir, publish  # noqa: E402
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)|https?://""", re.IGNORECASE)
 FULL = RunSpec(failed=2, skipped=1, grids={"level2": {"train.lr": [0.001, 0.003, 0.01],
@@ -30,7 +29,7 @@ TIME_CELL = re.compile(r"(?:^|\s)(?:s|ms|µs|ns)$")
 def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("report_full")
     make_run_dir(run_dir, FULL)
-    aggregate(run_dir)
+    publish(run_dir)
     return run_dir
 
 
@@ -114,11 +113,11 @@ def test_overview_counts_verdicts_and_says_pass_only_when_true(full_report: tupl
 
 def test_pass_wording_when_nothing_failed(tmp_path: Path) -> None:
     make_run_dir(tmp_path / "a", RunSpec(levels=("level2",), failed=0, hostile=False, reproduce=False))
-    aggregate(tmp_path / "a")
+    publish(tmp_path / "a")
     html = build_report(tmp_path / "a")[0].read_text(encoding="utf-8")
     assert "All 3 point(s) pass." in section(html, "overview") and "failures" not in section_ids(html)
     make_run_dir(tmp_path / "b", RunSpec(levels=("level3",), failed=0, hostile=False, reproduce=False))
-    aggregate(tmp_path / "b")
+    publish(tmp_path / "b")
     html = build_report(tmp_path / "b")[0].read_text(encoding="utf-8")
     overview = section(html, "overview")
     assert not ALL_PASS.search(overview) and "No point failed: 0 pass, 12 unchecked" in overview
@@ -126,7 +125,7 @@ def test_pass_wording_when_nothing_failed(tmp_path: Path) -> None:
 
 def test_a_failed_acceptance_threshold_is_a_failure_with_its_reason(tmp_path: Path) -> None:
     make_run_dir(tmp_path, RunSpec(levels=("level2",), failed=0, hostile=False, reproduce=False, acceptance=0.995))
-    aggregate(tmp_path)
+    publish(tmp_path)
     html, md = (p.read_text(encoding="utf-8") for p in build_report(tmp_path))
     _, rows = tables(section(html, "failures"))[0]
     assert len(rows) == 3
@@ -253,7 +252,7 @@ def test_no_external_urls(full_report: tuple[str, str]) -> None:
 
 def test_only_present_levels_and_no_failures_section(tmp_path: Path) -> None:
     make_run_dir(tmp_path, RunSpec(levels=("level3",), failed=0, hostile=False, reproduce=False))
-    aggregate(tmp_path)
+    publish(tmp_path)
     html = build_report(tmp_path)[0].read_text(encoding="utf-8")
     ids = section_ids(html)
     assert ids[0] == "overview" and "failures" not in ids
@@ -263,7 +262,7 @@ def test_only_present_levels_and_no_failures_section(tmp_path: Path) -> None:
 
 def test_tolerates_missing_metrics_manifest_and_side_tables(tmp_path: Path) -> None:
     make_run_dir(tmp_path, RunSpec(levels=("level0", "level2"), failed=0, hostile=False))
-    aggregate(tmp_path)
+    publish(tmp_path)
     (tmp_path / "manifest.json").write_text("{}", encoding="utf-8")
     (tmp_path / "curves.parquet").unlink()  # report falls back to the point records
     html = build_report(tmp_path)[0].read_text(encoding="utf-8")
@@ -273,7 +272,7 @@ def test_tolerates_missing_metrics_manifest_and_side_tables(tmp_path: Path) -> N
 
 
 def test_missing_results_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(D5PipeError, match="results.parquet"):
+    with pytest.raises(D5PipeError, match="no point records"):
         build_report(tmp_path)
 
 
@@ -285,7 +284,7 @@ def _one_point_report(tmp_path: Path, peaks: bool) -> str:
             rec = json.loads(path.read_text(encoding="utf-8"))
             rec["metrics"] = [m for m in rec["metrics"] if "peak" not in m["name"]]
             path.write_text(json.dumps(rec), encoding="utf-8")
-    aggregate(tmp_path)
+    publish(tmp_path)
     return section(build_report(tmp_path)[0].read_text(encoding="utf-8"), "level0")
 
 
@@ -309,7 +308,7 @@ def test_with_repetitions_the_side_by_side_ranks_with_ci_and_figure(tmp_path: Pa
     run = tmp_path / "reps"
     make_run_dir(run, RunSpec(levels=("level0",), failed=0, hostile=False, reproduce=False, acceptance=None,
                               grids={"level0": grid}))
-    aggregate(run)
+    publish(run)
     html = build_report(run)[0].read_text(encoding="utf-8")
     cmp0 = html[html.index('id="compare-level0"'):html.index('id="table-level0"')]
     _head, rows = tables(cmp0)[0]
@@ -329,7 +328,7 @@ def test_run_created_and_report_built_are_separate_and_not_reached_says_so(tmp_p
         if m["name"] == "time_to_target_s":
             m["value"] = float("nan")  # trained to the end without reaching the target (as level 2 writes it)
     rec_path.write_text(json.dumps(rec))
-    aggregate(run_dir)
+    publish(run_dir)
     html, md = (p.read_text(encoding="utf-8") for p in build_report(run_dir))
     assert "run created 2025-01-01T00:00:00Z · report built 2" in html  # two dates, each named
     assert re.search(r"report built</td><td>\d{4}-\d\d-\d\dT", html)
@@ -350,7 +349,7 @@ def test_the_optimizer_check_has_its_rows_in_the_level2_section(tmp_path: Path) 
                            {"name": "optimizer_divergence", "value": div, "unit": "", "kind": "numerical",
                             "ci_low": None, "ci_high": None, "samples": None}]
         rec_path.write_text(json.dumps(rec))
-    aggregate(run_dir)
+    publish(run_dir)
     html, _ = (p.read_text(encoding="utf-8") for p in build_report(run_dir))
     level2 = section(html, "level2")
     [(head, rows)] = [(h, r) for h, r in tables(level2) if "optimizer_check" in h and h[-1] == "verdict"]
@@ -380,14 +379,12 @@ def test_coinciding_training_curves_stay_readable() -> None:
 
 
 def test_level3_speedup_and_efficiency_are_metrics_in_the_results(tmp_path: Path) -> None:
-    import pandas as pd
-
-    from d5pipe.results.finalize import with_scaling
+    from d5pipe.results.run_results import build_results
 
     run_dir = tmp_path / "run"
     make_run_dir(run_dir, RunSpec(levels=("level3",), failed=0, skipped=0, grids={
         "level3": {"distributed.ranks": [1, 2, 4], "distributed.backend": ["ddp", "mpi"]}}))
-    df = with_scaling(pd.read_parquet(aggregate(run_dir)))
+    df = build_results(run_dir).frame
     speed = df[df["metric"] == "speedup"]
     timed = df[df["metric"] == "time_per_step_s"]
     assert set(speed["point_id"]) == set(timed["point_id"])  # every training point gets its own
@@ -405,18 +402,14 @@ def test_level3_speedup_and_efficiency_are_metrics_in_the_results(tmp_path: Path
 def test_the_side_by_side_speedups_are_metrics_of_the_variants_points(tmp_path: Path) -> None:
     """results.parquet carries each compared pair on every repetition of the variant: speedup with
     its CI and verdict (speedup:<metric>) and its p-value (speedup_p:<metric>); failed pairs none."""
-    import pandas as pd
-
-    from d5pipe.results.comparisons import comparisons, record_samples
-    from d5pipe.results.finalize import with_checks, with_comparison_rows
+    from d5pipe.results.run_results import build_results
 
     grid = {"operators.size": [128], "operators.impl": ["eager", "compiled", "naive"], "repeat": [0, 1, 2]}
     run = tmp_path / "reps"
     make_run_dir(run, RunSpec(levels=("level0",), failed=0, hostile=False, reproduce=False, acceptance=None,
                               grids={"level0": grid}))
-    df = with_checks(pd.read_parquet(aggregate(run)), {})
-    pairs = comparisons(df, record_samples(run), {})
-    out = with_comparison_rows(df, pairs)
+    res = build_results(run)
+    pairs, out = res.comparisons, res.frame
     speed = out[out["metric"] == "speedup:time"]
     assert set(speed["operators.impl"]) == {"compiled"} and sorted(speed["repeat"]) == [0, 1, 2]
     row = speed.iloc[0]
@@ -426,4 +419,4 @@ def test_the_side_by_side_speedups_are_metrics_of_the_variants_points(tmp_path: 
     assert row["error"] == "vs operators.impl=eager"
     p = out[(out["metric"] == "speedup_p:time")]
     assert len(p) == 3 and (p["value"] == pair["p_value"]).all()
-    assert len(out) == len(df) + 6  # nothing else added; naive (failed its check) gets no row
+    assert (out["metric"].str.startswith(("speedup:", "speedup_p:"))).sum() == 6  # naive (failed its check) gets no row

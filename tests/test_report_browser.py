@@ -19,9 +19,8 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from d5pipe.results.aggregate import aggregate  # noqa: E402
 from d5pipe.results.report import build_report  # noqa: E402
-from report_fixtures import RunSpec, make_run_dir  # noqa: E402
+from report_fixtures import RunSpec, make_run_dir, publish  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -94,7 +93,7 @@ def test_console_detection_works(tmp_path: Path) -> None:
 def test_report_renders_and_is_not_blank(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     make_run_dir(run_dir, RunSpec(levels=("level0", "level3"), failed=1))
-    aggregate(run_dir)
+    publish(run_dir)
     html_path, _ = build_report(run_dir)
     shot = tmp_path / "report.png"
     log = render(html_path, shot, tmp_path / "profile")
@@ -138,7 +137,7 @@ def test_no_table_is_cut_off_at_1400_px_and_level3_speedup_is_a_table(tmp_path: 
     wide = {"level1": {"model.name": ["mlp", "cnn"], "level1.batch_size": [16, 64],
                        "level1.dtype": ["float32", "bfloat16"], "level1.impl": ["eager", "compile"]}}
     make_run_dir(run_dir, RunSpec(grids=wide))
-    aggregate(run_dir)
+    publish(run_dir)
     html_path, _ = build_report(run_dir)
     boxes = table_boxes(html_path, tmp_path, 1400)
     assert len(boxes) > 5

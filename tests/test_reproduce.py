@@ -28,8 +28,8 @@ from d5pipe.core.seeds import point_seed
 from d5pipe.provenance import bundle
 from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.reproduce import reproduce
-from d5pipe.results.aggregate import aggregate
 from d5pipe.rundir.record import record_path, write_record
+from tests.report_fixtures import publish
 
 POINTS = ("mm-64-a1b2c3", "mm-128-d4e5f6", "mm-256-0718ab")
 
@@ -79,7 +79,7 @@ def make_bundle(root: Path) -> Path:
     for pid, size in zip(POINTS, (64, 128, 256)):
         for rep in range(REPS):
             write_record(record_path(run, "level0", _rep_id(pid, rep)), _record(pid, size, rng, rep))
-    aggregate(run)
+    publish(run)
     (run / "report.html").write_text("<html>demo</html>")
     bundle.write_checksums(run)
     return run
@@ -106,7 +106,7 @@ def copying_rerun(perturb: Perturb | None = None, drop: str | None = None,
             if perturb is not None:
                 perturb(rec)
             write_record(record_path(out, "level0", rec["point_id"]), rec)
-        aggregate(out)
+        publish(out)
 
     return rerun
 

@@ -17,19 +17,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from d5pipe.results.finalize import finalize_results, write_verdict
-    from d5pipe.results.report import build_report
-    from d5pipe.results.verdicts import read_verdict
-
-    rd = RunDir(args.run_dir).require_run()
-    finalize_results(rd.root, rd.results_path)
-    html, md = build_report(rd.root)
-    write_verdict(rd.root)
     from d5pipe.provenance.bundle import write_checksums
+    from d5pipe.results.report import build_report
+    from d5pipe.results.run_results import build_results, write_results
 
-    write_checksums(rd.root)  # rebuilt on purpose: re-sealed
+    res = build_results(RunDir(args.run_dir).require_run(), accounting=True)
+    write_results(res)
+    html, md = build_report(res)
+    write_checksums(res.run_dir.root)  # rebuilt on purpose: re-sealed
     print(f"report: {html.resolve()}\nmarkdown: {md.resolve()}")
-    verdict = read_verdict(rd.root)
-    if verdict is not None:
-        print(f"d5pipe: {verdict.line(str(html))}")
+    print(f"d5pipe: {res.verdict.line(str(html))}")
     return 0

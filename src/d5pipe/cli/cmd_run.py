@@ -60,11 +60,8 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _run(args: argparse.Namespace) -> RunOutcome:
-    """``d5pipe.execute.run.run`` with the user code written into ``RUN/code/`` first.
-
-    The run directory is claimed (and locked) before the code is copied into it, so another
-    experiment's directory is refused before anything is written; stale points are named.
-    """
+    """``d5pipe.execute.run.execute_plan`` of the composed plan, with the points whose user code
+    changed named first."""
     from d5pipe.execute.driver import discard, start_snakemake
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
@@ -76,22 +73,12 @@ def _run(args: argparse.Namespace) -> RunOutcome:
 
 def _plan_and_run(args: argparse.Namespace, started: Popen[str]) -> RunOutcome:
     from d5pipe.cli.cmd_plan import code_stale
-    from d5pipe.config.code_dir import write_code
     from d5pipe.execute.run import default_out, execute_plan, load_plan
-    from d5pipe.rundir.ownership import RunLock, check_out_dir, claim
 
     plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, args.out)
     out = Path(args.out) if args.out else default_out(plan)
-    check_out_dir(out)
-    rd = RunDir(out)
-    stale = code_stale(plan, out)
-    with RunLock(rd):
-        claim(rd, plan.experiment, args.force)
-        copied = write_code(out, plan.code)
-    for line in stale:
+    for line in code_stale(plan, out):
         print(f"d5pipe: {line}", flush=True)
-    if copied:
-        print(f"d5pipe: user code of {len(plan.code)} module(s) kept in {out / 'code'}", flush=True)
     ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
     return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
                         dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
@@ -107,10 +94,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"planned (dry run): {rd.root.resolve()}")
         return 0
     if args.junit is not None:
-        from d5pipe.results.finalize import results_frame
+        from d5pipe.results.columns import load_results
         from d5pipe.results.junit import write_junit
+        from d5pipe.results.verdicts import point_verdicts
 
-        write_junit(results_frame(rd.root), args.junit)
+        results = load_results(rd.root)  # as the run just wrote them
+        write_junit(results, point_verdicts(results), args.junit)
     print(f"report: {rd.report_html.resolve()}")
     print(f"d5pipe: {outcome.verdict.line(str(rd.report_html))}")
     return outcome.verdict.exit_code

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from d5pipe.execute.status import format_status, run_executor, run_status, slurm_status_lines
+from d5pipe.execute.status import format_status, run_status, slurm_status_lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,24 +16,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Exit 0 only when every planned point ran and passed its checks (else 3, one summary line)."""
-    from d5pipe.results.finalize import results_frame
-    from d5pipe.results.verdicts import run_verdict
+    from d5pipe.results.run_results import build_results
     from d5pipe.rundir.layout import RunDir
 
-    stats = run_status(args.run_dir)
-    frame = results_frame(args.run_dir)
-    verdict = run_verdict(frame)
-    print(format_status(stats, verdict))
-    if run_executor(args.run_dir) == "slurm":
+    rd = RunDir(args.run_dir).require_run()
+    res = build_results(rd)  # the records, read once: where the run stands and its verdicts
+    print(format_status(run_status(res.verdicts), res.verdict))
+    if rd.executor.get("name", "local") == "slurm":
         from d5pipe.execute.detach import driver_status_line
 
-        driver = driver_status_line(RunDir(args.run_dir))
+        driver = driver_status_line(rd)
         if driver is not None:
             print(driver)
-        print("\n".join(slurm_status_lines(args.run_dir)))
+        print("\n".join(slurm_status_lines(rd.root)))
     if args.junit is not None:
         from d5pipe.results.junit import write_junit
 
-        write_junit(frame, args.junit)
-    print(f"d5pipe: {verdict.line(str(RunDir(args.run_dir).report_html))}")
-    return verdict.exit_code
+        write_junit(res.frame, res.verdicts, args.junit)
+    print(f"d5pipe: {res.verdict.line(str(rd.report_html))}")
+    return res.verdict.exit_code

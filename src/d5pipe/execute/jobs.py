@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import threading
 
+    from d5pipe.results.verdicts import RunVerdict
+
 
 @contextlib.contextmanager
 def _logged(smk: Any) -> Iterator[None]:
@@ -97,7 +99,7 @@ _PRELOAD: threading.Thread | None = None
 """The thread of :func:`preload_report`, which the report job waits for."""
 REPORT_MODULES = ("pyarrow.parquet", "pyarrow.dataset", "pyarrow.pandas_compat", "matplotlib.figure",
                   "matplotlib.backends.backend_agg", "PIL.PngImagePlugin",
-                  "d5pipe.results.finalize", "d5pipe.results.aggregate", "d5pipe.results.acceptance",
+                  "d5pipe.results.run_results", "d5pipe.results.collect", "d5pipe.results.acceptance",
                   "d5pipe.results.accounting", "d5pipe.results.report", "d5pipe.results.report.build")
 """What the report job imports besides the levels' report sections (imported by
 :func:`preload_report` so that the job itself does not wait for them)."""
@@ -131,14 +133,23 @@ def preload_report(main_process: bool) -> None:
     _PRELOAD.start()
 
 
-def write_outputs(run_dir: Path, results: Path) -> None:
-    """results.parquet (checks, verdicts), then report.html/.md from it, then verdict.json."""
-    from d5pipe.results.finalize import finalize_results, write_verdict
+def write_outputs(run_dir: Path) -> RunVerdict:
+    """The run's results in one pass (d5pipe.results.run_results), written once: results.parquet
+    and its side tables, verdict.json, report.html/.md; then the manifest's datasets and
+    environments; returns the run's verdict."""
     from d5pipe.results.report import build_report
+    from d5pipe.results.run_results import build_results, write_results
+    from d5pipe.rundir.layout import RunDir
+    from d5pipe.rundir.manifest import finalize_environment, merge_dataset_meta
 
-    finalize_results(run_dir, results)
-    build_report(run_dir, checked=True)  # the results were just checked with this config
-    write_verdict(run_dir)
+    rd = RunDir(run_dir)
+    merge_dataset_meta(rd.root)
+    res = build_results(rd, accounting=True)
+    write_results(res)
+    build_report(res)
+    hashes = res.frame["env_hash"].dropna()
+    finalize_environment(rd.root, [str(h) for h in hashes.value_counts().index if str(h)])
+    return res.verdict
 
 
 def report_in_process(output: Any, log: Any) -> None:
@@ -154,7 +165,7 @@ def report_in_process(output: Any, log: Any) -> None:
     if _PRELOAD is not None:
         _PRELOAD.join()  # its imports are this job's; no second thread imports the same modules
     try:
-        write_outputs(Path("."), Path(str(output.results)))
+        write_outputs(Path("."))
     except BaseException:
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write(traceback.format_exc())

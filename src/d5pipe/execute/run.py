@@ -131,11 +131,14 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
                  retry_failed: bool = False, snakemake_args: list[str] | None = None,
                  timeout: float | None = None, dry_run: bool = False, force: bool = False,
                  verbose: bool = False, started: Popen[str] | None = None) -> RunOutcome:
-    """Claim and lock ``run_dir``, write the plan, run Snakemake, always leave results + report.
+    """Claim and lock ``run_dir``, keep the user code in ``RUN/code/`` (after the claim: another
+    experiment's directory is refused before anything is written), write the plan, run Snakemake,
+    always leave results + report.
 
     ``started``: a Snakemake process from d5pipe.execute.driver.start_snakemake, already importing
     Snakemake; it is used for the run (or ended when none is needed).
     """
+    from d5pipe.config.code_dir import write_code
     from d5pipe.execute.driver import Interrupted, run_workflow, snakemake_log
     from d5pipe.execute.snakemake import build_command
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim, clear_stale_snakemake_locks
@@ -148,6 +151,8 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         if stale:
             print(f"d5pipe: removed {stale} stale Snakemake lock(s) of an earlier run of {run_dir} "
                   "that is no longer running", flush=True)
+        if write_code(run_dir, plan.code):
+            print(f"d5pipe: user code of {len(plan.code)} module(s) kept in {Path(run_dir) / 'code'}", flush=True)
         summary = prepare_run(plan, run_dir, overrides, retry_failed)
         todo = sum(s.points - s.points_done for s in summary.stages)
         print(f"d5pipe: {plan.experiment}: {summary.points} points ({todo} to run) in {run_dir}", flush=True)
@@ -237,9 +242,7 @@ def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
     if verdict is None or not rd.report_html.exists():
         from d5pipe.execute.jobs import write_outputs
 
-        write_outputs(rd.root, rd.results_path)  # what the failed jobs left, and what never ran
-        verdict = read_verdict(rd.root)
-        assert verdict is not None
+        verdict = write_outputs(rd.root)  # what the failed jobs left, and what never ran
     write_checksums(rd.root)  # the run directory is a bundle: seal it
     return verdict
 

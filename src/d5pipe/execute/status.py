@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.results.verdicts import RunVerdict
-from d5pipe.rundir.layout import RunDir
-from d5pipe.rundir.record import CorruptRecord, read_record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -23,25 +25,24 @@ class StageStatus:
     failures: list[tuple[str, str]] = field(default_factory=list)
 
 
-def run_status(run_dir: Path) -> list[StageStatus]:
-    rd = RunDir(run_dir).require_run()
+def run_status(verdicts: pd.DataFrame) -> list[StageStatus]:
+    """Per stage, its points by status, from the points' verdicts of the run's results
+    (d5pipe.results.verdicts.point_verdicts): a planned point without a record is pending."""
+    from d5pipe.results.verdicts import NOT_RUN_PREFIX
+
     out = []
-    for stage, ids in rd.planned_ids.items():
-        st = StageStatus(stage, total=len(ids))
-        for pid in ids:
-            try:
-                rec = read_record(rd.record(stage, pid))
-            except (FileNotFoundError, CorruptRecord):
-                st.pending += 1
-                continue
-            status = rec.get("status")
+    for stage, group in verdicts.groupby("stage", sort=False):
+        st = StageStatus(str(stage), total=len(group))
+        for pid, status, reason in zip(group["point_id"], group["status"], group["reason"]):
             if status == "ok":
                 st.ok += 1
+            elif status == "skipped" and str(reason).startswith(NOT_RUN_PREFIX):
+                st.pending += 1
             elif status == "skipped":
                 st.skipped += 1
             else:
                 st.failed += 1
-                st.failures.append((pid, str(rec.get("error", ""))))
+                st.failures.append((str(pid), str(reason)))
         out.append(st)
     return out
 
@@ -63,11 +64,6 @@ def format_status(stats: list[StageStatus], verdict: RunVerdict | None = None) -
             for pid, err in s.failures[:20]:
                 lines.append(f"failed {s.stage}/{pid}: {err.splitlines()[0] if err else ''}")
     return "\n".join(lines)
-
-
-def run_executor(run_dir: Path) -> str:
-    """``executor.name`` of the run's ``config.yaml``."""
-    return str(RunDir(run_dir).executor.get("name", "local"))
 
 
 def slurm_status_lines(run_dir: Path) -> list[str]:

@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from d5pipe.config.validate import check_sweep
 from d5pipe.core.canonical import canonical_json, digest, normalise
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.seeds import check_unique, point_seed
@@ -199,11 +198,11 @@ def shard_bounds(costs: list[float], groups: list[int], pps: int, target_s: floa
 def build_plan(config: dict[str, Any]) -> Plan:
     """Expand the sweep of a resolved config into per-stage points and shards.
 
-    ``config`` has passed d5pipe.config.validate.check_config (values and axes); here every point
+    ``config`` has passed d5pipe.config.validate.check_config (values, axes, fixed keys: checked
+    there once, not again here); here every point
     is checked by its stage's ``validate`` target (cross-field rules such as a global batch
     divisible by the ranks), so a bad combination is one line naming the point, before any job.
     """
-    check_sweep(config)  # axes name sweepable keys; values fit them; fixed keys stay fixed
     sweep_cfg = config.get("sweep") or {}
     has_axes = bool(sweep_cfg.get("grid") or sweep_cfg.get("zip"))
     if has_axes:

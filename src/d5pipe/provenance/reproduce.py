@@ -55,7 +55,7 @@ from d5pipe.core.atomic import write_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.bundle import is_archive, opened_bundle, verify
-from d5pipe.results.compare import PointComparison, compare_loaded, load_run
+from d5pipe.results.compare import PointComparison, compare_loaded, load_points
 from d5pipe.results.metric_compare import ComparePolicy, Comparison
 from d5pipe.rundir.layout import RunDir
 
@@ -296,12 +296,12 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
             config = RunDir(ref_dir).config_path
             if not config.is_file():
                 raise D5PipeError(f"{config}: bundle has no config.yaml")
-            reference = load_run(ref_dir)
+            reference = load_points(ref_dir)
             rerun(config, out)
             if not RunDir(out).results_path.is_file():
                 raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
             measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
-            result = compare_loaded(reference, load_run(out), policy, check_seeds=True)
+            result = compare_loaded(reference, load_points(out), policy, check_seeds=True)
         finally:
             restore()
     failures, timing, counts = _judge(result.points, result.only_ref, result.only_new, strict_timing)

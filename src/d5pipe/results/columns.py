@@ -1,4 +1,5 @@
-"""The one definition of ``results.parquet``'s columns (d5pipe.results.aggregate writes it).
+"""The one definition of ``results.parquet``'s columns (d5pipe.results.run_results writes it),
+and its one reader, :func:`load_results`.
 
 One row per (point, metric)::
 
@@ -56,12 +57,31 @@ def axis_column_name(key: str) -> str:
     return f"axis:{key}" if key in FIXED_COLUMNS else key
 
 
+REQUIRED_COLUMNS = frozenset({"stage", "point_id", "metric", "value", "status"})
+
+
 def load_results(run_dir: str | Path) -> pd.DataFrame:
-    """``RUN/results.parquet`` as a pandas DataFrame (``pd.read_parquet`` does the same)."""
+    """``RUN/results.parquet`` (a run directory or the file) as a pandas DataFrame, integer axes
+    as nullable ``Int64`` (never floats with ``.0``). A missing, unreadable or foreign file is a
+    one-line D5PipeError."""
     import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from d5pipe.core.errors import D5PipeError
 
     path = Path(run_dir)
-    return pd.read_parquet(path / RESULTS_FILE if path.is_dir() else path)
+    path = path / RESULTS_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise D5PipeError(f"{path}: not found (is {path.parent} a finished run directory?)")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
+        raise D5PipeError(f"{path}: unreadable Parquet ({type(exc).__name__}: {exc})") from exc
+    missing = REQUIRED_COLUMNS - set(table.column_names)
+    if missing:
+        raise D5PipeError(f"{path}: missing columns {sorted(missing)}")
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
 def is_missing(v: Any) -> bool:

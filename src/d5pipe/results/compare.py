@@ -1,6 +1,6 @@
 """``d5pipe compare A B``: the points two runs share, side by side, each metric's change and significance.
 
-Also the loader both ``compare`` and ``reproduce`` use: :func:`load_run` reads ``results.parquet``
+Also the loader both ``compare`` and ``reproduce`` use: :func:`load_points` reads ``results.parquet``
 (one row per point and metric) and attaches each metric's raw samples from the point records
 (``points/<stage>/<point_id>.json``: ``metrics[].samples`` names a key of ``samples``).
 
@@ -23,12 +23,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import pandas as pd
-
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
-from d5pipe.results.columns import axis_columns, is_missing
+from d5pipe.results.collect import metric_samples
+from d5pipe.results.columns import axis_columns, is_missing, load_results
 from d5pipe.results.metric_compare import (
     ComparePolicy,
     Comparison,
@@ -81,44 +80,28 @@ def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
-def _record_samples(run_dir: Path, stage: str, point_id: str, cache: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+def _record_samples(run_dir: Path, stage: str, point_id: str,
+                    cache: dict[tuple[str, str], dict[str, list[float]]]) -> dict[str, list[float]]:
+    """The point's raw samples per metric (d5pipe.results.collect.metric_samples), its record read once."""
     key = (stage, point_id)
     if key not in cache:
         path = RunDir(run_dir).record(stage, point_id)
         try:
-            cache[key] = read_record(path) if path.is_file() else {}
+            cache[key] = metric_samples(read_record(path)) if path.is_file() else {}
         except CorruptRecord as exc:
             raise D5PipeError(str(exc)) from exc
     return cache[key]
 
 
-def _samples_for(record: dict[str, Any], metric: str) -> tuple[float, ...] | None:
-    for m in record.get("metrics", []):
-        if m.get("name") == metric and m.get("samples"):
-            raw = record.get("samples", {}).get(m["samples"])
-            if raw:
-                return tuple(float(x) for x in raw if x is not None)
-    return None
-
-
-def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
+def load_points(run_dir: Path) -> dict[tuple[str, str], PointData]:
     """(stage, point_id) -> PointData, from ``results.parquet`` and the point records."""
     run_dir = Path(run_dir)
-    path = RunDir(run_dir).results_path
-    if not path.is_file():
-        raise D5PipeError(f"{path}: not found (is {run_dir} a finished run directory?)")
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for corrupt files
-        raise D5PipeError(f"{path}: unreadable Parquet ({type(exc).__name__}: {exc})") from exc
-    missing = {"stage", "point_id", "metric", "value", "status"} - set(df.columns)
-    if missing:
-        raise D5PipeError(f"{path}: missing columns {sorted(missing)}")
+    df = load_results(run_dir)
     axis_cols = axis_columns(df.columns)
     # plausibility rows are derived from this run's timings (which are compared themselves) and
     # from this machine's noise: never a metric of their own to reproduce
     df = df[~df["metric"].astype(str).str.startswith("plausibility:")]
-    records: dict[tuple[str, str], dict[str, Any]] = {}
+    records: dict[tuple[str, str], dict[str, list[float]]] = {}
     points: dict[tuple[str, str], PointData] = {}
     for row in df.to_dict(orient="records"):
         key = (str(row["stage"]), str(row["point_id"]))
@@ -145,7 +128,8 @@ def load_run(run_dir: Path) -> dict[tuple[str, str], PointData]:
             value = str(text)
         samples = None
         if kind == "timing":
-            samples = _samples_for(_record_samples(run_dir, key[0], key[1], records), name)
+            raw = _record_samples(run_dir, key[0], key[1], records).get(name)
+            samples = tuple(raw) if raw else None
         point.metrics[name] = MetricValue(
             value=value, unit="" if is_missing(row.get("unit")) else str(row["unit"]), kind=kind,
             ci_low=_opt_float(row.get("ci_low")), ci_high=_opt_float(row.get("ci_high")), samples=samples,
@@ -307,7 +291,7 @@ def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None, allow_di
         la, lb = labels or (str(a), str(b))
         raise D5PipeError(f"compare: {la} is experiment '{ea}', {lb} is '{eb}'; they share no point "
                           "(use --allow-different to compare them anyway)")
-    return compare_loaded(load_run(Path(a)), load_run(Path(b)), policy)
+    return compare_loaded(load_points(Path(a)), load_points(Path(b)), policy)
 
 
 def regressions(result: RunComparison, pct: float) -> list[tuple[PointComparison, Comparison]]:

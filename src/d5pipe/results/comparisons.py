@@ -44,7 +44,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
@@ -216,7 +215,7 @@ def stage_axes(rows: pd.DataFrame) -> list[str]:
 
 
 def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
-                 config: dict[str, Any]) -> list[Pair]:
+                 config: dict[str, Any], verdicts: pd.DataFrame | None = None) -> list[Pair]:
     """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric; the
     repetitions of a configuration (axis ``repeat``) are one side of a pair."""
     rows = df[(df["stage"] == factor.stage) & (df["status"] == "ok")]
@@ -233,7 +232,7 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
     alpha = alpha_of(config)
     out: list[Pair] = []
     timed = rows[rows["metric"].isin(list(factor.metrics)) & rows["value"].notna()]
-    outcome = point_outcomes(df, factor.stage)
+    outcome = point_outcomes(df, factor.stage, verdicts)
     quality = _quality(rows, factor.quality)
     for _, group in points.groupby([points[a].map(_key) for a in others] if others else
                                    [pd.Series("", index=points.index)], sort=False):
@@ -280,12 +279,16 @@ def _mean(values: dict[str, float], points: list[str]) -> float:
 CHECK_COLUMNS = frozenset({"stage", "point_id", "metric", "value", "text", "kind", "status", "error"})
 
 
-def point_outcomes(df: pd.DataFrame, stage: str) -> dict[str, tuple[str, str]]:
-    """point_id -> (verdict, reason) of ``stage``'s points (d5pipe.results.verdicts); from the
+def point_outcomes(df: pd.DataFrame, stage: str, verdicts: pd.DataFrame | None = None) -> dict[str, tuple[str, str]]:
+    """point_id -> (verdict, reason) of ``stage``'s points: from ``verdicts`` (the run's point
+    verdicts, d5pipe.results.verdicts) when given, else computed from ``df``'s checks; from the
     ``verdict`` column alone (no reason) when ``df`` lacks the check columns; else empty."""
     from d5pipe.results.verdicts import point_verdicts
 
     rows = df[df["stage"] == stage]
+    if verdicts is not None:
+        pv = verdicts[verdicts["stage"] == stage]
+        return {str(p): (str(v), str(r)) for p, v, r in zip(pv["point_id"], pv["verdict"], pv["reason"])}
     if CHECK_COLUMNS <= set(rows.columns):
         pv = point_verdicts(rows)
         return {str(p): (str(v), str(r)) for p, v, r in zip(pv["point_id"], pv["verdict"], pv["reason"])}
@@ -335,36 +338,12 @@ def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: s
 
 
 def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,
-                config: dict[str, Any] | None = None, stage: str | None = None) -> pd.DataFrame:
-    """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields)."""
+                config: dict[str, Any] | None = None, stage: str | None = None,
+                verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields);
+    ``verdicts``: the run's point verdicts, when computed already."""
     config = config or {}
-    pairs = [p for f in FACTORS if stage is None or f.stage == stage for p in factor_pairs(df, f, samples, config)]
+    pairs = [p for f in FACTORS if stage is None or f.stage == stage
+             for p in factor_pairs(df, f, samples, config, verdicts)]
     columns = list(Pair.__dataclass_fields__)
     return pd.DataFrame([asdict(p) for p in pairs], columns=columns)
-
-
-def record_samples(run_dir: Path) -> SampleSource:
-    """A :data:`SampleSource` reading ``points/<stage>/<id>.json`` (each record read once)."""
-    from d5pipe.rundir.layout import RunDir
-    from d5pipe.rundir.record import CorruptRecord, read_record
-
-    rd = RunDir(run_dir)
-    cache: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def get(stage: str, point_id: str, metric: str) -> list[float] | None:
-        key = (stage, point_id)
-        if key not in cache:
-            path = rd.record(stage, point_id)
-            try:
-                cache[key] = read_record(path) if path.is_file() else {}
-            except CorruptRecord:
-                cache[key] = {}
-        rec = cache[key]
-        for m in rec.get("metrics") or []:
-            if m.get("name") == metric and m.get("samples"):
-                raw = (rec.get("samples") or {}).get(m["samples"])
-                if raw:
-                    return [float(x) for x in raw if isinstance(x, (int, float))]
-        return None
-
-    return get

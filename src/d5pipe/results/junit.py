@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from d5pipe.core.atomic import write_bytes
-from d5pipe.results.verdicts import checks, point_verdicts
+from d5pipe.results.verdicts import checks
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-def junit_xml(results: pd.DataFrame, name: str = "d5pipe") -> bytes:
-    pv = point_verdicts(results)
+def junit_xml(results: pd.DataFrame, pv: pd.DataFrame, name: str = "d5pipe") -> bytes:
+    """``pv``: the points' verdicts of ``results`` (d5pipe.results.verdicts.point_verdicts)."""
     chk = checks(results)
     root = ET.Element("testsuites", name=name, tests=str(len(pv)),
                       failures=str(int((pv["verdict"] == "fail").sum())))
@@ -40,6 +40,6 @@ def junit_xml(results: pd.DataFrame, name: str = "d5pipe") -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def write_junit(results: pd.DataFrame, path: Path) -> Path:
-    write_bytes(Path(path), junit_xml(results))
+def write_junit(results: pd.DataFrame, pv: pd.DataFrame, path: Path) -> Path:
+    write_bytes(Path(path), junit_xml(results, pv))
     return Path(path)

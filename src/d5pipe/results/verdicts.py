@@ -77,12 +77,6 @@ def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def with_verdict_column(results: pd.DataFrame) -> pd.DataFrame:
-    """``results`` with its point's ``verdict`` on every row."""
-    v = point_verdicts(results)[["stage", "point_id", "verdict"]]
-    return results.drop(columns=["verdict"], errors="ignore").merge(v, on=["stage", "point_id"], how="left")
-
-
 @dataclass
 class RunVerdict:
     """Counts over the planned points, and the one-line summary."""
@@ -122,9 +116,8 @@ class RunVerdict:
         return f"{bad} of {self.points} points did not pass ({', '.join(parts)}){where}"
 
 
-def run_verdict(results: pd.DataFrame) -> RunVerdict:
-    """The run's verdict from its results (one row per point and metric)."""
-    pv = point_verdicts(results)
+def run_verdict(pv: pd.DataFrame) -> RunVerdict:
+    """The run's verdict from its points' verdicts (:func:`point_verdicts`)."""
     rv = RunVerdict(points=len(pv))
     for r in pv.itertuples(index=False):
         if r.verdict == "pass":
@@ -144,7 +137,7 @@ def run_verdict(results: pd.DataFrame) -> RunVerdict:
 
 
 def read_verdict(run_dir: Path) -> RunVerdict | None:
-    """The verdict ``write_verdict`` left, or None when it is missing or older than the results."""
+    """The verdict d5pipe.results.run_results.write_results left, or None when it is missing or older than the results."""
     import json
 
     from d5pipe.rundir.layout import RunDir

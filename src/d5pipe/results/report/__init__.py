@@ -1,7 +1,7 @@
 """The run report: ``report.html`` (self-contained) and ``report.md`` from a run directory.
 
-Built from results.parquet, manifest.json, config.yaml, reproduce.json and aggregate's side tables
-(warnings.parquet, curves.parquet; the point records when those are absent). Nothing is re-run.
+Built from a run's results (d5pipe.results.run_results: one pass over its records), manifest.json,
+config.yaml and reproduce.json. Nothing is re-run or computed twice.
 The work is in :mod:`d5pipe.results.report.build`; this package face imports it only when called,
 so light helpers (``d5pipe.results.report.units``) load without pandas' plotting stack.
 """
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from d5pipe.results.report.blocks import Report
     from d5pipe.results.report.loader import RunData
+    from d5pipe.results.run_results import RunResults
 
 __all__ = ["build_report", "build_sections"]
 
@@ -26,9 +27,9 @@ def build_sections(data: RunData) -> Report:
     return build(data)
 
 
-def build_report(run_dir: Path, checked: bool = False) -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths.
-    ``checked``: results.parquet was just written with the current checks (not re-checked)."""
+def build_report(results: RunResults | Path) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` of a run; returns their paths. ``results``: the
+    run's results (d5pipe.results.run_results), or a run directory to build them from."""
     from d5pipe.results.report.build import build_report as build
 
-    return build(run_dir, checked)
+    return build(results)

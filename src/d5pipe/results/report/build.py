@@ -9,12 +9,12 @@ from d5pipe.core.stages import STAGES, load_target
 from d5pipe.results.report.blocks import Report, Section
 from d5pipe.results.report.checks import failures, overview, warnings
 from d5pipe.results.report.html import render_html
-from d5pipe.results.report.loader import RunData, load_run
+from d5pipe.results.report.loader import RunData, report_data
 from d5pipe.results.report.markdown import render_markdown
 from d5pipe.results.report.node_section import node_variability
 from d5pipe.results.report.sections import provenance, report_built, stage_table
 from d5pipe.results.report.slurm_section import slurm_jobs
-from d5pipe.rundir.layout import RunDir
+from d5pipe.results.run_results import RunResults, build_results
 
 
 def build_sections(data: RunData) -> Report:
@@ -50,13 +50,12 @@ def build_sections(data: RunData) -> Report:
     return Report(title or f"d5pipe report: {name}", subtitle, sections)
 
 
-def build_report(run_dir: Path, checked: bool = False) -> tuple[Path, Path]:
-    """Write ``report.html`` and ``report.md`` into ``run_dir``; returns their paths.
-    ``checked``: see d5pipe.results.report.loader.load_run."""
-    run_dir = Path(run_dir)
-    report = build_sections(load_run(run_dir, checked))
-    rd = RunDir(run_dir)
-    html_path, md_path = rd.report_html, rd.report_md
+def build_report(results: RunResults | Path) -> tuple[Path, Path]:
+    """Write ``report.html`` and ``report.md`` of a run; returns their paths. ``results``: the
+    run's results (d5pipe.results.run_results), or a run directory to build them from."""
+    res = results if isinstance(results, RunResults) else build_results(Path(results))
+    report = build_sections(report_data(res))
+    html_path, md_path = res.run_dir.report_html, res.run_dir.report_md
     write_text(html_path, render_html(report))
     write_text(md_path, render_markdown(report))
     return html_path, md_path

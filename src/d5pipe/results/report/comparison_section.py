@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, Factor, alpha_of, comparisons
+from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, Factor, alpha_of
 from d5pipe.results.report import plots
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.frames import MAX_TABLE_ROWS
@@ -85,10 +85,7 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     swept = [f for f in factors if f.column in data.results.columns
              and data.results.loc[data.results["stage"] == stage, f.column].nunique() > 1]
     factor = (swept or factors)[0]  # the level's compared factor that this run sweeps
-    if data.comparisons is not None:  # written with these results by the report job
-        pairs = data.comparisons[data.comparisons["stage"] == stage] if not data.comparisons.empty else data.comparisons
-    else:
-        pairs = comparisons(data.results, data.samples, data.config, stage=stage)
+    pairs = data.comparisons[data.comparisons["stage"] == stage] if not data.comparisons.empty else data.comparisons
     pairs = pairs[pairs["factor"] == factor.column] if not pairs.empty else pairs
     operators = data.config.get("operators")
     has_custom = isinstance(operators, dict) and bool(operators.get("custom"))

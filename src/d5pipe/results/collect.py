@@ -1,9 +1,14 @@
-"""Per-point records -> ``results.parquet`` (tidy) + per-stage summaries and side tables.
+"""A run's point records read once, into the columns of ``results.parquet`` and its side data.
 
-``results.parquet`` has one row per (point, metric) with the columns of docs/architecture.md::
+:func:`collect` reads each record once and returns the tidy table (one row per point and metric,
+with the columns of docs/architecture.md)::
 
     experiment, stage, point_id, metric, value, text, unit, kind, ci_low, ci_high,
     status, error, seed, env_hash, <one column per sweep axis, dotted key as name>
+
+and what else the records hold that the results need (:class:`Collected`): warnings, curves and
+each metric's raw samples. d5pipe.results.run_results adds the checks and verdicts and writes the
+files, once.
 
 * ``value`` holds numbers (bools as 1.0/0.0); ``text`` holds string values (and "true"/"false"
   for bools), so a verdict ``pass`` is ``value=NaN, text="pass"``.
@@ -15,11 +20,6 @@
 * An axis whose dotted key equals a fixed column name (e.g. sweeping ``seed``) is stored as
   ``axis:<key>``.
 
-Alongside it, in the same directory: ``summary_<stage>.parquet`` (one row per point: status,
-error, seed, axes, one column per metric) and the side tables the report reads instead of
-re-opening every record: ``warnings.parquet`` (stage, point_id, warning) and ``curves.parquet``
-(stage, point_id, series, step, value).
-
 Scale: per record the work is one ``json.loads`` plus C-level ``map(itemgetter)`` over its
 metrics; everything per row after that is done by pyarrow (see benchmarks/bench_aggregate.py).
 """
@@ -28,30 +28,29 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from d5pipe.core.atomic import write_bytes
 from d5pipe.core.errors import D5PipeError
 from d5pipe.results.columns import axis_column_name, axis_columns
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
-from d5pipe.rundir.layout import RESULTS_FILE, RunDir
+from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
 
 _METRIC_FIELDS = ("name", "value", "unit", "kind", "ci_low", "ci_high", "detail")
 
 
 @dataclass
-class _Columns:
-    """Column buffers: per point (expanded later by index) and per metric row."""
+class Collected:
+    """Column buffers: per point (expanded later by index) and per metric row; the side data."""
 
     experiment: list[str | None] = field(default_factory=list)
     stage: list[str] = field(default_factory=list)
@@ -68,6 +67,12 @@ class _Columns:
     """Metric field -> one entry per metric row."""
     warnings: list[tuple[str, str, str]] = field(default_factory=list)
     curves: list[tuple[str, str, str, float, float]] = field(default_factory=list)
+    samples: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
+    """(stage, point_id) -> metric name -> the raw samples that metric summarises."""
+
+    def sample_source(self) -> Callable[[str, str, str], list[float] | None]:
+        """(stage, point_id, metric) -> raw samples (d5pipe.results.comparisons.SampleSource)."""
+        return lambda stage, point_id, metric: self.samples.get((stage, point_id), {}).get(metric)
 
 
 _STATUS_ROW = {"name": "status", "value": None, "unit": "", "kind": "info", "ci_low": None, "ci_high": None}
@@ -94,7 +99,20 @@ def _record_files(run_dir: Path, point_ids: dict[str, list[str]] | None) -> Iter
             yield stage, name[:-5], points_dir / stage / name
 
 
-def _add_point(cols: _Columns, stage: str, pid: str, rec: dict[str, Any]) -> None:
+def metric_samples(rec: dict[str, Any]) -> dict[str, list[float]]:
+    """Metric name -> the raw samples it summarises (its ``samples`` key into the record's samples)."""
+    raw = rec.get("samples")
+    if not raw or rec.get("status", "ok") != "ok":
+        return {}
+    out = {}
+    for m in rec.get("metrics") or ():
+        values = raw.get(m.get("samples")) if isinstance(m, dict) and m.get("samples") else None
+        if isinstance(values, list) and values and "name" in m:
+            out[str(m["name"])] = [float(x) for x in values if isinstance(x, (int, float))]
+    return out
+
+
+def _add_point(cols: Collected, stage: str, pid: str, rec: dict[str, Any]) -> None:
     status = rec.get("status") or "ok"
     if status not in ("ok", "failed", "skipped"):
         status = "failed"
@@ -123,6 +141,9 @@ def _add_point(cols: _Columns, stage: str, pid: str, rec: dict[str, Any]) -> Non
             out[key].extend(m.get(key) if isinstance(m, dict) else None for m in metrics)
     cols.counts.append(len(metrics))
     cols.n_rows += len(metrics)
+    samples = metric_samples(rec)
+    if samples:
+        cols.samples[(stage, pid)] = samples
     extra = rec.get("extra")
     if extra:
         for w in extra.get("warnings") or ():
@@ -138,8 +159,8 @@ def _add_point(cols: _Columns, stage: str, pid: str, rec: dict[str, Any]) -> Non
                         cols.curves.append((stage, pid, series, float(x), float(y)))
 
 
-def _read_all(run_dir: Path, point_ids: dict[str, list[str]] | None) -> _Columns:
-    cols = _Columns()
+def _read_all(run_dir: Path, point_ids: dict[str, list[str]] | None) -> Collected:
+    cols = Collected()
     for stage, pid, path in _record_files(run_dir, point_ids):
         try:
             with open(path, "rb") as fh:
@@ -200,7 +221,7 @@ def _axes(params: list[dict[str, Any]]) -> list[str]:
     return sorted(keys)
 
 
-def _build_table(cols: _Columns) -> pa.Table:
+def _build_table(cols: Collected) -> pa.Table:
     idx = pa.array(np.repeat(np.arange(len(cols.counts), dtype=np.int64), cols.counts))
     m = cols.metric
     names = _string_array(m["name"])
@@ -233,22 +254,17 @@ def _build_table(cols: _Columns) -> pa.Table:
     return pa.table(data)
 
 
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    """Serialise in memory, then write atomically (temp file + rename)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    write_bytes(path, sink.getvalue().to_pybytes())
-
-
-def stage_summary(results: pa.Table, stage: str) -> pa.Table:
-    """One row per point of ``stage``: point_id, status, error, seed, axes, one column per metric.
+def stage_summary(results: pd.DataFrame, stage: str) -> pd.DataFrame:
+    """One row per point of ``stage``: point_id, status, verdict, error, seed, axes, one column per
+    metric (``summary_<stage>.parquet``).
 
     Numeric metrics give their value, string metrics their text; a metric named like a fixed or
     axis column is stored as ``metric:<name>``.
     """
-    df = results.filter(pc.equal(results["stage"], stage)).to_pandas()
+    df = results[results["stage"] == stage]
     axis_cols = [c for c in axis_columns(df.columns) if df[c].notna().any()]
-    base = df.drop_duplicates("point_id")[["point_id", "status", "error", "seed", *axis_cols]]
+    point_cols = ["point_id", "status", *(["verdict"] if "verdict" in df.columns else []), "error", "seed"]
+    base = df.drop_duplicates("point_id")[[*point_cols, *axis_cols]]
     base = base.set_index("point_id")
     metrics = df[df["metric"] != "status"]
     if not metrics.empty:
@@ -261,45 +277,15 @@ def stage_summary(results: pa.Table, stage: str) -> pa.Table:
         taken = set(base.columns) | {"point_id"}
         numeric.columns = [f"metric:{c}" if c in taken else str(c) for c in numeric.columns]
         base = base.join(numeric, how="left")
-    return pa.Table.from_pandas(base.reset_index(), preserve_index=False)
+    return base.reset_index()
 
 
-def collect(run_dir: Path, point_ids: dict[str, list[str]] | None = None) -> tuple[pa.Table, _Columns]:
-    """The results table of the run's records, in memory (and the side-table buffers)."""
-    cols = _read_all(Path(run_dir), point_ids)
-    return _build_table(cols), cols
-
-
-def aggregate(
-    run_dir: Path, point_ids: dict[str, list[str]] | None = None, out: Path | None = None
-) -> Path:
-    """Collect the run's point records into ``results.parquet`` (see module docstring).
+def collect(run_dir: Path, point_ids: dict[str, list[str]] | None = None) -> tuple[pa.Table, Collected]:
+    """The results table of the run's records, and the side data read with it (each record once).
 
     ``point_ids`` (stage -> planned IDs) restricts the records read to the planned points; a
-    planned point without a record becomes a ``skipped`` row. Returns the results path.
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
+    planned point without a record becomes a ``skipped`` row."""
+    if not Path(run_dir).is_dir():
         raise D5PipeError(f"run directory {run_dir} does not exist")
-    out = Path(out) if out is not None else run_dir / RESULTS_FILE
-    table, cols = collect(run_dir, point_ids)
-    _write_parquet(table, out)
-    for stage in sorted(set(cols.stage)):
-        _write_parquet(stage_summary(table, stage), out.parent / f"summary_{stage}.parquet")
-    _write_parquet(
-        pa.table({k: pa.array(v, type=pa.string()) for k, v in
-                  zip(("stage", "point_id", "warning"), zip(*cols.warnings) if cols.warnings else ((), (), ()))}),
-        out.parent / "warnings.parquet",
-    )
-    curve_cols = list(zip(*cols.curves)) if cols.curves else [(), (), (), (), ()]
-    _write_parquet(
-        pa.table({
-            "stage": pa.array(curve_cols[0], type=pa.string()),
-            "point_id": pa.array(curve_cols[1], type=pa.string()),
-            "series": pa.array(curve_cols[2], type=pa.string()),
-            "step": pa.array(curve_cols[3], type=pa.float64()),
-            "value": pa.array(curve_cols[4], type=pa.float64()),
-        }),
-        out.parent / "curves.parquet",
-    )
-    return out
+    cols = _read_all(Path(run_dir), point_ids)
+    return _build_table(cols), cols

@@ -1,0 +1,209 @@
+"""The results of a run, built in one pass from its records and written once.
+
+:func:`build_results` is the one place that turns records into what users read. It reads each
+record once (d5pipe.results.collect) and derives, in this order: the recipe's acceptance verdicts
+evaluated with the **current** config (d5pipe.results.acceptance), the plausibility findings
+(d5pipe.results.plausibility), level 3's speedup and efficiency per point, the SLURM accounting
+(the report job only), each point's verdict (d5pipe.results.verdicts, computed once), the
+side-by-side comparisons (d5pipe.results.comparisons) as rows of the variants' points, and the
+run's verdict. It returns one :class:`RunResults`; :func:`write_results` writes
+``results.parquet``, ``summary_<stage>.parquet`` (with the verdicts), ``warnings.parquet``,
+``curves.parquet``, ``comparisons.parquet``, ``accounting.parquet`` and ``verdict.json`` from it,
+each once. The report, ``d5pipe report``, ``d5pipe status`` and ``--junit`` take that value; a
+reader of a finished run's ``results.parquet`` goes through d5pipe.results.columns.load_results.
+A changed ``recipe.acceptance`` changes verdicts on the next pass without re-measuring anything.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from d5pipe.core.atomic import write_bytes, write_json
+from d5pipe.core.errors import D5PipeError
+from d5pipe.results.collect import collect, stage_summary
+from d5pipe.results.comparisons import SampleSource, comparisons
+from d5pipe.results.verdicts import RunVerdict, point_verdicts, run_verdict
+from d5pipe.rundir.layout import RunDir
+
+
+@dataclass
+class RunResults:
+    """Everything the results of a run are, computed once."""
+
+    run_dir: RunDir
+    frame: pd.DataFrame
+    """results.parquet: one row per point and metric, with checks, verdicts and speedups."""
+    verdicts: pd.DataFrame
+    """One row per point: stage, point_id, status, verdict, reason (d5pipe.results.verdicts)."""
+    verdict: RunVerdict
+    warnings: pd.DataFrame
+    """stage, point_id, warning."""
+    curves: pd.DataFrame
+    """stage, point_id, series, step, value."""
+    comparisons: pd.DataFrame
+    """Every side-by-side pair (d5pipe.results.comparisons)."""
+    samples: SampleSource
+    """(stage, point_id, metric) -> the raw samples of the record, or None."""
+    accounting: pd.DataFrame | None = None
+    """The SLURM accounting of the run's jobs (the report job), else None."""
+
+
+def _nullable(table: pa.Table) -> pd.DataFrame:
+    """Integers stay integers (nullable ``Int64``) where some rows have no value."""
+    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+
+
+def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
+    """Acceptance verdict rows for ``config``'s recipe, then plausibility rows
+    (d5pipe.results.plausibility); earlier ones are dropped, never kept."""
+    from d5pipe.results.acceptance import VERDICT_PREFIX, evaluate_acceptance
+    from d5pipe.results.plausibility import with_plausibility
+
+    df = df[~df["metric"].astype(str).str.startswith(VERDICT_PREFIX)].drop(columns=["verdict"], errors="ignore")
+    acceptance = (config.get("recipe") or {}).get("acceptance") or []
+    if acceptance and not df.empty:
+        rows = evaluate_acceptance(df, acceptance)
+        if not rows.empty:
+            df = pd.concat([df, rows.astype({c: t for c, t in df.dtypes.items() if c in rows}, errors="ignore")],
+                           ignore_index=True)
+    return with_plausibility(df, config)
+
+
+def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
+                  point_ids: dict[str, list[str]] | None = None) -> RunResults:
+    """The run's results from its records, in memory (nothing written): of ``point_ids`` when
+    given, else of the planned points when the run has a plan (a planned point without a record
+    is ``not run``), else of every record."""
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    config = rd.config if rd.config_path.is_file() else {}
+    if point_ids is None and rd.is_run():
+        point_ids = rd.planned_ids
+    table, cols = collect(rd.root, point_ids)
+    if table.num_rows == 0:
+        raise D5PipeError(f"{rd.root}: no point records and no plan (is it a d5pipe run directory?)")
+    df = with_scaling(with_checks(_nullable(table), config))
+    acct = None
+    if accounting:
+        df, acct = with_accounting(df, rd)
+    verdicts = point_verdicts(df)
+    df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
+    samples = cols.sample_source()
+    pairs = comparisons(df, samples, config, verdicts=verdicts)
+    return RunResults(
+        run_dir=rd, frame=with_comparison_rows(df, pairs), verdicts=verdicts, verdict=run_verdict(verdicts),
+        warnings=pd.DataFrame(cols.warnings, columns=["stage", "point_id", "warning"], dtype=object),
+        curves=pd.DataFrame(cols.curves, columns=["stage", "point_id", "series", "step", "value"]),
+        comparisons=pairs, samples=samples, accounting=acct)
+
+
+def with_accounting(df: pd.DataFrame, rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Join each point's SLURM job accounting (``slurm_*`` columns); also return the accounting
+    table (with its ``note``) for ``accounting.parquet``, or None when no point ran under SLURM.
+
+    Done by the report job: its shard jobs have all ended, so sacct's figures are final.
+    """
+    from d5pipe.results.accounting import COLUMNS, job_accounting, run_job_ids
+
+    if "slurm_job_id" not in df.columns or df["slurm_job_id"].isna().all():
+        return df, None
+    since = str(rd.manifest.get("created") or "now-7days")[:19]
+    ids = {*df["slurm_job_id"].dropna().unique(), *run_job_ids(str(rd.root), since)}
+    acct, why = job_accounting(ids)
+    if acct.empty:
+        return df, acct.assign(note=why)
+    extra = [c for c in COLUMNS if c != "slurm_job_id"]
+    return df.drop(columns=extra, errors="ignore").merge(acct, on="slurm_job_id", how="left"), acct.assign(note=why)
+
+
+def with_scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """Level 3: each training point's ``speedup`` and ``efficiency`` against the 1-rank point of its
+    configuration (d5pipe.levels.level3.scaling; CI from both times' CIs), as metrics of the point,
+    so the report's scaling figures are data in results.parquet too. Nothing when the records carry
+    them already or the run does not sweep ranks."""
+    from d5pipe.levels.level3.scaling import TIME_METRIC, scaling_table
+
+    l3 = df[df["stage"] == "level3"]
+    if l3.empty or "distributed.ranks" not in df.columns or {"speedup", "efficiency"} & set(l3["metric"]):
+        return df
+    table = scaling_table(l3, TIME_METRIC)
+    if table.empty or "point_id" not in table.columns:
+        return df
+    timed = l3[l3["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
+    new = []
+    for metric in ("speedup", "efficiency"):
+        t = table.dropna(subset=[metric]).drop_duplicates("point_id").set_index("point_id")
+        ids = timed.index.intersection(t.index)
+        if ids.empty:
+            continue
+        rows = timed.loc[ids].copy()
+        rows["metric"], rows["value"] = metric, t.loc[ids, metric].astype(float)
+        rows["ci_low"], rows["ci_high"] = t.loc[ids, f"{metric}_ci_low"].astype(float), t.loc[ids, f"{metric}_ci_high"].astype(float)
+        rows["unit"], rows["kind"], rows["text"] = "", "numerical", None
+        new.append(rows.reset_index())
+    return pd.concat([df, *new], ignore_index=True) if new else df
+
+
+COMPARISON_PREFIXES = ("speedup:", "speedup_p:")
+"""Metrics of a variant's points that carry its side-by-side comparison (``speedup:<metric>``:
+speedup over the baseline with its CI, text the verdict; ``speedup_p:<metric>``: the p-value)."""
+
+
+def with_comparison_rows(df: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each compared pair as metrics of the variant configuration's points (every repetition), so
+    results.parquet holds the speedups too: ``speedup:<metric>`` (value, CI, verdict in ``text``,
+    the baseline in ``error``) and ``speedup_p:<metric>``."""
+    from d5pipe.plan.point_config import REPEAT_AXIS
+    from d5pipe.results.comparisons import stage_axes
+
+    if pairs.empty:
+        return df
+    new = []
+    for pair in pairs.itertuples(index=False):
+        if pair.verdict == "not compared" or not pd.notna(pair.speedup):
+            continue
+        srows = df[df["stage"] == pair.stage]
+        axes = [a for a in stage_axes(srows) if a != REPEAT_AXIS]
+        ref = srows[srows["point_id"] == pair.variant_point]
+        if ref.empty:
+            continue
+        key = ref.iloc[0][axes].astype(str)
+        points = srows[(srows[axes].astype(str) == key).all(axis=1)].drop_duplicates("point_id")
+        baseline = f"vs {pair.factor}={pair.baseline}"
+        for metric, value, low, high, text, unit in (
+                (f"speedup:{pair.metric}", pair.speedup, pair.ci_low, pair.ci_high, pair.verdict, "x"),
+                (f"speedup_p:{pair.metric}", pair.p_value, None, None, None, "")):
+            rows = points.copy()
+            rows["metric"], rows["value"], rows["ci_low"], rows["ci_high"] = metric, float(value), low, high
+            rows["text"], rows["unit"], rows["kind"], rows["error"] = text, unit, "info", baseline
+            new.append(rows)
+    if not new:
+        return df
+    extra = pd.concat(new, ignore_index=True).astype({c: t for c, t in df.dtypes.items()}, errors="ignore")
+    return pd.concat([df, extra], ignore_index=True)
+
+
+def write_frame(df: pd.DataFrame, path: Path) -> None:
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False, compression="zstd")
+    write_bytes(path, buf.getvalue())
+
+
+def write_results(res: RunResults) -> Path:
+    """Write every file of :class:`RunResults` once; returns the path of ``results.parquet``."""
+    rd = res.run_dir
+    write_frame(res.frame, rd.results_path)
+    for stage in sorted(res.frame["stage"].dropna().unique()):
+        write_frame(stage_summary(res.frame, str(stage)), rd.side_table(f"summary_{stage}"))
+    write_frame(res.warnings.astype(str), rd.side_table("warnings"))
+    write_frame(res.curves, rd.side_table("curves"))
+    write_frame(res.comparisons, rd.side_table("comparisons"))
+    if res.accounting is not None:
+        write_frame(res.accounting, rd.side_table("accounting"))
+    write_json(rd.verdict_path, {"schema_version": 1, **asdict(res.verdict)})
+    return rd.results_path
