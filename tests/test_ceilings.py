@@ -21,9 +21,9 @@ LEVELS = [["L1", 32 << 10], ["L2", 1 << 20], ["L3", 32 << 20]]
 
 def stub(f32: float = 80e9, f16: float = 2e9, bf16: float = 200e9) -> Ceilings:
     rates = {str(16 << 10): 30e9, str(256 << 10): 75e9, str(4 << 20): 78e9, str(64 << 20): 22e9, str(256 << 20): 24e9}
-    flops = {str(torch.float32): {"best": f32, "shape": "256", "rates": {"256": f32}},
-             str(torch.float16): {"best": f16, "shape": "128", "rates": {"128": f16}},
-             str(torch.bfloat16): {"best": bf16, "shape": "512", "rates": {"512": bf16}}}
+    flops = {str(torch.float32): {"best": f32, "shape": "matmul 256x256x256", "rates": {"matmul 256x256x256": f32}},
+             str(torch.float16): {"best": f16, "shape": "matmul 128x128x128", "rates": {"matmul 128x128x128": f16}},
+             str(torch.bfloat16): {"best": bf16, "shape": "conv2d b=1 c=64 n=56", "rates": {"conv2d b=1 c=64 n=56": bf16}}}
     return Ceilings("k", "cpu", 1, flops, {"rates": rates, "levels": LEVELS}, {})
 
 
@@ -47,7 +47,7 @@ def test_a_working_set_is_bounded_by_the_best_rate_from_a_quarter_of_it_up() -> 
 
 def test_a_narrow_dtype_is_bounded_by_float32_where_that_is_faster() -> None:
     c = stub()
-    assert c.flop_ceiling(torch.float16) == (80e9, "matmul float32 n=256 (bounds matmul float16 n=128)")
+    assert c.flop_ceiling(torch.float16) == (80e9, "float32 matmul 256x256x256 (bounds float16 matmul 128x128x128)")
     assert c.flop_ceiling(torch.bfloat16)[0] == 200e9  # its own matmuls are faster
 
 
@@ -57,7 +57,7 @@ def test_ceilings_are_measured_once_per_machine_and_a_remeasure_only_raises_them
     calls: list[str] = []
     flop_rate = {"v": 50e9}
 
-    def flops(device: str, dtype: torch.dtype) -> dict[str, Any]:
+    def flops(device: str, dtype: torch.dtype, only: frozenset[str] | None = None) -> dict[str, Any]:
         calls.append(str(dtype))
         return {"best": flop_rate["v"], "shape": "256", "rates": {"256": flop_rate["v"]}}
 
@@ -81,6 +81,29 @@ def test_ceilings_are_measured_once_per_machine_and_a_remeasure_only_raises_them
     assert cm.machine_ceilings("cpu", (), threads=2).key != first.key  # per thread count
 
 
+def test_a_refresh_times_the_fastest_kernels_again_and_only_raises(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("D5PIPE_CACHE_DIR", str(tmp_path))
+    asked: list[frozenset[str] | None] = []
+    rates = {"matmul 256x256x256": 90e9, "conv2d b=1 c=64 n=56": 100e9, "matmul 512x512x512": 80e9}
+
+    def flops(device: str, dtype: torch.dtype, only: frozenset[str] | None = None) -> dict[str, Any]:
+        asked.append(only)
+        got = {k: v for k, v in rates.items() if only is None or k in only}
+        best = max(got, key=lambda k: got[k])
+        return {"best": got[best], "shape": best, "rates": got}
+
+    monkeypatch.setattr(cm, "measure_flops", flops)
+    monkeypatch.setattr(cm, "measure_bandwidth", lambda device: {"rates": {"1024": 10e9}, "levels": LEVELS})
+    assert cm.machine_ceilings("cpu", (), threads=1).flop_ceiling(torch.float32)[0] == 100e9
+    rates.update({"conv2d b=1 c=64 n=56": 95e9, "matmul 256x256x256": 104e9})  # a faster moment for one
+    up = cm.machine_ceilings("cpu", (), threads=1, memo={}, refresh=(torch.float32,))
+    assert asked == [None, frozenset({"conv2d b=1 c=64 n=56", "matmul 256x256x256"})]  # the two fastest
+    assert up.flop_ceiling(torch.float32) == (104e9, "float32 matmul 256x256x256")  # raised, never lowered
+    assert up.flops[str(torch.float32)]["rates"]["conv2d b=1 c=64 n=56"] == 100e9
+    assert "flops float32 refresh" in up.seconds
+
+
 def test_a_point_faster_than_its_bound_is_flagged_in_the_results_and_the_report(tmp_path: Path) -> None:
     """Stubbed ceilings (1 MFLOP/s, 1 MB/s) in the run's user cache: every point is above its bound."""
     cache = tmp_path / "cache"
@@ -88,6 +111,8 @@ def test_a_point_faster_than_its_bound_is_flagged_in_the_results_and_the_report(
         key = cm.machine_key("cpu", threads)
         c = stub(f32=1e6)
         c.bandwidth["rates"] = {k: 1e6 for k in c.bandwidth["rates"]}
+        # kernels no refresh can time again: the point near (above) its ceiling cannot raise it
+        c.flops = {k: {"best": v["best"], "shape": "stub", "rates": {"stub": v["best"]}} for k, v in c.flops.items()}
         path = cache / "ceilings" / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**c.to_json(), "key": key, "threads": threads}))
@@ -110,3 +135,4 @@ def test_a_point_faster_than_its_bound_is_flagged_in_the_results_and_the_report(
     suspect = record["extra"]["roofline"]["suspect"]  # the ceilings it beat, named in its record
     assert any(s.startswith("flops") and "float32" in s for s in suspect) and any(s.startswith("bandwidth") for s in suspect)
     assert any("marked suspect" in w for w in record["extra"]["warnings"])
+    assert record["extra"]["roofline"]["ceiling_refreshed"] is True  # it was close: checked again first

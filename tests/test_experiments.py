@@ -29,7 +29,7 @@ def test_shipped_experiment_plans_for_slurm(experiment: str) -> None:
 
 
 def test_the_stage_registry_drives_the_plan_index_schema() -> None:
-    from d5pipe.execute.workflow_api import plan_index_schema
+    from d5pipe.execute.snakefile_api import plan_index_schema
 
     names = plan_index_schema()["properties"]["stages"]["propertyNames"]["enum"]
     assert names == list(STAGE_NAMES)

@@ -155,7 +155,7 @@ def test_local_cores_are_job_slots_times_the_widest_stage(tmp_path: Path) -> Non
 
 
 def test_a_stage_entry_overrides_default_even_with_the_schema_value() -> None:
-    from d5pipe.execute.workflow_api import threads_of
+    from d5pipe.execute.snakefile_api import threads_of
 
     ex = {"name": "local", "resources": {"default": {"cpus_per_task": 8, "partition": "big"},
                                          "level0": {"cpus_per_task": 1, "partition": None}}}
@@ -184,7 +184,7 @@ def test_a_throttled_array_starts_after_its_grace_so_the_throttle_comes_first(mo
     SLURM's ArrayTaskThrottle is set by the driver after sbatch, so the array's tasks are held back
     THROTTLE_GRACE_S seconds (--begin); level 3 and placed stages are not arrays, get no delay and
     take one of the run's job slots instead."""
-    from d5pipe.execute import workflow_api as api
+    from d5pipe.execute import snakefile_api as api
     from d5pipe.execute.slurm_arrays import SLOTS
 
     ex = {"name": "slurm", "arrays": True, "array_throttle": 2, "jobs": 20, "resources": {}}

@@ -1,5 +1,5 @@
-# Helpers: one-line calls into d5pipe.execute.workflow_api (typed and unit-tested there).
-import d5pipe.execute.workflow_api as d5api
+# Helpers: one-line calls into d5pipe.execute.snakefile_api (typed and unit-tested there).
+import d5pipe.execute.snakefile_api as d5api
 
 d5api.validate_index(".")  # plan/index.json against workflow/schemas/, stage names from the registry
 

@@ -32,7 +32,7 @@ ALLOW_HELP = ("allow importing plug-in targets under this package or module pref
 
 
 def add_allow_argument(p: argparse.ArgumentParser) -> None:
-    """``--allow PREFIX`` (repeatable): the runner's allow-list for plug-in imports."""
+    """``--allow PREFIX`` (repeatable): the allow-list of the person running d5pipe for plug-in imports."""
     p.add_argument("--allow", action="append", default=[], metavar="PREFIX", help=ALLOW_HELP)
 
 

@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _default_rerun() -> RerunFn:
-    runner = importlib.import_module("d5pipe.execute.run")
-    fn = getattr(runner, "run_config_file", None)
+    execute_run = importlib.import_module("d5pipe.execute.run")
+    fn = getattr(execute_run, "run_config_file", None)
     if fn is None:
         raise D5PipeError("reproduce: d5pipe.execute.run.run_config_file(config_yaml, out_dir) is not available")
     return cast(RerunFn, fn)

@@ -62,7 +62,7 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args: argparse.Namespace) -> RunOutcome:
     """``d5pipe.execute.run.execute_plan`` of the composed plan, with the points whose user code
     changed named first."""
-    from d5pipe.execute.driver import discard, start_snakemake
+    from d5pipe.execute.snakemake_run import discard, start_snakemake
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
     try:

@@ -6,7 +6,7 @@ strategies, metrics) is a **target**: a mapping with Hydra's ``_target_`` key an
 mappings with a ``_target_`` are built first), or the short form ``"mypkg.models:MyNet"``
 (``"mypkg.models.MyNet"`` works too), which is ``{_target_: mypkg.models.MyNet}``.
 
-**The allow-list is the runner's trust decision, never the config's.** A target is imported only
+**The allow-list is the trust decision of the person running d5pipe, never the config's.** A target is imported only
 when its dotted path lies under an allowed prefix. The prefixes come from, and only from:
 
 * the command line: ``--allow PREFIX`` (repeatable) on ``d5pipe run``/``plan``/``reproduce``;

@@ -1,3 +1,3 @@
 """How a run executes: the ``d5pipe run`` driver (``run``), the Snakemake command (``snakemake``),
-what the Snakefile asks (``workflow_api``), job bodies (``jobs``), shard execution (``shard``),
+what the Snakefile asks (``snakefile_api``), job bodies (``jobs``), shard execution (``shard``),
 resources, SLURM glue and status."""

@@ -1,7 +1,7 @@
 """The bodies of the Snakemake jobs, with stdout and stderr sent to the rule's log file.
 
 * shard jobs (``level0``..``level3`` rules): ``python -m d5pipe.execute.jobs STAGE SHARD MARKER LOG``
-  from the rule's ``shell:`` (d5pipe.execute.workflow_api.shard_shell) -- no Snakemake import in
+  from the rule's ``shell:`` (d5pipe.execute.snakefile_api.shard_shell) -- no Snakemake import in
   the job, which a ``script:`` job pays;
 * ``prepare_data``: ``workflow/scripts/prepare_data.py`` calls :func:`prepare_data_job` with the
   ``snakemake`` object;
@@ -81,7 +81,7 @@ def shard_main(argv: list[str]) -> int:
 def prepare_data_job(smk: Any) -> None:
     """Materialise one dataset (``prepare_data`` rule) and write its metadata beside it."""
     from d5pipe.core.atomic import write_json
-    from d5pipe.execute.workflow_api import dataset_config
+    from d5pipe.execute.snakefile_api import dataset_config
     from d5pipe.levels.datasets import prepare
     from d5pipe.rundir.data_cache import store
 

@@ -1,6 +1,6 @@
 """``python -m d5pipe.execute.reaper RUN_DIR SINCE SNAKEMAKE_PID``: cancel a SLURM run whose driver died.
 
-Started by the driver (d5pipe.execute.driver) in its own session with a pipe on stdin. When the
+Started by the driver (d5pipe.execute.snakemake_run) in its own session with a pipe on stdin. When the
 driver finishes it writes ``done`` and closes the pipe; the reaper exits. When the driver dies
 any other way (SIGKILL included) the pipe closes without ``done``: the reaper kills Snakemake's
 session and ``scancel``s the run's SLURM jobs submitted since ``SINCE``, then exits.

@@ -135,12 +135,12 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
     experiment's directory is refused before anything is written), write the plan, run Snakemake,
     always leave results + report.
 
-    ``started``: a Snakemake process from d5pipe.execute.driver.start_snakemake, already importing
+    ``started``: a Snakemake process from d5pipe.execute.snakemake_run.start_snakemake, already importing
     Snakemake; it is used for the run (or ended when none is needed).
     """
     from d5pipe.config.code_dir import write_code
-    from d5pipe.execute.driver import Interrupted, run_workflow, snakemake_log
     from d5pipe.execute.snakemake import build_command
+    from d5pipe.execute.snakemake_run import Interrupted, run_workflow, snakemake_log
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim, clear_stale_snakemake_locks
 
     check_out_dir(run_dir)

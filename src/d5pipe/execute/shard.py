@@ -89,9 +89,9 @@ def process_env_hash(run_dir: Path) -> str:
     return h
 
 
-def run_point_record(ctx: PointContext, env_hash: str, runner: Any | None = None) -> Record:
+def run_point_record(ctx: PointContext, env_hash: str, run_point: Any | None = None) -> Record:
     """Run one point in this process and build its record; errors become ``failed`` with their text."""
-    runner = runner or load_target(STAGES[ctx.stage].point)
+    run_point = run_point or load_target(STAGES[ctx.stage].point)
     started = time.time()
     start_iso = _now()
     status = "ok"
@@ -101,7 +101,7 @@ def run_point_record(ctx: PointContext, env_hash: str, runner: Any | None = None
         reason = skip_reason(ctx.config, ctx.executor)
         if reason:
             raise PointSkipped(reason)
-        outcome = runner(ctx)
+        outcome = run_point(ctx)
     except PointSkipped as exc:
         status, error = "skipped", str(exc) or "skipped"
     except Exception as exc:  # a failing point must not stop the sweep
@@ -172,7 +172,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
         else:
             todo.append(k)
     if todo:
-        runner = load_target(STAGES[stage].point)  # imported once, before the worker is forked
+        run_point = load_target(STAGES[stage].point)  # imported once, before the worker is forked
         cache: dict[str, Any] = {}
 
         def run_one(k: int) -> str:
@@ -185,7 +185,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
                 config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
                 work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
             )
-            rec = run_point_record(ctx, env_hash, runner)
+            rec = run_point_record(ctx, env_hash, run_point)
             rec.write(rd.record(stage, pid), durable=False)
             return rec.status
 

@@ -1,6 +1,6 @@
 """Build the Snakemake command line (an argument list, never a shell string).
 
-Running it -- the quiet console, signals, timeouts and cleanup -- is d5pipe.execute.driver.
+Running it -- the quiet console, signals, timeouts and cleanup -- is d5pipe.execute.snakemake_run.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.execute.workflow_api import max_threads
+from d5pipe.execute.snakefile_api import max_threads
 
 
 def repo_root() -> Path:

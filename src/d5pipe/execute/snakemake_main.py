@@ -1,7 +1,7 @@
 """The Snakemake process of ``d5pipe run``: it imports Snakemake while d5pipe still plans.
 
 ``d5pipe run`` starts ``python -m d5pipe.execute.snakemake_main`` before it composes the config
-(d5pipe.execute.driver.start_snakemake). This process imports Snakemake, builds its argument
+(d5pipe.execute.snakemake_run.start_snakemake). This process imports Snakemake, builds its argument
 parser once (which collects the executor, storage and report plugins) and imports what the
 Snakefile imports -- about 2 s on one core, while the other plans. Then it reads one line from
 stdin: the JSON list of Snakemake's arguments (a list, never a shell string), or end-of-file to
@@ -88,7 +88,7 @@ def warm() -> None:
         import snakemake.cli
 
         import d5pipe.execute.jobs  # noqa: F401  (workflow/rules/report.smk)
-        import d5pipe.execute.workflow_api as api
+        import d5pipe.execute.snakefile_api as api
 
         snakemake.cli.parse_args(["--cores", "1"])  # plugin registries are collected once per process
         api.plan_index_schema()

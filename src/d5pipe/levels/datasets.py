@@ -333,6 +333,6 @@ def ensure(dataset_cfg: dict[str, Any], data_dir: Path) -> tuple[Path, dict[str,
 
 
 def load_for(dataset_cfg: dict[str, Any], data_dir: Path) -> Dataset:
-    """:func:`ensure` then :func:`load`: what a stage runner calls."""
+    """:func:`ensure` then :func:`load`: what a stage's ``run_point`` calls."""
     path, _ = ensure(dataset_cfg, data_dir)
     return load(path)

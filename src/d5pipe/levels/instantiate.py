@@ -6,7 +6,7 @@ built-ins and user code alike::
     build({"_target_": "mypkg.models.MyNet", "width": 64}, "model.custom.mynet",
           input_shape=(1, 8, 8), n_classes=10)
 
-Every ``_target_`` in the mapping, nested ones included, is checked against the runner's
+Every ``_target_`` in the mapping, nested ones included, is checked against the invoking user's
 allow-list (d5pipe.core.allowlist) **before anything is imported**; then
 ``hydra.utils.instantiate(target, _partial_=True, _convert_="all")`` imports and builds the nested
 targets and returns a partial of the top one, which is called with d5pipe's own arguments

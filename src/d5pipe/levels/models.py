@@ -36,7 +36,7 @@ __all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "
 
 
 class UnsupportedInput(D5PipeError):
-    """The model cannot take this dataset's input shape (stage runners skip such points)."""
+    """The model cannot take this dataset's input shape (a stage's ``run_point`` skips such points)."""
 
 
 def check_input_kind(model_name: str, integer_input: bool) -> None:

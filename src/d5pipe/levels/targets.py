@@ -239,7 +239,7 @@ def metric_targets(train: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
 
 def check_config_targets(config: Mapping[str, Any]) -> None:
     """Every user registry of every enabled stage of a whole config (e.g. a bundle's
-    ``config.yaml``) against the runner's allow-list; nothing is imported or searched for."""
+    ``config.yaml``) against the allow-list of the person running d5pipe; nothing is imported or searched for."""
     from d5pipe.core.allowlist import check_deprecated_prefixes
 
     check_deprecated_prefixes(_section(config, "operators").get("allowed_prefixes"), "operators.allowed_prefixes")

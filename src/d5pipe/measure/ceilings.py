@@ -5,9 +5,13 @@ not: a float16 matmul takes a slow path on many CPUs while other float16 kernels
 small matmuls run faster than a 1024^3 one, and data in cache move faster than a main-memory copy.
 So, as the Empirical Roofline Toolkit does:
 
-* **FLOP ceiling of a dtype**: the best rate (work / fastest block) of ``n x n x n`` matmuls over
-  :data:`FLOP_SHAPES`; shapes stop growing once one call takes longer than :data:`SLOW_CALL_S`
-  (float16 on a CPU without float16 arithmetic). A dtype narrower than float32 is bounded by the
+* **FLOP ceiling of a dtype**: the best rate (work / fastest block) of the ``m x k x n`` matmuls
+  of :data:`FLOP_SHAPES` and of channels-last 3x3 convolutions (:data:`CONV_SHAPES`: oneDNN's
+  convolutions outrun its matmuls on some CPUs, and a ceiling must bound every kernel a point may
+  use); shapes stop growing once one call takes longer than :data:`SLOW_CALL_S` (float16 on a CPU
+  without float16 arithmetic). Every kernel is timed in :data:`ROUNDS` short windows, interleaved
+  with the others', and keeps its fastest call: on a shared machine (a VM, a busy node) speed
+  changes from one tenth of a second to the next, and a ceiling must hold in the fast moments too. A dtype narrower than float32 is bounded by the
   float32 ceiling too when that is higher: its kernels may compute in float32 (the record says
   which rate set the ceiling, ``via``).
 * **Bandwidth by working set**: a copy (read + write) and a read-only reduction of buffers from
@@ -17,6 +21,10 @@ So, as the Empirical Roofline Toolkit does:
   levels (L1d, L2, L3 sizes from sysfs, then DRAM) name where ``W`` fits.
 * **Roofline bound of a point**: ``min(FLOP ceiling, intensity x bandwidth bound)``
   (:func:`roofline`); a point without FLOPs is bounded by the bandwidth alone.
+
+A point close to its FLOP ceiling (:data:`REFRESH_NEAR`) has that dtype's fastest kernels timed
+again right then (:data:`REFRESH_TOP` of them, a few tenths of a second), and the higher rates are
+kept: the ceiling holds in the machine's present speed too, and the record says it was refreshed.
 
 Measured once per (machine, torch version, device, intra-op threads) and kept in the user cache
 (``ceilings/<key>.json``, d5pipe.core.cache_dir.user_cache_dir) under a file lock, so concurrent shard processes
@@ -32,6 +40,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,20 +49,33 @@ import torch
 
 from d5pipe.measure.timer import measure
 
-CEILINGS_VERSION = 1
+CEILINGS_VERSION = 4
 """Bump when the measurement changes (a new cache key)."""
-FLOP_SHAPES: dict[str, tuple[int, ...]] = {"cpu": (64, 128, 256, 512, 1024, 2048), "cuda": (1024, 2048, 4096, 8192)}
+FLOP_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "cpu": ((256, 256, 256), (512, 512, 512), (1024, 256, 256), (1024, 1024, 1024)),
+    "cuda": ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096))}
+"""(m, k, n) of the matmuls: square ones, and tall ones (a batch of rows times a square matrix,
+as networks and batched operators run them)."""
 SWEEP_KIB: dict[str, tuple[int, ...]] = {
     "cpu": (16, 64, 256, 1024, 4096, 16384, 65536, 262144),
     "cuda": (1024, 16384, 262144, 1048576, 4194304),
 }
+CONV_SHAPES: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "cpu": ((1, 16, 128), (1, 64, 56), (1, 128, 28)), "cuda": ((32, 64, 56), (32, 256, 14))}
+"""(batch, channels, image size) of the 3x3 convolutions (channels in = out, padding 1)."""
+ROUNDS = 5
+REFRESH_TOP = 2
+"""A refresh re-times this many of a dtype's fastest kernels."""
+REFRESH_NEAR = 0.97
+"""A point whose rate (upper CI end) reaches this fraction of its FLOP ceiling refreshes it."""
 SLOW_CALL_S = 0.1
 """A matmul shape whose single call takes longer than this ends the shape sweep of its dtype."""
 WORKING_SET_MARGIN = 4
 """A working set ``W`` is bounded by the best bandwidth measured at ``W / 4`` bytes and up."""
-TIMER: dict[str, Any] = {"warmup_s": 0.02, "warmup_max_iters": 3, "min_block_s": 0.005, "target_ci_pct": 5.0,
-                         "budget_s": 0.1, "min_samples": 3, "max_samples": 60}
-"""Short measurements: the best block is what a ceiling needs, not a tight CI of the median."""
+TIMER: dict[str, Any] = {"warmup_s": 0.005, "warmup_max_iters": 2, "min_block_s": 1e-4, "target_ci_pct": 0.1,
+                         "budget_s": 0.03, "min_samples": 3, "max_samples": 1000}
+"""Short windows of near single calls: the fastest call is what a ceiling needs, not a tight CI
+of the median (a point's rate is its median: the fastest call bounds it)."""
 NARROW = (torch.float16, torch.bfloat16)
 
 
@@ -99,32 +121,58 @@ def level_of(working_set: float, levels: list[tuple[str, int]]) -> str:
 
 
 def _best(fn: Any, device: str) -> float:
-    """Fastest per-call seconds of ``fn`` (after a first, untimed call)."""
+    """Fastest per-call seconds of ``fn`` in one short window (d5pipe.measure.timer)."""
     return float(measure(fn, TIMER, device).summary.min)
 
 
-def measure_flops(device: str, dtype: torch.dtype) -> dict[str, Any]:
-    """Best matmul rate in ``dtype`` over :data:`FLOP_SHAPES` (see the module docstring)."""
-    rates: dict[str, float] = {}
+def _sync(device: str) -> None:
+    if _kind(device) == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _kernels(device: str, dtype: torch.dtype, gen: torch.Generator) -> Iterator[tuple[str, float, Any]]:
+    """(name, FLOPs per call, call) of every FLOP-ceiling kernel, in growing work per family."""
+    for m, k, n in FLOP_SHAPES[_kind(device)]:
+        a = torch.randn(m, k, generator=gen).to(device=device, dtype=dtype)
+        b = torch.randn(k, n, generator=gen).to(device=device, dtype=dtype)
+        yield f"matmul {m}x{k}x{n}", 2.0 * m * k * n, lambda a=a, b=b: torch.matmul(a, b)
+    for batch, c, n in CONV_SHAPES[_kind(device)]:
+        x = torch.randn(batch, c, n, n, generator=gen).to(device=device, dtype=dtype,
+                                                           memory_format=torch.channels_last)
+        w = torch.randn(c, c, 3, 3, generator=gen).to(device=device, dtype=dtype, memory_format=torch.channels_last)
+        yield (f"conv2d b={batch} c={c} n={n}", 2.0 * batch * c * c * 9 * n * n,
+               lambda x=x, w=w: torch.nn.functional.conv2d(x, w, padding=1))
+
+
+def measure_flops(device: str, dtype: torch.dtype, only: frozenset[str] | None = None) -> dict[str, Any]:
+    """Best rate in ``dtype`` over the matmul and convolution kernels (see the module docstring);
+    ``only``: those kernels alone (a refresh)."""
     gen = torch.Generator().manual_seed(0)
-    for n in FLOP_SHAPES[_kind(device)]:
+    usable: list[tuple[str, float, Any]] = []
+    slow: set[str] = set()
+    for name, flops, fn in _kernels(device, dtype, gen):
+        family = name.split()[0]
+        if family in slow or (only is not None and name not in only):
+            continue
         try:
-            a = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
-            b = torch.randn(n, n, generator=gen).to(device=device, dtype=dtype)
             t0 = time.perf_counter()
-            torch.matmul(a, b)
-            if _kind(device) == "cuda":
-                torch.cuda.synchronize(device)
+            fn()
+            _sync(device)
             first = time.perf_counter() - t0
         except (RuntimeError, NotImplementedError):
-            break
-        if first > SLOW_CALL_S and rates:
-            break
-        rates[str(n)] = 2.0 * n**3 / _best(lambda a=a, b=b: torch.matmul(a, b), device)
-        if first > SLOW_CALL_S:
-            break
-    best_n = max(rates, key=lambda k: rates[k]) if rates else ""
-    return {"best": rates.get(best_n, 0.0), "shape": best_n, "rates": rates}
+            slow.add(family)
+            continue
+        if first > SLOW_CALL_S:  # the rest of this family is larger still
+            slow.add(family)
+            if any(k.startswith(family) for k, _, _ in usable):
+                continue
+        usable.append((name, flops, fn))
+    rates: dict[str, float] = {}
+    for _ in range(ROUNDS):
+        for name, flops, fn in usable:
+            rates[name] = max(rates.get(name, 0.0), flops / _best(fn, device))
+    best = max(rates, key=lambda k: rates[k]) if rates else ""
+    return {"best": rates.get(best, 0.0), "shape": best, "rates": rates}
 
 
 def measure_bandwidth(device: str) -> dict[str, Any]:
@@ -149,21 +197,21 @@ class Ceilings:
     device: str
     threads: int
     flops: dict[str, dict[str, Any]]
-    """dtype name -> {best, shape, rates} of its own matmuls."""
+    """dtype name -> {best, shape (the kernel that set it), rates (per kernel)} of its own kernels."""
     bandwidth: dict[str, Any]
     """{rates: {working-set bytes: bytes/s}, levels: [[name, bytes], ...]}."""
     seconds: dict[str, float]
     """What measuring each part took (s)."""
 
     def flop_ceiling(self, dtype: torch.dtype) -> tuple[float, str]:
-        """(FLOP/s, what set it): the dtype's own best matmul, or float32's when that is higher
+        """(FLOP/s, what set it): the dtype's own best kernel, or float32's when that is higher
         for a dtype narrower than float32."""
         own = float(self.flops.get(str(dtype), {}).get("best", 0.0))
-        via = f"matmul {str(dtype).removeprefix('torch.')} n={self.flops.get(str(dtype), {}).get('shape', '?')}"
+        via = f"{str(dtype).removeprefix('torch.')} {self.flops.get(str(dtype), {}).get('shape', '?')}"
         if dtype in NARROW:
             f32 = self.flops.get(str(torch.float32), {})
             if float(f32.get("best", 0.0)) > own:
-                return float(f32["best"]), f"matmul float32 n={f32.get('shape', '?')} (bounds {via})"
+                return float(f32["best"]), f"float32 {f32.get('shape', '?')} (bounds {via})"
         return own, via
 
     def bandwidth_bound(self, working_set: float) -> tuple[float, str]:
@@ -180,7 +228,7 @@ class Ceilings:
         """(ceiling, value, how) rows: FLOP/s per measured dtype, bandwidth per level."""
         f32 = float(self.flops.get(str(torch.float32), {}).get("best", 0.0))
         rows = [(f"FLOP/s {name.removeprefix('torch.')}", f"{v['best'] / 1e9:.1f} GFLOP/s",
-                 f"best matmul of n in {sorted(int(k) for k in v['rates'])}, at n={v['shape']}"
+                 f"best of {len(v['rates'])} matmul / conv2d kernels, at {v['shape']}"
                  + (f"; its points are bounded by float32's {f32 / 1e9:.1f} GFLOP/s"
                     if name in (str(torch.float16), str(torch.bfloat16)) and f32 > float(v["best"]) else ""))
                 for name, v in sorted(self.flops.items())]
@@ -240,19 +288,22 @@ def _merge_max(old: dict[str, float], new: dict[str, float]) -> dict[str, float]
 
 
 def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int | None = None,
-                     memo: dict[str, Any] | None = None, remeasure: bool = False) -> Ceilings:
+                     memo: dict[str, Any] | None = None, remeasure: bool = False,
+                     refresh: tuple[torch.dtype, ...] = ()) -> Ceilings:
     """The ceilings for ``device`` at ``threads`` (default: torch's), with every dtype of ``dtypes``
     (and float32) measured: read from the user cache, measured under its lock where missing.
     ``memo``: a per-process dict (``PointContext.cache``) that saves even the file read.
     ``remeasure``: measure everything again and keep, per rate, the higher of the two (a ceiling
-    measured on a busy machine is too low; a second measurement can only raise it)."""
+    measured on a busy machine is too low; a second measurement can only raise it).
+    ``refresh``: time the :data:`REFRESH_TOP` fastest kernels of these dtypes again now, keeping
+    the higher rates (a point close to its ceiling checks it in the machine's present speed)."""
     from filelock import FileLock
 
     threads = int(threads or torch.get_num_threads())
     key = machine_key(device, threads)
     wanted = {str(d) for d in (torch.float32, *dtypes)}
     mkey = f"ceilings:{key}"
-    if memo is not None and mkey in memo and wanted <= set(memo[mkey].flops) and not remeasure:
+    if memo is not None and mkey in memo and wanted <= set(memo[mkey].flops) and not remeasure and not refresh:
         cached: Ceilings = memo[mkey]
         return cached
     path = cache_path(key)
@@ -279,14 +330,18 @@ def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int 
                 ceil.bandwidth = fresh
                 ceil.seconds["bandwidth"] = time.perf_counter() - t0
                 changed = True
-            for d in (torch.float32, *dtypes):
-                if remeasure or str(d) not in ceil.flops:
+            for d in dict.fromkeys((torch.float32, *dtypes, *refresh)):
+                known = (ceil.flops.get(str(d)) or {}).get("rates") or {}
+                if remeasure or not known or d in refresh:
+                    only = frozenset(sorted(known, key=lambda k: float(known[k]), reverse=True)[:REFRESH_TOP]) \
+                        if d in refresh and known and not remeasure else None
                     t0 = time.perf_counter()
-                    fresh = measure_flops(device, d)
+                    fresh = measure_flops(device, d, only)
                     rates = _merge_max((ceil.flops.get(str(d)) or {}).get("rates") or {}, fresh["rates"])
                     best_n = max(rates, key=lambda k: rates[k]) if rates else ""
                     ceil.flops[str(d)] = {"best": rates.get(best_n, 0.0), "shape": best_n, "rates": rates}
-                    ceil.seconds[f"flops {str(d).removeprefix('torch.')}"] = time.perf_counter() - t0
+                    what = f"flops {str(d).removeprefix('torch.')}" + (" refresh" if only else "")
+                    ceil.seconds[what] = ceil.seconds.get(what, 0.0) * bool(only) + time.perf_counter() - t0
                     changed = True
         finally:
             torch.set_num_threads(prev)

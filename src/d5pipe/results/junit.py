@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from d5pipe.core.atomic import write_bytes
-from d5pipe.results.verdicts import checks
+from d5pipe.results.verdicts import check_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def junit_xml(results: pd.DataFrame, pv: pd.DataFrame, name: str = "d5pipe") -> bytes:
     """``pv``: the points' verdicts of ``results`` (d5pipe.results.verdicts.point_verdicts)."""
-    chk = checks(results)
+    chk = check_rows(results)
     root = ET.Element("testsuites", name=name, tests=str(len(pv)),
                       failures=str(int((pv["verdict"] == "fail").sum())))
     for stage, group in pv.groupby("stage", sort=True):

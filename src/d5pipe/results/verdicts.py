@@ -29,7 +29,7 @@ NOT_RUN_PREFIX = "not run:"
 """Start of the error text of a planned point that has no record."""
 
 
-def checks(results: pd.DataFrame) -> pd.DataFrame:
+def check_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The check rows (``kind == verdict`` with text pass/fail) of ok points."""
     rows = results[(results["kind"] == "verdict") & (results["status"] == "ok")]
     return rows[rows["text"].isin(["pass", "fail"])]
@@ -45,7 +45,7 @@ def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
 
     keys = ["stage", "point_id"]
     pts = results.drop_duplicates(keys)[[*keys, "status", "error"]].reset_index(drop=True)
-    chk = checks(results)
+    chk = check_rows(results)
     failed = chk[chk["text"] == "fail"]
     first = failed.drop_duplicates(keys)[[*keys, "metric", "error", "value"]].rename(
         columns={"metric": "f_metric", "error": "f_error", "value": "f_value"})

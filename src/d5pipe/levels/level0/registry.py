@@ -8,7 +8,7 @@ or a key of ``operators.custom``, whose value is a target:
 * ``{_target_: mypkg.ops.MYOP}`` or the short form ``"mypkg.ops:MYOP"`` -- an
   :class:`OperatorSpec` object itself.
 
-Every target is checked against the runner's allow-list (d5pipe.core.allowlist) before anything
+Every target is checked against the allow-list of the person running d5pipe (d5pipe.core.allowlist) before anything
 is imported; anything else is a one-line D5PipeError naming the key.
 """
 

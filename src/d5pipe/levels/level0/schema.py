@@ -44,7 +44,7 @@ class OperatorsConf:
     """Relative L2 error accepted by ``correctness``; null: the dtype's default (level0.correctness)."""
     tol_max_rel: Optional[float] = at_least(None, 0.0)  # noqa: UP045
     allowed_prefixes: list[str] = field(default_factory=lambda: ["d5pipe."])
-    """Deprecated, admits nothing: the allow-list is the runner's (``--allow``, ``D5PIPE_ALLOW``,
+    """Deprecated, admits nothing: the allow-list is the invoking user's (``--allow``, ``D5PIPE_ALLOW``,
     ``~/.config/d5pipe/allow.yaml``); an entry outside it is an error."""
     custom: dict[str, Any] = field(default_factory=dict)
     """User operators: name -> target (``{_target_: mypkg.ops.make_op}``, or ``"mypkg.ops:MYOP"``

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from d5pipe.core.allowlist import check_deprecated_prefixes
-from d5pipe.levels.checks import check_device_name, section
+from d5pipe.levels.config_checks import check_device_name, section
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
 from d5pipe.measure.timer_schema import check_timer

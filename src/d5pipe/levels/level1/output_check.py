@@ -66,13 +66,13 @@ def prepare(model: nn.Module, reference: nn.Module, dtype: torch.dtype, name: st
     return OutputCheck(reference_copy(reference, dtype), state, dtype, name)
 
 
-def run_check(check: OutputCheck, model: nn.Module, runner: Callable[..., torch.Tensor] | nn.Module,
+def run_check(check: OutputCheck, model: nn.Module, forward: Callable[..., torch.Tensor] | nn.Module,
               x: torch.Tensor, conf: Level1Conf) -> tuple[list[Metric], dict[str, Any]]:
-    """Compare ``runner(x)`` (eval mode) with the reference on the same batch."""
+    """Compare ``forward(x)`` (eval mode) with the reference on the same batch."""
     model.load_state_dict(check.state)
     model.eval()
     with torch.inference_mode():
-        out = runner(x)
+        out = forward(x)
         x_ref = x.detach().to("cpu")  # token ids stay integers; values go to float64
         ref = check.reference((x_ref.to(torch.float64) if x_ref.is_floating_point() else x_ref).contiguous())
     tol_l2, tol_max = network_tolerance(check.dtype, conf.output_tol_l2, conf.output_tol_max_rel)

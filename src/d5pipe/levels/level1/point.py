@@ -172,25 +172,25 @@ def run_point(ctx: PointContext) -> PointOutcome:
         return outcome
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     model, x, y, check = _prepare_model(ctx, conf, data, device)
-    runner: nn.Module | Callable[..., torch.Tensor] = model
+    forward: nn.Module | Callable[..., torch.Tensor] = model
     compiled = conf.impl == "compile" or conf.runtime == "compile"
     if compiled:
-        runner = torch.compile(model, mode=conf.compile_mode)
+        forward = torch.compile(model, mode=conf.compile_mode)
     on_torch = conf.runtime in TORCH_RUNTIMES
     runtime_info: dict[str, Any] = {"name": conf.runtime if on_torch else "torch", "version": str(torch.__version__),
                                     "threads": torch.get_num_threads(),
                                     **({"settings": {"compile_mode": conf.compile_mode}} if compiled else {})}
     if not on_torch:
-        runner, runtime_info = _other_runtime(ctx, model, x, device)
+        forward, runtime_info = _other_runtime(ctx, model, x, device)
     loss_fn = nn.CrossEntropyLoss()
 
     def infer() -> None:
         with torch.inference_mode():
-            runner(x)
+            forward(x)
 
     def fwd_bwd() -> None:
         model.zero_grad(set_to_none=True)
-        loss = loss_fn(runner(x).float(), y)
+        loss = loss_fn(forward(x).float(), y)
         loss.backward()
 
     def infer_eager() -> None:  # the FLOPs are counted on the eager model: the same mathematics
@@ -243,7 +243,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}
     model.zero_grad(set_to_none=True)
     if check is not None:
-        check_metrics, extra["output_check"] = output_check.run_check(check, model, runner, x, conf)
+        check_metrics, extra["output_check"] = output_check.run_check(check, model, forward, x, conf)
         metrics += check_metrics
     return PointOutcome(metrics=metrics, samples=samples, extra=extra)
 

@@ -1,7 +1,7 @@
 """Level 1 runtimes: what executes a point's network (``level1.runtime``), behind one small interface.
 
 A runtime is a factory (a built-in below, or a user target in ``level1.custom_runtimes`` under
-the runner's allow-list) returning an object with
+the allow-list of the person running d5pipe) returning an object with
 
 * ``name`` and ``version()`` -- recorded with the point (``extra.runtime``);
 * ``prepare(model, example, threads, onnx_dir) -> Prepared``: take the network (eval mode, its

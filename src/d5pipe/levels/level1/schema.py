@@ -36,7 +36,7 @@ class Level1Conf:
     checked against the ONNX reference evaluator in float64; its sha256 is part of the point's
     identity. Empty: the network is ``model``."""
     custom_runtimes: dict[str, Any] = field(default_factory=dict)
-    """User runtimes: name -> target (``_target_`` under the runner's allow-list) returning a
+    """User runtimes: name -> target (``_target_`` under the allow-list of the person running d5pipe) returning a
     d5pipe.levels.level1.runtimes.Runtime."""
     device: str = "cpu"
     layout: str = choice("contiguous", LAYOUTS)

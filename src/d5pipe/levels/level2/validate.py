@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe.levels.checks import check_device_name, section
+from d5pipe.levels.config_checks import check_device_name, section
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used

@@ -113,7 +113,7 @@ def base_env(ranks: int, threads_per_rank: int, port: int, master_addr: str) -> 
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     # ranks must import the same d5pipe and MPI as this process
     env["PATH"] = f"{_venv_bin()}{os.pathsep}{os.environ.get('PATH', '')}"
-    for name in ("D5PIPE_ALLOW", "PYTHONPATH"):  # the runner's allow-list and plug-in import path
+    for name in ("D5PIPE_ALLOW", "PYTHONPATH"):  # the allow-list and plug-in import path of the person running d5pipe
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env

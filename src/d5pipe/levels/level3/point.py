@@ -199,7 +199,7 @@ def _skip_generated_dataset(dataset_cfg: dict[str, Any]) -> None:
 
 
 def run_point(ctx: PointContext) -> PointOutcome:
-    """Level-3 stage runner (see module docstring)."""
+    """Level 3's ``run_point`` (see module docstring)."""
     cfg = ctx.config
     dist_cfg = dataclasses.asdict(conf_from_dict(DistributedConf, "distributed", cfg["distributed"]))
     check_distributed(dist_cfg)

@@ -7,13 +7,13 @@ from pathlib import Path
 from d5pipe.core.atomic import write_text
 from d5pipe.core.stages import STAGES, load_target
 from d5pipe.results.report.blocks import Report, Section
-from d5pipe.results.report.checks import failures, overview, warnings
 from d5pipe.results.report.html import render_html
 from d5pipe.results.report.loader import RunData, report_data
 from d5pipe.results.report.markdown import render_markdown
 from d5pipe.results.report.node_section import node_variability
 from d5pipe.results.report.sections import provenance, report_built, stage_table
 from d5pipe.results.report.slurm_section import slurm_jobs
+from d5pipe.results.report.verdict_sections import failures, overview, warnings
 from d5pipe.results.run_results import RunResults, build_results
 
 

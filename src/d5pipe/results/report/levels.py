@@ -15,7 +15,6 @@ import pandas as pd
 from d5pipe.core.stages import STAGES
 from d5pipe.results.report import plots
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
-from d5pipe.results.report.checks import level_notes
 from d5pipe.results.report.comparison_section import comparison_blocks
 from d5pipe.results.report.figures import figure, verdict_table
 from d5pipe.results.report.frames import (
@@ -30,6 +29,7 @@ from d5pipe.results.report.frames import (
     wide_table,
 )
 from d5pipe.results.report.loader import RunData
+from d5pipe.results.report.verdict_sections import level_notes
 
 TIMING_CAUSES = ("high_variation", "target_missed", "oversubscribed", "several_environments")
 """Warnings shown under a level's time figure (all causes are also in the Warnings section)."""

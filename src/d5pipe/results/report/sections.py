@@ -1,4 +1,4 @@
-"""Level-independent report sections: stage tables and provenance (verdicts: checks.py)."""
+"""Level-independent report sections: stage tables and provenance (verdicts: verdict_sections.py)."""
 
 from __future__ import annotations
 
