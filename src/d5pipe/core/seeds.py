@@ -31,14 +31,6 @@ def point_seed(root: int, stage: str, point_id: str) -> int:
     return derive_seed(root, f"{stage}/{point_id}")
 
 
-def rank_seed(point: int, rank: int) -> int:
-    return derive_seed(point, f"rank{rank}")
-
-
-def torch_seed(seed: int) -> int:
-    """numpy needs seeds < 2**32; torch accepts 64-bit. Use this for numpy/random."""
-    return seed % (1 << 32)
-
 
 def check_unique(seeds: Iterable[tuple[str, int]]) -> None:
     """Raise D5PipeError when two points share a seed."""

@@ -127,18 +127,6 @@ def _scancel(ids: Sequence[str], timeout_s: float, env: Mapping[str, str] | None
         raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
 
 
-def cancel_jobs(name: str, timeout_s: float = 10.0,
-                env: Mapping[str, str] | None = None) -> list[str]:
-    """``scancel`` every unfinished job called ``name`` (a Snakemake run's UUID); their IDs.
-
-    Needed after Snakemake is killed: its SLURM jobs keep running (and a plain SIGTERM
-    makes Snakemake wait for them to end).
-    """
-    ids = [j.job_id for j in query_jobs(name=name, timeout_s=timeout_s, env=env)
-           if not j.finished]
-    _scancel(ids, timeout_s, env)
-    return ids
-
 
 def run_jobs(run_dir: str | Path, since: datetime | None = None, timeout_s: float = 10.0,
              env: Mapping[str, str] | None = None) -> list[SlurmJob]:

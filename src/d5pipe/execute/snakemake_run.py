@@ -277,8 +277,3 @@ def snakemake_log(rd: RunDir) -> Path:
     return rd.root / "logs" / "snakemake.log"
 
 
-def log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "".join(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(True)[-lines:])
-    except FileNotFoundError:
-        return ""

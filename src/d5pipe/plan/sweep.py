@@ -28,12 +28,6 @@ class Sweep:
     excludes: tuple[tuple[tuple[int, Any], ...], ...]
     """Per exclude: (axis index, value) pairs."""
 
-    def size_upper_bound(self) -> int:
-        n = 1
-        for f in self.factors:
-            n *= len(f)
-        return n
-
 
 def _key(value: Any) -> str:
     return canonical_json(value)

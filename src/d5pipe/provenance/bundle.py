@@ -106,11 +106,6 @@ def _walk(base: Path, rel_dir: Path) -> Iterator[tuple[str, os.stat_result]]:
         yield rel, e.stat(follow_symlinks=False)
 
 
-def compute_checksums(run_dir: Path) -> dict[str, str]:
-    """{relative path: sha256} of the bundle's files as they are on disk now."""
-    run_dir = Path(run_dir)
-    return {rel: file_sha256(run_dir / rel) for rel in bundle_files(run_dir)}
-
 
 HASH_CACHE = ".d5pipe-hashes.json"
 """Machine-local cache of (size, mtime_ns) -> sha256 per file: a re-seal hashes only what changed."""

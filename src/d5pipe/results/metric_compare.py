@@ -15,7 +15,7 @@
   ``not_compared``: "reproduced" would claim what the data cannot show.
 * ``info``: ``not_compared``.
 
-Per metric, a significant change of a timing is not a reproduction (:func:`is_reproduced`). Whether it
+Per metric, a significant change of a timing is not a reproduction (verdict ``changed``). Whether it
 makes a whole re-run "not reproduced" is the policy of :mod:`d5pipe.provenance.reproduce` (by default it
 does not; ``--strict-timing``).
 """
@@ -99,10 +99,6 @@ class Comparison:
                 out[key] = None if math.isnan(v) else str(v)
         return out
 
-
-def is_reproduced(verdict: Verdict) -> bool:
-    """``reproduced`` and ``not_compared`` pass; ``changed`` and ``not_reproduced`` fail."""
-    return verdict in ("reproduced", "not_compared")
 
 
 def higher_is_worse(unit: str) -> bool:

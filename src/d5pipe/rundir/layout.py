@@ -118,9 +118,6 @@ class RunDir:
     def reproduce_path(self) -> Path:
         return self.root / REPRODUCE_FILE
 
-    @property
-    def checksums_path(self) -> Path:
-        return self.root / CHECKSUMS_FILE
 
     def side_table(self, name: str) -> Path:
         """``warnings``, ``curves``, ``comparisons``, ``accounting`` or ``summary_<stage>`` next to
