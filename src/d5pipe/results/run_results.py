@@ -4,15 +4,15 @@
 record once (d5pipe.results.collect) and derives, in this order: the recipe's acceptance verdicts
 evaluated with the **current** config (d5pipe.results.acceptance), the plausibility findings
 (d5pipe.results.plausibility), level 3's speedup and efficiency per point, the SLURM accounting
-(the report job only), each point's verdict (d5pipe.results.verdicts, computed once), the
-side-by-side comparisons (d5pipe.results.comparisons) as rows of the variants' points, and the
-run's verdict. It returns one :class:`RunResults`; :func:`write_results` writes
-``results.parquet``, ``summary_<stage>.parquet`` (with the verdicts), ``warnings.parquet``,
-``curves.parquet``, ``comparisons.parquet``, ``accounting.parquet`` and ``verdict.json`` from it,
-each once. The report, ``d5pipe report``, ``d5pipe status`` and ``--junit`` take that value; a
-reader of a finished run's ``results.parquet`` goes through d5pipe.results.columns.load_results.
-A changed ``recipe.acceptance`` changes verdicts on the next pass without re-measuring anything.
-"""
+(asked of sacct by the report job and ``d5pipe report``, else read from ``accounting.parquet``),
+each point's verdict (d5pipe.results.verdicts, computed once), the side-by-side comparisons
+(d5pipe.results.comparisons) as rows of the variants' points, and the run's verdict. It returns
+one :class:`RunResults`; :func:`write_results` writes ``results.parquet``,
+``summary_<stage>.parquet`` (with the verdicts), ``warnings.parquet``, ``curves.parquet``,
+``comparisons.parquet``, ``accounting.parquet`` and ``verdict.json`` from it, each once. The
+report, ``d5pipe report``, ``d5pipe status`` and ``--junit`` take that value; a reader of a
+finished run's ``results.parquet`` goes through d5pipe.results.columns.load_results. A changed
+``recipe.acceptance`` changes verdicts on the next pass without re-measuring anything."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class RunResults:
     samples: SampleSource
     """(stage, point_id, metric) -> the raw samples of the record, or None."""
     accounting: pd.DataFrame | None = None
-    """The SLURM accounting of the run's jobs (the report job), else None."""
+    """The SLURM accounting of the run's jobs, else None."""
 
 
 def _nullable(table: pa.Table) -> pd.DataFrame:
@@ -77,8 +77,8 @@ def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
 
 def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
                   point_ids: dict[str, list[str]] | None = None) -> RunResults:
-    """The run's results from its records, in memory (nothing written): of ``point_ids`` when
-    given, else of the planned points when the run has a plan (a planned point without a record
+    """The run's results from its records, in memory (nothing written); ``accounting``: ask sacct
+    for the SLURM jobs' figures. Of ``point_ids`` when given, else of the planned points when the run has a plan (a planned point without a record
     is ``not run``), else of every record."""
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     config = rd.config if rd.config_path.is_file() else {}
@@ -89,8 +89,7 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
         raise D5PipeError(f"{rd.root}: no point records and no plan (is it a d5pipe run directory?)")
     df = with_scaling(with_checks(_nullable(table), config))
     acct = None
-    if accounting:
-        df, acct = with_accounting(df, rd)
+    df, acct = with_accounting(df, rd, query=accounting)
     verdicts = point_verdicts(df)
     df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
     samples = cols.sample_source()
@@ -102,23 +101,29 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
         comparisons=pairs, samples=samples, accounting=acct)
 
 
-def with_accounting(df: pd.DataFrame, rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def with_accounting(df: pd.DataFrame, rd: RunDir, query: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Join each point's SLURM job accounting (``slurm_*`` columns); also return the accounting
-    table (with its ``note``) for ``accounting.parquet``, or None when no point ran under SLURM.
-
-    Done by the report job: its shard jobs have all ended, so sacct's figures are final.
-    """
+    table (with its ``note``), or None when no point ran under SLURM. ``query``: ask sacct (the
+    report job, once its shard jobs have all ended, so the figures are final; ``d5pipe report``),
+    else take what ``accounting.parquet`` holds."""
     from d5pipe.results.accounting import COLUMNS, job_accounting, run_job_ids
 
     if "slurm_job_id" not in df.columns or df["slurm_job_id"].isna().all():
         return df, None
-    since = str(rd.manifest.get("created") or "now-7days")[:19]
-    ids = {*df["slurm_job_id"].dropna().unique(), *run_job_ids(str(rd.root), since)}
-    acct, why = job_accounting(ids)
+    if query:
+        since = str(rd.manifest.get("created") or "now-7days")[:19]
+        acct, why = job_accounting({*df["slurm_job_id"].dropna().unique(), *run_job_ids(str(rd.root), since)})
+        acct = acct.assign(note=why)
+    elif rd.side_table("accounting").is_file():
+        acct = pd.read_parquet(rd.side_table("accounting"))
+    else:
+        return df, None
     if acct.empty:
-        return df, acct.assign(note=why)
+        return df, acct
     extra = [c for c in COLUMNS if c != "slurm_job_id"]
-    return df.drop(columns=extra, errors="ignore").merge(acct, on="slurm_job_id", how="left"), acct.assign(note=why)
+    joined = df.drop(columns=extra, errors="ignore").merge(acct.drop(columns=["note"], errors="ignore"),
+                                                           on="slurm_job_id", how="left")
+    return joined, acct
 
 
 def with_scaling(df: pd.DataFrame) -> pd.DataFrame:
