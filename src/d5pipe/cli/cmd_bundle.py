@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         print(f"{path}: {'intact' if not problems else f'{len(problems)} problem(s)'}")
         return 3 if problems else 0
-    RunDir(path).require_run()  # only a d5pipe run directory is sealed
+    RunDir.of(path).require_run()  # only a d5pipe run directory is sealed
     left_out = bundle.left_out_records(path)
     if left_out:
         print(f"d5pipe: {len(left_out)} point record(s) left out of the bundle: not points of the current plan "

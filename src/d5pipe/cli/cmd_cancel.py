@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from d5pipe.execute.detach import cancel
 
-    rd = RunDir(args.run_dir).require_run()
+    rd = RunDir.of(args.run_dir).require_run()
     cancelled = cancel(rd)
     print(f"cancelled SLURM jobs: {', '.join(cancelled) or 'none'}")
     return 0

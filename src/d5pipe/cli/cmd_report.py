@@ -21,7 +21,7 @@ def main(args: argparse.Namespace) -> int:
     from d5pipe.results.report import build_report
     from d5pipe.results.run_results import build_results, write_results
 
-    res = build_results(RunDir(args.run_dir).require_run(), accounting=True)
+    res = build_results(RunDir.of(args.run_dir).require_run(), accounting=True)
     write_results(res)
     html, md = build_report(res)
     write_checksums(res.run_dir.root)  # rebuilt on purpose: re-sealed

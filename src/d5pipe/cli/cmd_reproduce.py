@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     _print_env("note: the submitting environment differs (Snakemake sets the jobs' thread variables, "
                "so these need not reach the measurements)", verdict.submit_env, verdict.report_path)
     out_dir = Path(verdict.report_path).parent
-    if RunDir(out_dir).results_path.exists():
+    if RunDir.of(out_dir).results_path.exists():
         from d5pipe.results.report import build_report
 
         build_report(out_dir)  # the re-run's report now shows the verdict

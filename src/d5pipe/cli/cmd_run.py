@@ -47,7 +47,7 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
     plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor)  # errors now, exit 2
     out = args.out or default_out(plan)
     check_out_dir(out)
-    rd = RunDir(out)
+    rd = RunDir.of(out)
     with RunLock(rd):  # not in use by a live run; the driver job takes the lock itself
         claim(rd, plan.experiment, args.force)
     rest = [a for a in argv if a != "--detach"]
@@ -89,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
     if args.detach:
         return _detach(args, list(args.argv))
     outcome = _run(args)
-    rd = RunDir(outcome.run_dir)
+    rd = RunDir.of(outcome.run_dir)
     if outcome.verdict is None:
         print(f"planned (dry run): {rd.root.resolve()}")
         return 0

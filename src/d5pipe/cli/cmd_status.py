@@ -19,7 +19,7 @@ def main(args: argparse.Namespace) -> int:
     from d5pipe.results.run_results import build_results
     from d5pipe.rundir.layout import RunDir
 
-    rd = RunDir(args.run_dir).require_run()
+    rd = RunDir.of(args.run_dir).require_run()
     res = build_results(rd)  # the records, read once: where the run stands and its verdicts
     print(format_status(run_status(res.verdicts), res.verdict))
     if rd.executor.get("name", "local") == "slurm":

@@ -135,20 +135,19 @@ def preload_report(main_process: bool) -> None:
 
 def write_outputs(run_dir: Path) -> RunVerdict:
     """The run's results in one pass (d5pipe.results.run_results), written once: results.parquet
-    and its side tables, verdict.json, report.html/.md; then the manifest's datasets and
-    environments; returns the run's verdict."""
+    and its side tables, verdict.json, the manifest's datasets and measured environments, then
+    report.html/.md from the same value; returns the run's verdict."""
     from d5pipe.results.report import build_report
     from d5pipe.results.run_results import build_results, write_results
     from d5pipe.rundir.layout import RunDir
-    from d5pipe.rundir.manifest import finalize_environment, merge_dataset_meta
+    from d5pipe.rundir.manifest import finalize_manifest
 
-    rd = RunDir(run_dir)
-    merge_dataset_meta(rd.root)
+    rd = RunDir.of(run_dir)
     res = build_results(rd, accounting=True)
     write_results(res)
-    build_report(res)
     hashes = res.frame["env_hash"].dropna()
-    finalize_environment(rd.root, [str(h) for h in hashes.value_counts().index if str(h)])
+    finalize_manifest(rd.root, [str(h) for h in hashes.value_counts().index if str(h)])
+    build_report(res)
     return res.verdict
 
 

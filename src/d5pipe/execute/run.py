@@ -58,7 +58,7 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     write_plan(run_dir, plan, overrides)
     cache.store(run_dir, plan)
     # the submitter imports neither torch nor Horovod; the static parts are cached per run
-    env = environment_record(cache_dir=RunDir(run_dir).env_dir / "cache", light=True)
+    env = environment_record(cache_dir=RunDir.of(run_dir).env_dir / "cache", light=True)
     current = env_hash(env)
     write_manifest(run_dir, build_manifest(plan, env, current))
     if retry_failed:
@@ -75,7 +75,7 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     if rerun_shards or any(s.points_done < s.points for s in summary.stages):
         # Snakemake does not re-create a missing intermediate file while the final outputs are
         # newer, so drop the aggregate output too: it then needs the shard markers again.
-        RunDir(run_dir).results_path.unlink(missing_ok=True)
+        RunDir.of(run_dir).results_path.unlink(missing_ok=True)
     return summary
 
 
@@ -144,7 +144,7 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
     from d5pipe.rundir.ownership import RunLock, check_out_dir, claim, clear_stale_snakemake_locks
 
     check_out_dir(run_dir)
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     with RunLock(rd):
         claim(rd, plan.experiment, force)
         stale = clear_stale_snakemake_locks(rd)
@@ -178,7 +178,7 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         cmd = build_command(run_dir, executor, snakemake_jobs, extra, dry_run=dry_run)
         t0 = time.perf_counter()
         try:
-            rc, _console = run_workflow(cmd, RunDir(run_dir), slurm, timeout, verbose or dry_run,
+            rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
                                         throttle, started, float(executor.get("watchdog_s", 300) or 300))
         except Interrupted:
             if not dry_run:
@@ -237,7 +237,7 @@ def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
     from d5pipe.provenance.bundle import write_checksums
     from d5pipe.results.verdicts import read_verdict
 
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     verdict = read_verdict(rd.root) if snakemake_rc == 0 else None
     if verdict is None or not rd.report_html.exists():
         from d5pipe.execute.jobs import write_outputs

@@ -80,7 +80,7 @@ def process_env_hash(run_dir: Path) -> str:
     """This process's env hash; its full record is kept once in ``RUN/env/<hash>.json``."""
     from d5pipe.provenance.environment import env_hash, environment_record
 
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     record = environment_record(cache_dir=rd.env_dir / "cache")
     h = env_hash(record)
     path = rd.env_record(h)
@@ -136,7 +136,7 @@ def _read_attempts(path: Path) -> Counter[str]:
 
 def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None) -> dict[str, str]:
     """Run every unfinished point of ``plan/<stage>/<shard>.json``; return point_id -> status."""
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     spec = rd.shard_spec(stage, shard)
     shards_cfg = rd.config.get("shards") or {}
     timeout_s = float(shards_cfg.get("point_timeout_s", 0) or 0)

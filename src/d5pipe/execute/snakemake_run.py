@@ -56,13 +56,14 @@ class Console:
         self.verbose = verbose
         self.out = out
         self.t0 = time.perf_counter()
-        self.total_points = sum(len(ids) for ids in rd.planned_ids.values())
+        self.planned = {stage: set(ids) for stage, ids in rd.planned_ids.items()}
+        self.total_points = sum(len(ids) for ids in self.planned.values())
         self.failed_jobs: list[tuple[str, str]] = []
         self._rule = ""
         self._error_rule: str | None = None
 
     def _points_done(self) -> int:
-        return sum(len(set(ids) & self.rd.existing_records(stage)) for stage, ids in self.rd.planned_ids.items())
+        return sum(len(ids & self.rd.existing_records(stage)) for stage, ids in self.planned.items())
 
     def feed(self, line: str) -> None:
         if self.verbose:

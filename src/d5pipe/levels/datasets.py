@@ -333,6 +333,16 @@ def ensure(dataset_cfg: dict[str, Any], data_dir: Path) -> tuple[Path, dict[str,
 
 
 def load_for(dataset_cfg: dict[str, Any], data_dir: Path) -> Dataset:
-    """:func:`ensure` then :func:`load`: what a stage's ``run_point`` calls."""
-    path, _ = ensure(dataset_cfg, data_dir)
+    """The prepared dataset of ``dataset_cfg`` under ``data_dir``, read and checked once (what a
+    stage's ``run_point`` calls); prepared here first when it is missing, foreign or damaged."""
+    key = dataset_key(dataset_cfg)
+    path = Path(data_dir) / f"{key}.npz"
+    if path.is_file():
+        try:
+            data = load(path)
+            if data.meta.get("key") == key:
+                return data
+        except D5PipeError:
+            pass
+    prepare(dataset_cfg, path)
     return load(path)

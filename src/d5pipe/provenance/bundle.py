@@ -59,7 +59,7 @@ def left_out_records(run_dir: Path) -> list[str]:
     """Relative paths of point records that are not points of the run's current plan: records of
     an earlier config or code version, whose code ``code/`` no longer holds (results.parquet never
     uses them). A bundle leaves them out; ``d5pipe bundle`` says so. Empty without a plan."""
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     try:
         planned = {stage: set(ids) for stage, ids in rd.planned_ids.items()}
     except (D5PipeError, OSError, KeyError, ValueError):
@@ -305,7 +305,7 @@ def opened_bundle(path: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix="d5pipe-bundle-"))
     try:
         root = extract(path, tmp / "x")
-        if not (root / CHECKSUMS_NAME).is_file() or not RunDir(root).manifest_path.is_file():
+        if not (root / CHECKSUMS_NAME).is_file() or not RunDir.of(root).manifest_path.is_file():
             raise D5PipeError(f"{path}: not a d5pipe bundle (no {CHECKSUMS_NAME} and manifest.json inside; "
                               "make one with d5pipe bundle RUN --archive)")
         yield root

@@ -43,9 +43,7 @@ from typing import Any
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import probes as envprobe
-from d5pipe.rundir.layout import RunDir
-
-MANIFEST_NAME = RunDir('.').manifest_path.name
+from d5pipe.rundir.layout import MANIFEST_FILE, RunDir
 
 ENV_SCHEMA_VERSION = 1
 HASH_LENGTH = 16
@@ -299,13 +297,13 @@ def load_record(path: Path, key: str = "environment") -> dict[str, Any]:
     """
     path = Path(path)
     if path.is_dir():
-        path = RunDir(path).manifest_path
+        path = RunDir.of(path).manifest_path
     if not path.exists():
         raise D5PipeError(f"{path}: not found")
     if path.name.endswith((".tar.gz", ".tgz", ".tar")):
         try:
             with tarfile.open(path, "r:*") as tar:
-                members = [m for m in tar.getmembers() if m.isfile() and m.name.split("/")[-1] == MANIFEST_NAME]
+                members = [m for m in tar.getmembers() if m.isfile() and m.name.split("/")[-1] == MANIFEST_FILE]
                 members.sort(key=lambda m: m.name.count("/"))
                 if not members:
                     raise D5PipeError(f"{path}: bundle has no manifest.json")

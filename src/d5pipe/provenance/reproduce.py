@@ -44,7 +44,6 @@ Verdict policy (exit 0 reproduced, 3 not reproduced or tampered):
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,16 +126,10 @@ def default_out(bundle: Path) -> Path:
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = RunDir(run_dir).manifest_path
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise D5PipeError(f"{path}: not found") from exc
-    except json.JSONDecodeError as exc:
-        raise D5PipeError(f"{path}: invalid JSON ({exc.msg})") from exc
-    if not isinstance(data, dict):
-        raise D5PipeError(f"{path}: expected a JSON object")
-    return data
+    rd = RunDir.of(run_dir)
+    if not rd.manifest_path.is_file():
+        raise D5PipeError(f"{rd.manifest_path}: not found")
+    return rd.manifest
 
 
 def is_failure(c: Comparison, strict_timing: bool) -> bool:
@@ -202,8 +195,8 @@ def _submit_comparison(manifest: dict[str, Any], source: str) -> EnvComparison:
 
 def _measured_comparison(ref: dict[str, Any], new: dict[str, Any], ref_dir: Path, out: Path) -> EnvComparison:
     """The environments the result rows were measured in: bundle vs re-run."""
-    a = envinfo.record_from_manifest(ref, str(RunDir(ref_dir).manifest_path))
-    b = envinfo.record_from_manifest(new, str(RunDir(out).manifest_path))
+    a = envinfo.record_from_manifest(ref, str(RunDir.of(ref_dir).manifest_path))
+    b = envinfo.record_from_manifest(new, str(RunDir.of(out).manifest_path))
     ha = str(ref.get("env_hash") or envinfo.env_hash(a))
     hb = str(new.get("env_hash") or envinfo.env_hash(b))
     return EnvComparison(ha, hb, envinfo.diff_records(a, b))
@@ -241,7 +234,7 @@ def _allow_and_import_code(ref_dir: Path) -> Callable[[], None]:
     from d5pipe.config.code_dir import code_dir
     from d5pipe.levels.targets import check_config_targets
 
-    config_path = RunDir(ref_dir).config_path
+    config_path = RunDir.of(ref_dir).config_path
     if not config_path.is_file():
         return lambda: None  # reported below ("bundle has no config.yaml")
     try:
@@ -280,25 +273,25 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
     with opened_bundle(bundle) as ref_dir:
         problems = verify(ref_dir)
         if problems:
-            verdict = ReproduceVerdict(status="tampered", out_dir=out, report_path=RunDir(out).reproduce_path,
+            verdict = ReproduceVerdict(status="tampered", out_dir=out, report_path=RunDir.of(out).reproduce_path,
                                        checksum_problems=problems, strict_timing=strict_timing)
             _write_report(verdict, bundle, policy, [])
             return verdict
         restore = _allow_and_import_code(ref_dir)  # before anything of the bundle is imported
         try:
             manifest = _read_manifest(ref_dir)
-            submit = _submit_comparison(manifest, str(RunDir(ref_dir).manifest_path))
+            submit = _submit_comparison(manifest, str(RunDir.of(ref_dir).manifest_path))
             if strict_env and not submit.same:
                 first = submit.differences[0] if submit.differences else "no field differs (hash subset changed)"
                 raise D5PipeError(
                     f"environment differs from the bundle (env_hash {submit.reference_hash} != {submit.current_hash}; "
                     f"{first}; {len(submit.differences)} differences) and --strict-env is set")
-            config = RunDir(ref_dir).config_path
+            config = RunDir.of(ref_dir).config_path
             if not config.is_file():
                 raise D5PipeError(f"{config}: bundle has no config.yaml")
             reference = load_points(ref_dir)
             rerun(config, out)
-            if not RunDir(out).results_path.is_file():
+            if not RunDir.of(out).results_path.is_file():
                 raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
             measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
             result = compare_loaded(reference, load_points(out), policy, check_seeds=True)
@@ -310,7 +303,7 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
                         f"{measured.reference_hash} ({measured.differences[0] if measured.differences else '-'}) "
                         "and --strict-env is set")
     verdict = ReproduceVerdict(
-        status="not_reproduced" if failures else "reproduced", out_dir=out, report_path=RunDir(out).reproduce_path,
+        status="not_reproduced" if failures else "reproduced", out_dir=out, report_path=RunDir.of(out).reproduce_path,
         env_reference_hash=measured.reference_hash, env_current_hash=measured.current_hash,
         env_differences=measured.differences, submit_env=submit, failures=failures,
         timing_changes=timing, strict_timing=strict_timing, counts=dict(counts),

@@ -82,7 +82,7 @@ _GETTERS = [(k, methodcaller("get", k) if k == "detail" else itemgetter(k)) for 
 
 def _record_files(run_dir: Path, point_ids: dict[str, list[str]] | None) -> Iterator[tuple[str, str, Path]]:
     """(stage, point_id, path) of the records to read, sorted by stage and point ID."""
-    points_dir = RunDir(run_dir).points_dir
+    points_dir = RunDir.of(run_dir).points_dir
     if point_ids is not None:
         for stage in sorted(point_ids):
             for pid in sorted(point_ids[stage]):

@@ -85,7 +85,7 @@ def _record_samples(run_dir: Path, stage: str, point_id: str,
     """The point's raw samples per metric (d5pipe.results.collect.metric_samples), its record read once."""
     key = (stage, point_id)
     if key not in cache:
-        path = RunDir(run_dir).record(stage, point_id)
+        path = RunDir.of(run_dir).record(stage, point_id)
         try:
             cache[key] = metric_samples(read_record(path)) if path.is_file() else {}
         except CorruptRecord as exc:
@@ -286,7 +286,7 @@ def compare_runs(a: Path, b: Path, policy: ComparePolicy | None = None, allow_di
     ``allow_different``.
     """
     policy = policy or ComparePolicy()
-    ea, eb = RunDir(a).require_run().experiment, RunDir(b).require_run().experiment
+    ea, eb = RunDir.of(a).require_run().experiment, RunDir.of(b).require_run().experiment
     if ea != eb and not allow_different:
         la, lb = labels or (str(a), str(b))
         raise D5PipeError(f"compare: {la} is experiment '{ea}', {lb} is '{eb}'; they share no point "

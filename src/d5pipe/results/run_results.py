@@ -80,7 +80,7 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
     """The run's results from its records, in memory (nothing written); ``accounting``: ask sacct
     for the SLURM jobs' figures. Of ``point_ids`` when given, else of the planned points when the run has a plan (a planned point without a record
     is ``not run``), else of every record."""
-    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir.of(run_dir)
     config = rd.config if rd.config_path.is_file() else {}
     if point_ids is None and rd.is_run():
         point_ids = rd.planned_ids

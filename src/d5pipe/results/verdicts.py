@@ -142,7 +142,7 @@ def read_verdict(run_dir: Path) -> RunVerdict | None:
 
     from d5pipe.rundir.layout import RunDir
 
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     try:
         if rd.verdict_path.stat().st_mtime_ns < rd.results_path.stat().st_mtime_ns:
             return None

@@ -20,21 +20,25 @@ Layout (``RUN`` = the run directory)::
     RUN/CHECKSUMS.sha256               the seal that makes the directory a bundle
 
 Nothing else in d5pipe spells these names. ``config``, ``index``, ``manifest`` and shard plans are
-parsed on first use and kept; :meth:`RunDir.of` shares one instance per directory and process
-(the Snakefile's helpers call it once per rule).
+parsed on first use and kept until the file changes (a stat, never a second read: every write is
+atomic, so a new file is a new inode); :meth:`RunDir.of` is the one instance per directory and
+process, and what d5pipe writes through :meth:`RunDir.write_json` is kept as written, so each
+process parses each file at most once (tests/test_reads_once.py counts it).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from functools import cached_property
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 from d5pipe.core.errors import D5PipeError
 
 RESULTS_FILE = "results.parquet"
+MANIFEST_FILE = "manifest.json"
 CHECKSUMS_FILE = "CHECKSUMS.sha256"
 REPRODUCE_FILE = "reproduce.json"
 
@@ -46,7 +50,7 @@ class RunDir:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self._shards: dict[tuple[str, str], dict[str, Any]] = {}
+        self._parsed: dict[Path, tuple[tuple[int, int, int], Any]] = {}
 
     @classmethod
     def of(cls, root: str | Path) -> RunDir:
@@ -70,7 +74,7 @@ class RunDir:
 
     @property
     def manifest_path(self) -> Path:
-        return self.root / "manifest.json"
+        return self.root / MANIFEST_FILE
 
     @property
     def plan_dir(self) -> Path:
@@ -159,49 +163,86 @@ class RunDir:
             raise D5PipeError(f"{self.root}: not a d5pipe run directory (no plan/index.json)")
         return self
 
-    @cached_property
+    def _parse(self, path: Path, parse: Callable[[IO[bytes]], Any]) -> Any:
+        """``parse`` of the file at ``path``, kept while its inode, size and mtime stay the same."""
+        st = os.stat(path)
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        kept = self._parsed.get(path)
+        if kept is None or kept[0] != key:
+            with open(path, "rb") as fh:
+                kept = (key, parse(fh))
+        elif isinstance(kept[1], _Written):
+            kept = (key, parse(io.BytesIO(kept[1].blob)))
+        self._parsed[path] = kept
+        return kept[1]
+
+    def write_file(self, path: Path, blob: bytes) -> None:
+        """Write ``blob`` to ``path`` atomically (unchanged bytes keep the file and its mtime) and
+        keep it as the file's content: this process parses it from memory, never reads it back."""
+        from d5pipe.core.atomic import write_if_changed
+
+        write_if_changed(path, blob)
+        st = os.stat(path)
+        self._parsed[path] = ((st.st_ino, st.st_size, st.st_mtime_ns), _Written(blob))
+
+    def write_json(self, path: Path, data: dict[str, Any], indent: int | None = None) -> None:
+        """:meth:`write_file` of ``data`` as sorted JSON (one line unless ``indent``: json's C
+        encoder; an indent means its pure-Python one, ~10x slower)."""
+        self.write_file(path, (json.dumps(data, indent=indent, sort_keys=True, default=str) + "\n").encode())
+
+    @property
     def config(self) -> dict[str, Any]:
         """``config.yaml`` (the composed, resolved config)."""
+        return self._config_file()[1]
+
+    @property
+    def config_text(self) -> str:
+        """``config.yaml`` as written."""
+        return self._config_file()[0]
+
+    def _config_file(self) -> tuple[str, dict[str, Any]]:
         import yaml
 
         from d5pipe.core.yamlio import safe_load
 
+        def parse(fh: IO[bytes]) -> tuple[str, Any]:
+            text = fh.read().decode("utf-8")
+            return text, safe_load(text)
+
         try:
-            with open(self.config_path, encoding="utf-8") as fh:
-                data = safe_load(fh)
+            text, data = self._parse(self.config_path, parse)
         except FileNotFoundError:
             raise D5PipeError(f"{self.root}: no config.yaml (not a d5pipe run directory)") from None
         except yaml.YAMLError as exc:
             raise D5PipeError(f"{self.config_path}: not valid YAML ({exc})") from exc
         if not isinstance(data, dict):
             raise D5PipeError(f"{self.config_path}: not a d5pipe config")
-        return data
+        return text, data
 
-    @cached_property
+    @property
     def index(self) -> dict[str, Any]:
         """``plan/index.json`` (stages, shards, datasets)."""
         self.require_run()
-        with open(self.index_path, encoding="utf-8") as fh:
-            data: dict[str, Any] = json.load(fh)
+        data: dict[str, Any] = self._parse(self.index_path, json.load)
         return data
 
     @property
     def manifest(self) -> dict[str, Any]:
-        """``manifest.json`` ({} when there is none yet). Read fresh: jobs update it."""
+        """``manifest.json`` ({} when there is none yet)."""
         try:
-            with open(self.manifest_path, encoding="utf-8") as fh:
-                data: dict[str, Any] = json.load(fh)
+            data = self._parse(self.manifest_path, json.load)
         except FileNotFoundError:
             return {}
+        except json.JSONDecodeError as exc:
+            raise D5PipeError(f"{self.manifest_path}: invalid JSON ({exc.msg})") from exc
+        if not isinstance(data, dict):
+            raise D5PipeError(f"{self.manifest_path}: expected a JSON object")
         return data
 
     def shard_spec(self, stage: str, shard: str) -> dict[str, Any]:
-        """``plan/<stage>/<shard>.json`` (parsed once)."""
-        key = (stage, shard)
-        if key not in self._shards:
-            with open(self.shard_plan(stage, shard), encoding="utf-8") as fh:
-                self._shards[key] = json.load(fh)
-        return self._shards[key]
+        """``plan/<stage>/<shard>.json``."""
+        data: dict[str, Any] = self._parse(self.shard_plan(stage, shard), json.load)
+        return data
 
     def stages(self) -> list[str]:
         """Planned stages in pipeline order."""
@@ -213,7 +254,7 @@ class RunDir:
     def shards(self, stage: str) -> list[str]:
         return list(self.index["stages"][stage]["shards"])
 
-    @cached_property
+    @property
     def planned_ids(self) -> dict[str, list[str]]:
         """Point IDs of the current plan, per stage (records of other configs are ignored)."""
         return {stage: [p["point_id"] for shard in self.shards(stage)
@@ -243,6 +284,15 @@ class RunDir:
     @property
     def experiment(self) -> str:
         return str(self.index.get("experiment") or self.config.get("name") or "")
+
+
+class _Written:
+    """Bytes this process wrote to a file, parsed on first use."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
 
 
 def _is_record(name: str) -> bool:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from d5pipe.core.atomic import write_if_changed
 from d5pipe.core.version import __version__
 from d5pipe.plan.build import Plan
 from d5pipe.rundir.layout import RunDir
@@ -16,8 +16,8 @@ MANIFEST_SCHEMA_VERSION = 1
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """``RUN/manifest.json`` ({} when there is none yet)."""
-    return RunDir(run_dir).manifest
+    """A copy of ``RUN/manifest.json`` to change ({} when there is none yet)."""
+    return copy.deepcopy(RunDir.of(run_dir).manifest)
 
 
 def build_manifest(plan: Plan, environment: dict[str, Any], env_hash: str) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def build_manifest(plan: Plan, environment: dict[str, Any], env_hash: str) -> di
         "datasets": {k: {"config": v} for k, v in plan.datasets.items()},
         "submit_environment": environment,
         "submit_env_hash": env_hash,
-        # Replaced by finalize_environment() with the environment the points actually ran in
+        # Replaced by finalize_manifest() with the environment the points actually ran in
         # (Snakemake jobs set e.g. OMP/MKL thread variables, so it can differ from the submitter).
         "environment": environment,
         "env_hash": env_hash,
@@ -44,58 +44,44 @@ def build_manifest(plan: Plan, environment: dict[str, Any], env_hash: str) -> di
 
 
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
-    """Write atomically, keeping ``created`` and dataset checksums from an earlier write."""
-    old = read_manifest(run_dir)
+    """Write atomically, keeping ``created``, the measured environments and dataset checksums
+    from an earlier write."""
+    old = RunDir.of(run_dir).manifest
     manifest = dict(manifest)
-    manifest["created"] = old.get("created") or datetime.now(UTC).isoformat(
-        timespec="seconds"
-    )
-    if "env_hashes" in old:  # finalised by an earlier aggregate: keep the points' environment
+    manifest["created"] = old.get("created") or datetime.now(UTC).isoformat(timespec="seconds")
+    if "env_hashes" in old:  # finalised by an earlier report: keep the points' environment
         for key in ("environment", "env_hash", "env_hashes"):
             manifest[key] = old[key]
     for key, info in manifest.get("datasets", {}).items():
         prev = old.get("datasets", {}).get(key, {})
         if "checksum" in prev and prev.get("config") == info.get("config"):
             info.update({k: v for k, v in prev.items() if k != "config"})
-    data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
-    write_if_changed(RunDir(run_dir).manifest_path, data)
+    rd = RunDir.of(run_dir)
+    rd.write_json(rd.manifest_path, manifest, indent=1)
 
 
-def merge_dataset_meta(run_dir: Path) -> None:
-    """Copy prepared datasets' metadata (checksum, sizes) from ``data/<key>.json`` into the manifest.
-
-    Run once, by the aggregate job, so concurrent prepare jobs never race on the manifest.
+def finalize_manifest(run_dir: Path, used_hashes: list[str]) -> None:
+    """The report job's additions, in one read and one write (so prepare jobs never race on it):
+    each prepared dataset's metadata (checksum, sizes) from ``data/<key>.json``, and the
+    environment(s) the results were measured in (``RUN/env/<hash>.json``): ``env_hash`` the hash
+    on most result rows, ``env_hashes`` all of them (several when shards ran on different nodes
+    or software), ``environment`` the full record of ``env_hash``.
     """
-    run_dir = Path(run_dir)
+    rd = RunDir.of(run_dir)
     manifest = read_manifest(run_dir)
     if not manifest:
         return
     for key, entry in manifest.get("datasets", {}).items():
-        meta_path = RunDir(run_dir).dataset_meta(key)
+        meta_path = rd.dataset_meta(key)
         if meta_path.exists():
             with open(meta_path, encoding="utf-8") as fh:
-                meta = json.load(fh)
-            entry.update({k: v for k, v in meta.items() if k != "config"})
-    data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
-    write_if_changed(RunDir(run_dir).manifest_path, data)
-
-
-def finalize_environment(run_dir: Path, used_hashes: list[str]) -> None:
-    """Record the environment(s) the results were measured in (``RUN/env/<hash>.json``).
-
-    ``env_hash`` becomes the hash on most result rows, ``env_hashes`` all of them (several when
-    shards ran on different nodes or software), ``environment`` the full record of ``env_hash``.
-    """
-    run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    if not manifest or not used_hashes:
-        return
-    main = used_hashes[0]
-    env_path = RunDir(run_dir).env_record(main)
-    if env_path.exists():
-        with open(env_path, encoding="utf-8") as fh:
-            manifest["environment"] = json.load(fh)
-    manifest["env_hash"] = main
-    manifest["env_hashes"] = sorted(set(used_hashes))
-    data = (json.dumps(manifest, indent=1, sort_keys=True, default=str) + "\n").encode()
-    write_if_changed(RunDir(run_dir).manifest_path, data)
+                entry.update({k: v for k, v in json.load(fh).items() if k != "config"})
+    if used_hashes:
+        main = used_hashes[0]
+        env_path = rd.env_record(main)
+        if env_path.exists():
+            with open(env_path, encoding="utf-8") as fh:
+                manifest["environment"] = json.load(fh)
+        manifest["env_hash"] = main
+        manifest["env_hashes"] = sorted(set(used_hashes))
+    rd.write_json(rd.manifest_path, manifest, indent=1)

@@ -7,7 +7,6 @@ Shard markers whose points lack a record are removed, so Snakemake re-runs exact
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -52,28 +51,20 @@ def shard_spec(plan: Plan, stage: str, index: int) -> dict[str, Any]:
     }
 
 
-def _dump(obj: Any) -> bytes:
-    # one line per file: json's C encoder (an indent means its pure-Python encoder, ~10x slower)
-    return (json.dumps(obj, sort_keys=True) + "\n").encode()
-
-
 def write_plan(run_dir: Path, plan: Plan, overrides: list[str]) -> None:
     """Write config, overrides and the plan files; unchanged files keep their mtime."""
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     rd.root.mkdir(parents=True, exist_ok=True)
-    write_if_changed(
-        rd.config_path,
-        safe_dump(plan.config, sort_keys=False, default_flow_style=None).encode(),
-    )
+    rd.write_file(rd.config_path, safe_dump(plan.config, sort_keys=False, default_flow_style=None).encode())
     write_if_changed(
         rd.overrides_path,
         safe_dump({"experiment": plan.experiment, "overrides": list(overrides)}).encode(),
     )
     for stage, sp in plan.stages.items():
         for i, name in enumerate(sp.shard_names()):
-            write_if_changed(rd.shard_plan(stage, name), _dump(shard_spec(plan, stage, i)))
-    write_if_changed(rd.checks_path, _dump(checks_config(plan)))
-    write_if_changed(rd.index_path, _dump(plan_index(plan)))
+            rd.write_json(rd.shard_plan(stage, name), shard_spec(plan, stage, i))
+    rd.write_json(rd.checks_path, checks_config(plan))
+    rd.write_json(rd.index_path, plan_index(plan))
 
 
 def checks_config(plan: Plan) -> dict[str, Any]:
@@ -85,12 +76,12 @@ def checks_config(plan: Plan) -> dict[str, Any]:
 
 def existing_records(run_dir: Path, stage: str) -> set[str]:
     """Point IDs whose record file exists (one directory listing, not one stat per point)."""
-    return RunDir(run_dir).existing_records(stage)
+    return RunDir.of(run_dir).existing_records(stage)
 
 
 def invalidate_stale_markers(run_dir: Path, plan: Plan) -> list[str]:
     """Delete shard markers whose points lack a record, so Snakemake re-runs exactly those shards."""
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     removed = []
     for stage, sp in plan.stages.items():
         mtimes = rd.record_mtimes(stage)
@@ -119,7 +110,7 @@ def _corrupt(rd: RunDir, stage: str, pid: str) -> bool:
 
 def remove_failed(run_dir: Path, plan: Plan) -> int:
     """Delete records of failed points (``--retry-failed``)."""
-    rd = RunDir(run_dir)
+    rd = RunDir.of(run_dir)
     n = 0
     for stage, sp in plan.stages.items():
         for pid in sp.point_ids:

@@ -138,7 +138,7 @@ def record_path(run_dir: Path, stage: str, point_id: str) -> Path:
     """``RUN/points/<stage>/<point_id>.json`` (d5pipe.rundir.layout.RunDir.record)."""
     from d5pipe.rundir.layout import RunDir
 
-    return RunDir(run_dir).record(stage, point_id)
+    return RunDir.of(run_dir).record(stage, point_id)
 
 
 def read_record(path: Path) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def report_data(res: RunResults) -> RunData:
     """The report's view of ``res``: its results plus manifest.json, config.yaml and reproduce.json."""
     rd = res.run_dir
-    config_text = rd.config_path.read_text(encoding="utf-8") if rd.config_path.exists() else ""
+    config_text = rd.config_text if rd.config_path.exists() else ""
     return RunData(
         run_dir=rd.root,
         results=res.frame,

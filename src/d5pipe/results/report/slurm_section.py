@@ -24,7 +24,7 @@ def _pct(v: object) -> str:
 
 def slurm_jobs(data: RunData) -> Section | None:
     """The efficiency table; None for a run that had no SLURM jobs."""
-    path = RunDir(data.run_dir).side_table("accounting")
+    path = RunDir.of(data.run_dir).side_table("accounting")
     if not path.exists():
         return None
     acct = pd.read_parquet(path)
