@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from natsort import natsorted
 
-from d5pipe.execute.placement import natural_key
 from multinode_fixture import MultiNodeCluster
 from slurm_fixture import TEST_PROFILE
 
@@ -144,7 +144,7 @@ def test_the_same_point_runs_on_each_of_three_distinct_nodes(mn_runs: dict[str, 
     assert len(recs) == 6 and {r["status"] for r in recs.values()} == {"ok"}
     nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, env=res.env,
                            timeout=30, check=True).stdout.split()
-    names = sorted(set(nodes), key=natural_key)
+    names = natsorted(set(nodes))
     for rec in recs.values():  # node k is the k-th node of the partition, and only that one
         assert rec["provenance"]["slurm_nodelist"] == names[rec["params"]["placement.node"] - 1], rec["provenance"]
     per_size = {}

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from natsort import natsorted
+
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.stages import NODE_AXIS
 
@@ -32,11 +34,6 @@ _UNUSABLE = ("down", "drain", "fail", "maint", "unk", "no_respond", "power")
 def node_of(config: Mapping[str, Any]) -> int:
     """The ``placement.node`` of a resolved point config (0 without a placement)."""
     return int((config.get("placement") or {}).get("node", 0) or 0)
-
-
-def natural_key(name: str) -> list[Any]:
-    """``node2`` before ``node10``."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
 @lru_cache(maxsize=8)
@@ -55,7 +52,7 @@ def partition_nodes(partition: str = "") -> tuple[str, ...]:
         parts = line.split()
         if len(parts) == 2 and _NODE_NAME.match(parts[0]) and not parts[1].lower().startswith(_UNUSABLE):
             names.add(parts[0])
-    return tuple(sorted(names, key=natural_key))
+    return tuple(natsorted(names))
 
 
 def node_name(index: int, partition: str = "") -> str:

@@ -10,15 +10,14 @@ of a cell compare at a glance. Units this module does not know are left as they 
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from natsort import natsort_keygen, ns
+
 TIME_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 """Time units the records use, in seconds."""
-_TIME_STEPS: tuple[tuple[float, str], ...] = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
-_SI_STEPS: tuple[tuple[float, str], ...] = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 _BINARY_STEPS: tuple[tuple[float, str], ...] = ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"),
                                                 (2.0**10, "KiB"), (1.0, "B"))
 _SI_PREFIX: dict[str, float] = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
@@ -56,12 +55,9 @@ def scale(value: float, unit: str) -> tuple[float, str]:
     mag = abs(value) if value is not None and math.isfinite(value) else 0.0
     if mag == 0:
         return 1.0, u  # 0 GB/s, not 0 B/s
-    if u in TIME_UNITS:
-        seconds = TIME_UNITS[u]
-        sec = mag * seconds
-        for size, name in _TIME_STEPS:
-            if sec >= size or size == 1e-9:
-                return seconds / size, name
+    if u in TIME_UNITS:  # s, ms, µs or ns
+        factor, prefix = _eng(mag * TIME_UNITS[u], -9, 0)
+        return TIME_UNITS[u] * factor, f"{prefix}s"
     if u in _BYTE_UNITS:
         for size, name in _BINARY_STEPS:
             if mag >= size or size == 1.0:
@@ -69,19 +65,24 @@ def scale(value: float, unit: str) -> tuple[float, str]:
     m = _RATE.match(u)
     if m:
         base = _SI_PREFIX[m.group("prefix")]
-        return _si(mag * base, base, f"{m.group('base')}/s", sep="")
+        factor, prefix = _eng(mag * base, 0, 12)
+        return base * factor, f"{prefix}{m.group('base')}/s"
     if u in _FLOP_UNITS:
-        return _si(mag, 1.0, "FLOP", sep="")
+        factor, prefix = _eng(mag, 0, 12)
+        return factor, f"{prefix}FLOP"
     if u in _PLAIN_RATES:
-        return _si(mag, 1.0, u, sep=" ")
+        factor, prefix = _eng(mag, 0, 12)
+        return factor, f"{prefix} {u}" if prefix else u
     return 1.0, u
 
 
-def _si(base_value: float, base: float, unit: str, sep: str) -> tuple[float, str]:
-    for size, prefix in _SI_STEPS:
-        if base_value >= size or size == 1.0:
-            return base / size, (f"{prefix}{sep}{unit}" if prefix else unit)
-    return base, unit  # pragma: no cover - the loop always returns
+def _eng(value: float, lowest: int, highest: int) -> tuple[float, str]:
+    """(10^-k, prefix): ``k`` the engineering exponent of ``value`` (a multiple of 3) kept within
+    [lowest, highest], its prefix matplotlib's ``EngFormatter`` one (``µ``, ``k``, ``G``)."""
+    from matplotlib.ticker import EngFormatter
+
+    k = min(highest, max(lowest, 3 * math.floor(math.log10(value) / 3)))
+    return 10.0 ** -k, EngFormatter.ENG_PREFIXES[k]
 
 
 def quantity(value: Any, unit: str = "") -> str:
@@ -122,20 +123,14 @@ def bytes_tick(v: float) -> str:
     return f"{number(v * factor, 3)} {shown}"
 
 
-_DIGITS = re.compile(r"(\d+(?:\.\d+)?)")
+_NATURAL = natsort_keygen(alg=ns.FLOAT | ns.IGNORECASE)
 
 
 def natural_key(value: Any) -> tuple[Any, ...]:
     """Sort key: numbers by value (64 < 128 < 256), text with embedded numbers naturally
-    (``size64`` < ``size128``), missing values last."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return (2, ())
+    (``size64`` < ``size128``, ``node2`` < ``node10``), missing values (None, NaN, pd.NA) last."""
     try:
-        if value != value:  # pd.NA raises TypeError on bool(); NaN-like objects compare unequal
-            return (2, ())
-    except TypeError:
-        return (2, ())
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return (0, (float(value),))
-    parts = _DIGITS.split(str(value))
-    return (1, tuple((0, float(p), "") if i % 2 else (1, 0.0, p.lower()) for i, p in enumerate(parts) if p))
+        missing = value is None or bool(value != value)
+    except TypeError:  # pd.NA
+        missing = True
+    return (1, ()) if missing else (0, _NATURAL(value))
