@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -29,14 +30,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
 
 
-def d5pipe(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess."""
-    env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run(
-        [sys.executable, "-m", "d5pipe.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
-    )
+def d5pipe(*args: str, cwd: Path | None = None, timeout: float = 600,
+           env: Mapping[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess (one thread unless ``env`` says otherwise; ``env`` sets
+    variables, and removes those it maps to None)."""
+    full = {"OMP_NUM_THREADS": "1", **os.environ}
+    for key, value in (env or {}).items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    return subprocess.run([sys.executable, "-m", "d5pipe.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full)
 
 
 @pytest.fixture()

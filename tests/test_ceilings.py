@@ -4,7 +4,6 @@ and a point faster than its bound flagged in results.parquet and the report."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import torch
 
 from d5pipe.measure import ceilings as cm
 from d5pipe.measure.ceilings import Ceilings, roofline
-from tests.conftest import TEST_CONF
+from tests.conftest import TEST_CONF, d5pipe
 
 LEVELS = [["L1", 32 << 10], ["L2", 1 << 20], ["L3", 32 << 20]]
 
@@ -117,13 +116,8 @@ def test_a_point_faster_than_its_bound_is_flagged_in_the_results_and_the_report(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**c.to_json(), "key": key, "threads": threads}))
     run = tmp_path / "run"
-    env = dict(os.environ, D5PIPE_CACHE_DIR=str(cache))
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "run", "tiny", "--config-dir", str(TEST_CONF),
-                        "--out", str(run), "operators.peak=true", "sweep.grid.operators.size=[32]"],
-                       capture_output=True, text=True, timeout=600, env=env)
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(run), "operators.peak=true",
+               "sweep.grid.operators.size=[32]", env={"D5PIPE_CACHE_DIR": str(cache)})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     df = pd.read_parquet(run / "results.parquet")
     flagged = df[df["metric"] == "plausibility:above_bound"]

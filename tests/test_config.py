@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from d5pipe import D5PipeError
 from d5pipe.config.compose import compose_config
+from tests.conftest import d5pipe
 
 
 def _write(d: Path, rel: str, text: str) -> None:
@@ -67,10 +66,7 @@ def test_errors_name_key_and_file(user_conf: Path, experiment: str, overrides: l
 
 @pytest.mark.parametrize(("experiment", "named"), [("typo", "operators.sise"), ("evil", "os:system")])
 def test_cli_user_error_is_one_line_exit_2(user_conf: Path, experiment: str, named: str) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "d5pipe.cli.main", "plan", experiment, "--config-dir", str(user_conf)],
-        capture_output=True, text=True, timeout=120,
-    )
+    r = d5pipe("plan", experiment, "--config-dir", str(user_conf), timeout=120)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0] and "Traceback" not in r.stderr

@@ -9,27 +9,22 @@ on the path, once the reproducer allows it (and not before).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT, d5pipe
+
 EXAMPLE = ROOT / "examples" / "byo"
 
 
 def _cli(*args: str, cwd: Path, pythonpath: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("D5PIPE_ALLOW", "PYTHONPATH")}
-    env.update(OMP_NUM_THREADS="1", XDG_CONFIG_HOME=str(cwd / "xdg"))
-    if pythonpath is not None:
-        env["PYTHONPATH"] = pythonpath
-    return subprocess.run([sys.executable, "-m", "d5pipe.cli.main", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900, check=False)
+    return d5pipe(*args, cwd=cwd, timeout=900, env={"D5PIPE_ALLOW": None, "PYTHONPATH": pythonpath,
+                                                    "OMP_NUM_THREADS": "1", "XDG_CONFIG_HOME": str(cwd / "xdg")})
 
 
 @pytest.fixture(scope="module")

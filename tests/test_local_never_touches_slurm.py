@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from d5pipe.execute.snakemake_main import wants_slurm
-from tests.conftest import ROOT, TEST_CONF
+from tests.conftest import ROOT, TEST_CONF, d5pipe
 
 SLURM_COMMANDS = ("scontrol", "sinfo", "squeue", "sacct", "sbatch", "srun", "scancel", "sacctmgr")
 
@@ -42,11 +42,9 @@ def _fake_slurm(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_local_run_calls_no_slurm_command(tmp_path: Path) -> None:
     bin_dir, log = _fake_slurm(tmp_path)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", OMP_NUM_THREADS="1")
     run = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "run", "tiny", "--config-dir", str(TEST_CONF),
-                        "--out", str(run), "sweep.grid.operators.size=[16]"],
-                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(run), "sweep.grid.operators.size=[16]",
+               cwd=ROOT, env={"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert (run / "results.parquet").is_file()
     calls = log.read_text() if log.exists() else ""

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_CONF
+from tests.conftest import TEST_CONF, d5pipe
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +22,10 @@ AUDIT = Path(__file__).parent / "read_audit"
 NOT_PARSING = ("d5pipe/core/atomic.py:",)
 
 
-def _d5pipe(log: Path, run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(AUDIT), os.environ.get("PYTHONPATH", "")]),
-               D5PIPE_READ_AUDIT_ROOT=str(run.parent), D5PIPE_READ_AUDIT_LOG=str(log), OMP_NUM_THREADS="1",
-               D5PIPE_CACHE_DIR=str(run.parent / "cache"))  # a dataset is prepared here, not taken from a cache
-    return subprocess.run([sys.executable, "-m", "d5pipe.cli.main", *args], capture_output=True, text=True,
-                          timeout=600, env=env)
+def _audited(log: Path, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return d5pipe(*args, env={"PYTHONPATH": os.pathsep.join([str(AUDIT), os.environ.get("PYTHONPATH", "")]),
+                              "D5PIPE_READ_AUDIT_ROOT": str(root), "D5PIPE_READ_AUDIT_LOG": str(log),
+                              "D5PIPE_CACHE_DIR": str(root / "cache")})  # a dataset is prepared, not taken from a cache
 
 
 def _parses(log: Path) -> dict[tuple[str, str], list[str]]:
@@ -48,7 +45,7 @@ def test_each_process_parses_each_run_file_once(tmp_path: Path) -> None:
              ("status", str(run)), ("report", str(run)),
              ("run", "lazy_images", "--config-dir", str(TEST_CONF), "--out", str(images))]  # a dataset, level 1
     for args in steps:
-        r = _d5pipe(log, run, *args)
+        r = _audited(log, tmp_path, *args)
         assert r.returncode == 0, (args, r.stdout[-2000:], r.stderr[-2000:])
     seen = _parses(log)
     twice = {f"{pid} {Path(path).relative_to(tmp_path)}": chains for (pid, path), chains in seen.items()

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,8 @@ import torch
 
 from d5pipe.levels.level0.operators import MATMUL
 from d5pipe.results.metric_compare import MetricValue, compare_metric, min_attainable_p
+from tests.conftest import ROOT, TEST_CONF, d5pipe
 
-ROOT = Path(__file__).resolve().parents[1]
-TEST_CONF = ROOT / "tests" / "configs"
 DELAY_ENV = "D5PIPE_E2E_OP_DELAY_S"
 PUBLISHED = {DELAY_ENV: "0.001"}  # 1 ms per call on a ~0.05 ms matmul (repro_small: size 128)
 SLOW = {DELAY_ENV: "0.02"}  # 20 ms per call
@@ -56,13 +54,11 @@ THROTTLED_MATMUL = dataclasses.replace(MATMUL, name="throttled_matmul", forward=
 def cli(*args: str, omp: str = "1", cwd: Path | None = None,
         extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real ``d5pipe`` CLI with a chosen OMP_NUM_THREADS (and the repo on PYTHONPATH)."""
-    env = {k: v for k, v in os.environ.items() if k != DELAY_ENV}
-    env["OMP_NUM_THREADS"] = omp
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env["D5PIPE_ALLOW"] = "tests.test_reproduce_e2e"  # the runner's trust: the config cannot grant it
-    env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "d5pipe.cli.main", *args], check=False, capture_output=True,
-                          text=True, timeout=600, cwd=cwd, env=env)
+    return d5pipe(*args, cwd=cwd, env={
+        DELAY_ENV: None, "OMP_NUM_THREADS": omp,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "D5PIPE_ALLOW": "tests.test_reproduce_e2e",  # the runner's trust: the config cannot grant it
+        **(extra_env or {})})
 
 
 def _ok(r: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
