@@ -46,7 +46,8 @@ def build_manifest(plan: Plan, environment: dict[str, Any], env_hash: str) -> di
 def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
     """Write atomically, keeping ``created``, the measured environments and dataset checksums
     from an earlier write."""
-    old = RunDir.of(run_dir).manifest
+    rd = RunDir.of(run_dir)
+    old = rd.manifest
     manifest = dict(manifest)
     manifest["created"] = old.get("created") or datetime.now(UTC).isoformat(timespec="seconds")
     if "env_hashes" in old:  # finalised by an earlier report: keep the points' environment
@@ -56,7 +57,6 @@ def write_manifest(run_dir: Path, manifest: dict[str, Any]) -> None:
         prev = old.get("datasets", {}).get(key, {})
         if "checksum" in prev and prev.get("config") == info.get("config"):
             info.update({k: v for k, v in prev.items() if k != "config"})
-    rd = RunDir.of(run_dir)
     rd.write_json(rd.manifest_path, manifest, indent=1)
 
 
