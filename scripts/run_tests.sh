@@ -12,7 +12,7 @@
 # is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
-HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py)
+HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py)
 HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
         tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")

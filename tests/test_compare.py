@@ -1,4 +1,4 @@
-"""``d5pipe compare A B``: shared points side by side, significance, --fail-on-regression."""
+"""``d5pipe compare A B``: configurations side by side, three verdicts, the gates."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from d5pipe.cli import cmd_compare
 from d5pipe.core.outcome import Metric
 from d5pipe.provenance import bundle
-from d5pipe.results.compare import compare_runs, format_table, load_points, regressions
+from d5pipe.results.compare import compare_runs, load_points, regressions
+from d5pipe.results.compare_table import format_table
 from d5pipe.rundir.record import record_path, write_record
 from tests.report_fixtures import publish
 
@@ -56,17 +57,18 @@ def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], see
     return run
 
 
-def test_load_points_attaches_samples_and_params(tmp_path: Path) -> None:
+def test_load_points_reads_params_and_ci_from_the_results(tmp_path: Path) -> None:
     run = make_run(tmp_path, "a", 1.0, (8, 16), seed=1)
     points = load_points(run)
     p = points[("level0", "mm-8")]
-    assert p.params == {"operators.size": 8, "repeat": 0} and p.status == "ok"
-    assert p.metrics["time"].samples is not None and len(p.metrics["time"].samples) == 40
+    assert p.params == {"operators.size": 8, "repeat": 0} and p.status == "ok" and p.repetition == 0
+    time = p.metrics["time"]
+    assert time.kind == "timing" and time.ci_low is not None and time.ci_low < float(time.value) < time.ci_high
     broken = points[("level0", "mm-broken")]
     assert broken.status == "failed" and broken.metrics == {} and "boom" in (broken.error or "")
 
 
-def test_slowdown_is_a_significant_regression(tmp_path: Path) -> None:
+def test_slowdown_is_changed_and_a_regression(tmp_path: Path) -> None:
     a = make_run(tmp_path, "a", 1.0, (8, 16, 32), seed=1)
     b = make_run(tmp_path, "b", 1.25, (8, 16, 64), seed=2)
     result = compare_runs(a, b)
@@ -74,20 +76,29 @@ def test_slowdown_is_a_significant_regression(tmp_path: Path) -> None:
     assert result.only_ref[0] == ("level0", "mm-32") and len(result.only_ref) == 5  # every repetition
     assert result.only_new[0] == ("level0", "mm-64") and len(result.only_new) == 5
     found = regressions(result, 10.0)
-    assert sorted((p.point_id, c.metric) for p, c in found) == [
-        ("mm-16", "gflops"), ("mm-16", "time"), ("mm-8", "gflops"), ("mm-8", "time")]
-    assert all(c.p_value is not None and c.p_value < 0.05 / 4 for _, c in found)  # Bonferroni over 4 timings
-    assert all(c.extra["n_ref"] == c.extra["n_new"] == 5 and c.extra["test"] == "welch_log" for _, c in found)
+    assert sorted((p.point_id, t.metric) for p, t in found) == [("mm-16", "time"), ("mm-8", "time")]
+    for _, t in found:
+        assert t.verdict == "changed" and t.direction == "slower" and t.ci is not None and t.ci[0] > 1
+        assert t.p_adjusted is not None and t.p_adjusted < 0.05 and len(t.a.values) == len(t.b.values) == 5
+    # GFLOP/s is a constant over the same time: the same test, shown once, never counted twice
+    rates = [t for p in result.points for t in p.timings if t.metric == "gflops"]
+    assert rates and all(t.derived_from == "time" and t.direction == "slower" for t in rates)
+    assert result.counts()["changed"] == 2
     assert regressions(result, 40.0) == []
     table = format_table(result)
-    assert "changed (higher)" in table and "changed (lower)" in table and "5 only in A" in table
+    assert "changed (slower)" in table and "(gflops follow time)" in table and "5 points only in A" in table
+    assert all(len(line) <= 120 for line in table.splitlines()[:-1])
 
 
-def test_same_distribution_is_no_regression(tmp_path: Path) -> None:
+def test_same_runs_are_equivalent_never_changed(tmp_path: Path) -> None:
     a = make_run(tmp_path, "a", 1.0, (8, 16), seed=1)
     result = compare_runs(a, a)
     assert regressions(result, 0.0) == []
+    assert {t.verdict for p in result.points for t in p.timings} == {"equivalent"}
     assert all(c.verdict in ("reproduced", "not_compared") for p in result.points for c in p.comparisons)
+    table = format_table(result)
+    assert "equivalent (within x1.1)" in table and "other metric(s) identical" in table
+    assert "[repeat" not in table  # the repetitions are folded, not listed
 
 
 def test_one_process_per_side_is_never_a_regression(tmp_path: Path) -> None:
@@ -96,8 +107,8 @@ def test_one_process_per_side_is_never_a_regression(tmp_path: Path) -> None:
     b = make_run(tmp_path, "b", 3.0, (8,), seed=2, reps=1)
     result = compare_runs(a, b)
     assert regressions(result, 0.0) == []
-    [time] = [c for p in result.points for c in p.comparisons if c.metric == "time"]
-    assert time.verdict == "not_compared" and "one process per side" in time.detail
+    [time] = [t for p in result.points for t in p.timings if t.metric == "time"]
+    assert time.verdict == "not_compared" and "one process per side" in time.reason
 
 
 def test_points_are_matched_by_parameters_not_ids(tmp_path: Path) -> None:
@@ -113,10 +124,10 @@ def test_points_are_matched_by_parameters_not_ids(tmp_path: Path) -> None:
     bundle.write_checksums(b)
     result = compare_runs(a, b)
     assert len(result.points) == 3 and result.only_ref == [] and result.only_new == []
-    assert {(p.point_id, c.metric) for p, c in regressions(result, 10.0)} >= {("mm-8", "time"), ("mm-16", "time")}
+    assert {(p.point_id, t.metric) for p, t in regressions(result, 10.0)} == {("mm-8", "time"), ("mm-16", "time")}
 
 
-def test_cli_fail_on_regression(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_gates_on_changed_and_on_inconclusive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = make_run(tmp_path, "a", 1.0, (8, 16), seed=1)
     b = make_run(tmp_path, "b", 1.25, (8, 16), seed=2)
     archive_b = bundle.archive(b, tmp_path / "b.tar.gz")
@@ -128,21 +139,27 @@ def test_cli_fail_on_regression(tmp_path: Path, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr()
     assert "regression: level0/mm-8 time" in out.err
     last = out.out.splitlines()[-1]
-    assert last.startswith("compare: 4 regression(s) worse than 10%: ") and "level0/mm-8 time +" in last
-    assert json.loads(out_json.read_text())["schema_version"] == 1
+    assert last.startswith("compare: 2 timings (measured in separate runs): 2 changed (2 slower, 0 faster)")
+    data = json.loads(out_json.read_text())
+    assert data["schema_version"] == 2 and data["counts"]["changed"] == 2
     assert cmd_compare.main(parser.parse_args([str(a), str(b), "--fail-on-regression", "40"])) == 0
-    assert cmd_compare.main(parser.parse_args([str(b), str(a), "--fail-on-regression", "10"])) == 0
-    assert capsys.readouterr().out.splitlines()[-1].startswith("compare: no regression worse than 10% (4 timing(s)")
+    assert cmd_compare.main(parser.parse_args([str(b), str(a), "--fail-on-regression", "10"])) == 0  # faster
+    capsys.readouterr()
+    # a margin too tight for 5 repetitions to show equivalence: undecided, which the flag fails on
+    same = ["--margin", "0.5", "--fail-on-inconclusive"]
+    assert cmd_compare.main(parser.parse_args([str(a), str(a), *same])) == 0  # identical: exact
+    c = make_run(tmp_path, "c", 1.0, (8, 16), seed=3)
+    assert cmd_compare.main(parser.parse_args([str(a), str(c), *same])) == cmd_compare.INCONCLUSIVE_EXIT == 5
+    assert "inconclusive" in capsys.readouterr().err
 
 
 def test_a_timing_not_reached_is_said_so_and_never_a_change() -> None:
     """time_to_target_s is NaN when a training never reached its target: "not reached", per side."""
-    from d5pipe.results.compare import compare_timing
-    from d5pipe.results.metric_compare import ComparePolicy
+    from d5pipe.results.timing_compare import compare_one
 
     nan = float("nan")
-    c = compare_timing("time_to_target_s", "s", [1.0, 1.1, 0.9], [nan, 2.0, nan], 0.05, ComparePolicy())
-    assert c.verdict == "not_compared" and c.direction is None and c.rel_change is None
-    assert "not reached in 0 of 3 repetitions of A and 2 of 3 of B" in c.detail
-    both = compare_timing("time_to_target_s", "s", [nan, nan], [nan, nan], 0.05, ComparePolicy())
-    assert both.verdict == "reproduced" and "not reached in 2 of 2" in both.detail
+    c = compare_one("time_to_target_s", "s", [1.0, 1.1, 0.9], [nan, 2.0, nan])
+    assert c.verdict == "inconclusive" and c.direction is None
+    assert "not reached in 0 of 3 repetitions of A and 2 of 3 of B" in c.reason
+    both = compare_one("time_to_target_s", "s", [nan, nan], [nan, nan])
+    assert both.verdict == "equivalent" and "not reached in any repetition" in both.reason

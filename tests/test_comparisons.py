@@ -1,5 +1,5 @@
-"""d5pipe.results.comparisons: the CI of the speedup covers the truth, the test keeps its level,
-and only points that differ in exactly the compared factor are paired."""
+"""d5pipe.results.comparisons: only points that differ in exactly the compared factor are paired;
+each pair is decided by the one comparison model (faster, slower, equivalent, inconclusive)."""
 
 from __future__ import annotations
 
@@ -11,53 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from d5pipe.results.comparisons import (
-    FACTORS,
-    alpha_of,
-    baseline_of,
-    compare_pair,
-    comparisons,
-    ratio_ci,
-)
-
-TRUE_RATIO = 1.3
-DRAWS = 200
-
-
-def lognormal_pair(rng: np.random.Generator, n: int, ratio: float, sigma: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
-    """Baseline times with median ``ratio`` x the variant's median (so the true speedup is ``ratio``)."""
-    return rng.lognormal(math.log(ratio), sigma, n), rng.lognormal(0.0, sigma, n)
-
-
-@pytest.mark.parametrize("n", [15, 40])
-def test_speedup_ci_covers_the_true_ratio_about_95_percent_of_draws(n: int) -> None:
-    rng = np.random.default_rng(20240501 + n)
-    covered = 0
-    for _ in range(DRAWS):
-        base, variant = lognormal_pair(rng, n, TRUE_RATIO)
-        _, low, high = ratio_ci(base, variant)
-        covered += int(low <= TRUE_RATIO <= high)
-    rate = covered / DRAWS
-    assert 0.90 <= rate <= 0.99, rate
-
-
-def test_identical_distributions_are_no_significant_difference_about_95_percent() -> None:
-    rng = np.random.default_rng(7)
-    verdicts = [compare_pair(*lognormal_pair(rng, 30, 1.0))[4] for _ in range(DRAWS)]
-    same = verdicts.count("no significant difference") / DRAWS
-    assert same >= 0.90, same
-    assert set(verdicts) <= {"no significant difference", "faster", "slower"}
-
-
-def test_a_real_difference_is_found_with_its_direction() -> None:
-    rng = np.random.default_rng(3)
-    base, variant = lognormal_pair(rng, 40, 2.0, sigma=0.1)
-    s, low, high, p, verdict = compare_pair(base, variant)
-    assert verdict == "faster" and p < 0.05 and low < s < high and low > 1.0
-    s, low, high, p, verdict = compare_pair(variant, base)
-    assert verdict == "slower" and high < 1.0
-    assert compare_pair([1.0, 1.1], [2.0, 2.1])[4] == "too few samples"  # exact MWU cannot reach 0.05
-    assert all(math.isnan(x) for x in ratio_ci([1.0], [1.0, 2.0]))
+from d5pipe.results.comparisons import FACTORS, alpha_of, baseline_of, comparisons, policy_of
 
 
 def _frame(points: list[dict[str, Any]], metric: str = "time", stage: str = "level0") -> pd.DataFrame:
@@ -83,7 +37,7 @@ def test_only_points_differing_in_exactly_the_factor_are_paired() -> None:
     assert row["context"] == "operators.layout=contiguous, operators.size=64"  # not the repetition
     assert row["n_baseline"] == row["n_variant"] == 4
     assert row["verdict"] == "faster" and row["ci_low"] < 2.0 < row["ci_high"] and row["ci_low"] > 1.0
-    assert "Welch" in row["method"]
+    assert "Welch" in row["method"] and "Holm" in row["method"]
 
 
 def test_one_process_per_side_is_not_compared() -> None:
@@ -97,20 +51,29 @@ def test_one_process_per_side_is_not_compared() -> None:
     assert row["verdict"] == "not compared" and "one process per side" in row["method"]
 
 
-def test_the_verdict_rule_is_the_ci_and_the_test_together() -> None:
-    """faster/slower only when the CI of the speedup excludes 1 and p < alpha; else no significant
-    difference (never "1.01x [0.94, 1.08], p = 0.03, faster")."""
+def test_the_verdicts_of_a_pair() -> None:
+    """faster/slower only when the CI of the speedup excludes 1 and the family's test agrees;
+    equivalent when the whole CI is within the margin; otherwise inconclusive, with the
+    repetitions that would decide it (never "1.01x [0.94, 1.08], faster")."""
     rng = np.random.default_rng(5)
+    seen = set()
     for _ in range(60):
         ratio = float(rng.choice([1.0, 1.05, 1.5]))
-        df = _frame([{"operators.impl": impl, "repeat": rep, "t": float(t * rng.lognormal(0.0, 0.1))}
-                     for rep in range(3) for impl, t in (("eager", ratio), ("compile", 1.0))])
+        noise = float(rng.choice([0.01, 0.2]))
+        df = _frame([{"operators.impl": impl, "repeat": rep, "t": float(t * rng.lognormal(0.0, noise))}
+                     for rep in range(4) for impl, t in (("eager", ratio), ("compile", 1.0))])
         [row] = comparisons(df, None, {}).to_dict(orient="records")
         excludes = row["ci_low"] > 1 or row["ci_high"] < 1
-        significant = excludes and row["p_value"] < 0.05
-        assert row["verdict"] == (("faster" if row["speedup"] > 1 else "slower") if significant
-                                  else "no significant difference")
+        within = row["ci_low"] >= 1 / 1.1 and row["ci_high"] <= 1.1
         assert row["ci_low"] <= row["speedup"] <= row["ci_high"]
+        if row["verdict"] in ("faster", "slower"):
+            assert excludes and (row["verdict"] == "faster") == (row["speedup"] > 1)
+        elif row["verdict"] == "equivalent":
+            assert within
+        else:
+            assert row["verdict"] == "inconclusive" and not within and row["needed"] > 4
+        seen.add(row["verdict"])
+    assert seen == {"faster", "equivalent", "inconclusive"}
 
 
 def test_baselines_and_alpha_from_config() -> None:
@@ -121,6 +84,7 @@ def test_baselines_and_alpha_from_config() -> None:
     assert baseline_of(l2, ["adam", "sgd"], {}) == "sgd"      # else sgd
     assert baseline_of(l3, ["horovod", "mpi"], {}) is None    # declared ddp absent: no pairs
     assert alpha_of({"report": {"alpha": 0.01}}) == 0.01 and alpha_of({}) == 0.05
+    assert policy_of({"report": {"margin": 0.05}}).margin == 0.05 and policy_of({}).margin == 0.10
 
 
 
@@ -160,6 +124,6 @@ def test_verify_and_compare_in_one_run(tmp_path: Path, monkeypatch: pytest.Monke
     out = comparisons(df, build_results(run).samples, RunDir(run).config)
     assert sorted(out["variant"]) == ["adam", "my_sgd"] and set(out["baseline"]) == {"sgd"}
     assert (out["n_baseline"] == 3).all() and (out["n_variant"] == 3).all()
-    assert set(out["verdict"]) <= {"faster", "slower", "no significant difference"}
+    assert set(out["verdict"]) <= {"faster", "slower", "equivalent", "inconclusive"}
     html = (run / "report.html").read_text(encoding="utf-8")
     assert "my_sgd vs sgd" in html and "No fair pair" not in html

@@ -1,59 +1,17 @@
-"""Repetitions: planned as separate shard jobs with their own seeds, compared across processes
-by one rule (d5pipe.results.repetitions)."""
+"""Repetitions: planned as separate shard jobs with their own seeds and in a random order within
+each repetition; more of them measure only the new ones; more for chosen configurations
+(``plan/repetitions.json``, the until-decided mode)."""
 
 from __future__ import annotations
 
-import numpy as np
+import json
+from pathlib import Path
+
 import pytest
 
 from d5pipe.execute.run import load_plan
-from d5pipe.results.repetitions import family_alpha, ratio_test
-from tests.conftest import TEST_CONF
-
-
-def test_one_process_per_side_is_not_compared() -> None:
-    t = ratio_test([1.0], [3.0], 0.05)
-    assert not t.changed and t.p_value is None and "one process per side" in t.reason
-    assert ratio_test([1.0, 1.1], [3.0], 0.05).reason.startswith("one process per side (2 vs 1")
-
-
-def test_identical_sides_are_no_difference_and_constants_are_exact() -> None:
-    t = ratio_test([1.0, 1.2, 0.9], [1.0, 1.2, 0.9], 0.05)
-    assert not t.changed and t.p_value == pytest.approx(1.0) and t.ratio == pytest.approx(1.0)
-    assert ratio_test([2.0, 2.0], [3.0, 3.0], 0.05).changed
-    assert not ratio_test([2.0, 2.0], [2.0, 2.0], 0.05).changed
-
-
-def test_the_verdict_needs_the_ci_to_exclude_one_and_the_test_to_agree() -> None:
-    """One rule: across many random pairs, 'changed' is exactly 'CI excludes 1 and p < alpha', and
-    the CI and the test never disagree (they come from one t distribution)."""
-    rng = np.random.default_rng(3)
-    for _ in range(400):
-        a = rng.lognormal(0.0, 0.1, size=4)
-        b = rng.lognormal(float(rng.choice([0.0, 0.1, 0.3])), 0.1, size=5)
-        t = ratio_test(a.tolist(), b.tolist(), 0.05)
-        assert t.ci is not None and t.p_value is not None and t.ratio is not None
-        excludes = t.ci[0] > 1 or t.ci[1] < 1
-        assert t.changed == (excludes and t.p_value < 0.05)
-        assert excludes == (t.p_value < 0.05)
-        assert t.ci[0] <= t.ratio <= t.ci[1]
-
-
-def test_a_a_false_positives_stay_below_the_family_level_and_a_25pct_slowdown_is_found() -> None:
-    """Simulated processes (between-process noise 10%): 30 timings compared together, 5 repetitions
-    per side. Same distribution: a false 'changed' anywhere in the family in at most ~alpha of
-    the comparisons. Every timing 25% slower: found in every comparison."""
-    rng = np.random.default_rng(11)
-    alpha = family_alpha(0.05, 30)
-    families, false = 200, 0
-    for _ in range(families):
-        hits = [ratio_test(rng.lognormal(0, 0.1, 5).tolist(), rng.lognormal(0, 0.1, 5).tolist(), alpha).changed
-                for _ in range(30)]
-        false += any(hits)
-    assert false / families <= 0.08
-    slow = [ratio_test(rng.lognormal(0, 0.02, 5).tolist(), rng.lognormal(np.log(1.25), 0.02, 5).tolist(),
-                       alpha).changed for _ in range(50)]
-    assert all(slow)
+from d5pipe.plan.build import build_plan
+from tests.conftest import TEST_CONF, d5pipe
 
 
 def test_repetitions_are_separate_shards_with_their_own_seeds() -> None:
@@ -69,10 +27,53 @@ def test_repetitions_are_separate_shards_with_their_own_seeds() -> None:
     assert order == sorted(order)  # every point once, then again: repetitions apart in time
 
 
+def test_points_run_in_a_seeded_random_order_within_each_repetition() -> None:
+    """Randomized interleaving: within a repetition the points' order is drawn from the root seed,
+    so a baseline does not always run before its variants; the same seed gives the same order."""
+    plan = load_plan("tiny", ["repetitions=4", "sweep.grid.operators.size=[8,16,24,32,40,48]"],
+                     config_dirs=[TEST_CONF])
+    sp = plan.stages["level0"]
+    orders = [[sp.params_dict(k)["operators.size"] for k in range(len(sp.point_ids)) if sp.params_dict(k)["repeat"] == r]
+              for r in range(4)]
+    assert all(sorted(o) == [8, 16, 24, 32, 40, 48] for o in orders)
+    assert len({tuple(o) for o in orders}) > 1  # not the same order every repetition
+    again = build_plan(plan.config).stages["level0"]
+    assert again.point_ids == sp.point_ids
+
+
+def test_more_repetitions_for_chosen_configurations_only() -> None:
+    plan = load_plan("tiny", ["repetitions=2"], config_dirs=[TEST_CONF])
+    sp = plan.stages["level0"]
+    first = [sp.point_ids[k] for k in range(len(sp.point_ids)) if sp.params_dict(k)["repeat"] == 0]
+    grown = build_plan(plan.config, {f"level0/{first[0]}": 5}).stages["level0"]
+    reps = [grown.params_dict(k)["repeat"] for k in range(len(grown.point_ids)) if grown.point_ids[k] != first[0]]
+    assert len(grown.point_ids) == len(sp.point_ids) + 3 and max(reps) == 4
+    assert set(sp.point_ids) <= set(grown.point_ids)  # the existing repetitions keep their IDs
+    for i in range(grown.n_shards):  # still one repetition per shard
+        assert len({grown.params_dict(k)["repeat"] for k in grown.shard_slice(i)}) == 1
+
+
+@pytest.mark.slow
+def test_raising_repetitions_measures_only_the_new_ones(tmp_path: Path) -> None:
+    """A run with 2 repetitions, then the same command with 3: the records of the first two are
+    kept as they are (not re-measured), one new repetition of every point is."""
+    out = tmp_path / "run"
+    args = ["run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(out)]
+    r = d5pipe(*args, "repetitions=2")
+    assert r.returncode == 0, r.stderr[-2000:]
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "points" / "level0").glob("*.json")}
+    r = d5pipe(*args, "repetitions=3")
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "points" / "level0").glob("*.json")}
+    assert {k: after[k] for k in before} == before  # not one old record rewritten
+    new = [json.loads((out / "points" / "level0" / k).read_text()) for k in set(after) - set(before)]
+    assert len(new) == len(before) // 2 and {rec["params"]["repeat"] for rec in new} == {2}
+
+
 def test_level2_outcomes_over_repetitions_have_cis_and_say_not_reached() -> None:
     import pandas as pd
 
-    from d5pipe.results.repetitions import outcome
+    from d5pipe.results.repetition_mean import repetition_mean as outcome
     from d5pipe.results.report.blocks import Table
     from d5pipe.results.report.levels import repetition_outcomes
 

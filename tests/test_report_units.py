@@ -6,10 +6,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from d5pipe.results.compare import WIDTH, PointComparison, RunComparison, format_table
+from d5pipe.results.compare import PointComparison, RunComparison
+from d5pipe.results.compare_table import WIDTH, format_table
 from d5pipe.results.metric_compare import Comparison
 from d5pipe.results.report.frames import fmt_plain, fmt_value, natural_order
 from d5pipe.results.report.units import axis_scale, bytes_tick, natural_key, quantity
+from d5pipe.results.timing_compare import Item, Side, compare_family
 
 
 @pytest.mark.parametrize(("value", "unit", "text"), [
@@ -63,22 +65,24 @@ def test_natural_order() -> None:
 
 def test_compare_table_fits_120_columns_with_units() -> None:
     long_id = "size131072-dtype_bfloat16-layout_transposed-impl_compile-269d17adb774"
-    comps = [
-        Comparison("time", "timing", "changed", 4.983e-05, 6.1e-05, unit="s", rel_change=0.224,
-                   direction="higher", p_value=1e-6),
-        Comparison("gflops", "timing", "changed", 32.53, 26.6, unit="GFLOP/s", rel_change=-0.18,
-                   direction="lower", p_value=1e-6),
-        Comparison("bytes", "deterministic", "reproduced", 1.5 * 2**20, 1.5 * 2**20, unit="B"),
-        Comparison("iqr", "info", "not_compared", 1e-6, 1e-6, unit="s"),
-    ]
+    a, b = [4.9e-05, 5.0e-05, 5.05e-05], [6.0e-05, 6.1e-05, 6.2e-05]
+    timings = compare_family([Item("time", "s", Side.of(a), Side.of(b)),
+                              Item("gflops", "GFLOP/s", Side.of([1.6e-3 / x for x in a]), Side.of([1.6e-3 / x for x in b]),
+                                   derived_from="time")])
+    comps = [Comparison("bytes", "deterministic", "not_reproduced", 1.5 * 2**20, 1.5 * 2**21, unit="B",
+                        detail="1572864 != 3145728"),
+             Comparison("flops", "deterministic", "reproduced", 1e9, 1e9),
+             Comparison("iqr", "info", "not_compared", 1e-6, 1e-6, unit="s")]
     params = {"operators.size": 131072, "operators.dtype": "bfloat16", "operators.layout": "transposed",
               "operators.impl": "compile", "operators.op": "matmul", "operators.batch": 4}
-    text = format_table(RunComparison([PointComparison("level0", long_id, params, comps)], [], []))
+    text = format_table(RunComparison([PointComparison("level0", long_id, params, comps, timings)], [], []))
     lines = text.splitlines()
-    assert max(len(line) for line in lines) <= WIDTH
+    assert max(len(line) for line in lines[:-1]) <= WIDTH
     assert lines[1].startswith("level0 size131072-dtype_bfloat16-l…269d17adb774  (batch=4")  # start + hash kept
-    metric_lines = [line for line in lines if line.startswith("  ") and not line.lstrip().startswith("metric")]
-    assert [line.split()[0] for line in metric_lines] == ["time", "gflops", "bytes"]  # one metric per line, no info
-    assert "49.83 µs" in metric_lines[0] and "61 µs" in metric_lines[0] and "changed (higher)" in metric_lines[0]
-    assert "32.53 GFLOP/s" in metric_lines[1] and "1.5 MiB" in metric_lines[2]
+    assert lines[2].split()[0] == "time" and "49.98 µs x3" in lines[2] and "61 µs x3" in lines[2]
+    assert "+22.0% [" in lines[2] and "changed (slower)" in lines[2]
+    assert lines[3].strip() == "(gflops follow time)"  # the same test, shown once
+    assert "bytes: differs: 1.5 MiB -> 3 MiB" in lines[4]
+    assert "1 other metric(s) identical" in lines[5]  # flops; the info metric is left out
+    assert lines[-1].startswith("1 timings (measured in separate runs): 1 changed (1 slower, 0 faster)")
     assert "e-05" not in text

@@ -1,8 +1,10 @@
-"""``d5pipe compare A B``: shared points side by side, each metric's change with significance.
+"""``d5pipe compare A B``: the configurations two runs share, each timing changed, equivalent or
+inconclusive, the other metrics identical or not.
 
-The output ends with one line, the verdict. Exit codes: 0 no regression (or no
-``--fail-on-regression``), :data:`REGRESSION_EXIT` (4) a significant slowdown beyond the threshold,
-2 a user error.
+The output ends with one line counting the verdicts. Exit codes: 0, :data:`REGRESSION_EXIT` (4)
+a timing ``changed`` for the worse by more than ``--fail-on-regression`` percent,
+:data:`INCONCLUSIVE_EXIT` (5) with ``--fail-on-inconclusive`` and a timing left undecided, 2 a
+user error.
 """
 
 from __future__ import annotations
@@ -13,64 +15,96 @@ from pathlib import Path
 
 from d5pipe.core.atomic import write_json
 from d5pipe.provenance.bundle import opened_bundle
-from d5pipe.results.compare import RunComparison, compare_runs, format_table, regressions, to_json
+from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
+from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, Policy
 
 REGRESSION_EXIT = 4
-"""``d5pipe compare --fail-on-regression``: a significant slowdown beyond the threshold."""
+"""A timing changed for the worse beyond ``--fail-on-regression``."""
+INCONCLUSIVE_EXIT = 5
+"""``--fail-on-inconclusive``: a timing could be shown neither changed nor equivalent."""
 
 
-def verdict_line(result: RunComparison, pct: float | None) -> str:
-    """The last line of ``d5pipe compare``: regressions, or how many timings were (not) compared."""
-    timings = [c for p in result.points for c in p.comparisons if c.kind == "timing"]
-    tested = [c for c in timings if c.verdict != "not_compared"]
-    changed = [c for c in tested if c.verdict == "changed"]
-    untested = len(timings) - len(tested)
-    counts = (f"{len(tested)} timing(s) compared across repetitions, {len(changed)} changed significantly"
-              + (f", {untested} not compared (one process per side or too few repetitions)" if untested else ""))
-    if pct is None:
-        return f"compare: {counts}"
-    found = regressions(result, pct)
-    if not found:
-        return f"compare: no regression worse than {pct:g}% ({counts})"
-    worst = ", ".join(f"{p.stage}/{p.point_id} {c.metric} {c.rel_change:+.1%}" for p, c in found[:3])
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return f"compare: {len(found)} regression(s) worse than {pct:g}%: {worst}{more} ({counts})"
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a level between 0 and 1, got {text}")
+    return value
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 0 < value < 1000:
+        raise argparse.ArgumentTypeError(f"expected a percentage above 0, got {text}")
+    return value
 
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared with ``reproduce``: significance level and numerical tolerances."""
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney U test")
+    """Options shared by ``compare``, ``reproduce`` and ``ab``: how timings and numbers are judged."""
+    parser.add_argument("--alpha", type=_fraction, default=DEFAULT_ALPHA,
+                        help=f"level of the test for a change, over all timings together (default {DEFAULT_ALPHA})")
+    parser.add_argument("--margin", type=_percent, default=100 * DEFAULT_MARGIN, metavar="PCT",
+                        help="equivalence margin: a timing whose whole 95%% CI lies within a factor 1+PCT/100 "
+                             f"either way is equivalent (default {100 * DEFAULT_MARGIN:g})")
+    parser.add_argument("--correction", choices=["holm", "bh", "none"], default=DEFAULT_CORRECTION,
+                        help="multiple-comparison correction over the timings compared together "
+                             f"(default {DEFAULT_CORRECTION})")
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance for numerical metrics")
     parser.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for numerical metrics")
-    parser.add_argument("--min-change", type=float, default=0.0, metavar="PCT",
-                        help="ignore significant timing changes smaller than PCT percent")
+    parser.add_argument("--fail-on-inconclusive", action="store_true",
+                        help="fail when a timing is neither shown changed nor equivalent")
 
 
 def policy_from_args(args: argparse.Namespace) -> ComparePolicy:
-    return ComparePolicy(alpha=args.alpha, rtol=args.rtol, atol=args.atol, min_rel_change=args.min_change / 100.0)
+    return ComparePolicy(rtol=args.rtol, atol=args.atol)
+
+
+def timing_policy_from_args(args: argparse.Namespace) -> Policy:
+    return Policy(alpha=args.alpha, margin=args.margin / 100.0, correction=args.correction)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", type=Path, help="reference run directory or bundle archive")
     parser.add_argument("b", type=Path, help="candidate run directory or bundle archive")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
-                        help=f"exit {REGRESSION_EXIT} when a significant timing slowdown exceeds PCT percent")
+                        help=f"exit {REGRESSION_EXIT} when a timing changed for the worse by more than PCT percent")
     parser.add_argument("--allow-different", action="store_true",
                         help="compare runs of two different experiments (they share no point IDs)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the comparison as JSON")
     add_policy_arguments(parser)
 
 
+def verdict_exit(result: RunComparison, args: argparse.Namespace) -> int:
+    """Print the gate lines (regressions, undecided timings) to stderr; the exit code."""
+    found = regressions(result, args.fail_on_regression) if args.fail_on_regression is not None else []
+    for point, t in found:
+        print(f"regression: {point.stage}/{point.point_id} {t.metric}: {t.text()}", file=sys.stderr)
+    if found:
+        return REGRESSION_EXIT
+    if args.fail_on_inconclusive and result.counts()["inconclusive"]:
+        print(f"inconclusive: {result.counts()['inconclusive']} timing(s) undecided (--fail-on-inconclusive)",
+              file=sys.stderr)
+        return INCONCLUSIVE_EXIT
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     with opened_bundle(args.a) as dir_a, opened_bundle(args.b) as dir_b:
         result = compare_runs(dir_a, dir_b, policy_from_args(args), args.allow_different,
-                              labels=(str(args.a), str(args.b)))
-    print(format_table(result))
+                              labels=(str(args.a), str(args.b)), timing=timing_policy_from_args(args))
+    print(format_table(result).rsplit("\n", 1)[0])
     if args.json is not None:
         write_json(args.json, to_json(result))
-    found = regressions(result, args.fail_on_regression) if args.fail_on_regression is not None else []
-    for point, c in found:
-        print(f"regression: {point.stage}/{point.point_id} {c.metric}: {c.detail}", file=sys.stderr)
-    print(verdict_line(result, args.fail_on_regression))
-    return REGRESSION_EXIT if found else 0
+    if not result.paired:
+        print("note: A and B were measured at different times; a drift of the machine between them reads as a "
+              "change. `d5pipe ab A B` measures both sides interleaved.")
+    code = verdict_exit(result, args)
+    print(f"compare: {summary_line(result)}")
+    return code

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from d5pipe.cli.arguments import add_allow_argument, apply_allow
+from d5pipe.cli.cmd_run import add_until_decided_arguments
 from d5pipe.execute.run import default_out, load_plan
 from d5pipe.execute.summary import format_summary, summarize
 from d5pipe.plan.availability import unavailable
@@ -47,7 +48,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--show-config", action="store_true",
                    help="print the composed, validated config (every default filled in) as YAML and stop")
+    add_until_decided_arguments(p)
     add_allow_argument(p)
+
+
+def until_decided_cost(plan: Plan, budget_s: float, max_repetitions: int) -> str:
+    """What ``--until-decided`` may add: more repetitions of the configurations of undecided
+    side-by-side pairs, at most ``max_repetitions`` each, no new round after ``budget_s``."""
+    reps = int(plan.config.get("repetitions", 1) or 1)
+    per_rep = sum(sum(sp.costs) for sp in plan.stages.values()) / max(1, reps)
+    worst = per_rep * max(0, max_repetitions - reps)
+    return (f"until decided: up to {max_repetitions} repetitions of each configuration of an undecided "
+            f"side-by-side pair (at most ~{worst:.0f} s of work if every one stayed undecided), no new round "
+            f"after {budget_s:.0f} s in all")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -70,4 +83,6 @@ def main(args: argparse.Namespace) -> int:
         print(format_summary(summary))
         for line in stale + missing:
             print(f"  {line}")
+        if args.until_decided:
+            print(f"  {until_decided_cost(plan, args.budget, args.max_repetitions)}")
     return 0

@@ -4,8 +4,9 @@ The function that re-runs a config is ``args.rerun`` when the CLI main injected 
 (``parser.set_defaults(rerun=...)``), else ``d5pipe.execute.run.run_config_file(config_yaml, out_dir)``.
 
 Output: environment differences on stderr (those of the measurements, then those of the
-submitting process), then on stdout one line per failure, one line per significant timing change
-and a summary line ``<verdict> (<counts>); timings: ...; report: OUT/reproduce.json``. The verdict
+submitting process), then on stdout one line per failure, one line per changed and per
+inconclusive timing, and a summary line ``<verdict> (<counts>); timings: N equivalent, N
+inconclusive, N changed; report: OUT/reproduce.json``. The verdict
 policy (what fails, how timings count) is documented in :mod:`d5pipe.provenance.reproduce`.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import cast
 
 from d5pipe.cli.arguments import add_allow_argument, apply_allow
-from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args
+from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args, timing_policy_from_args
 from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
 from d5pipe.rundir.layout import RunDir
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="refuse (exit 2) when this environment's env_hash differs from the bundle's "
                              "submitting one; fail (exit 3) when the re-run's measurements ran in another")
     parser.add_argument("--strict-timing", action="store_true",
-                        help="a significant timing change makes the run not reproduced (default: reported only)")
+                        help="a changed timing makes the run not reproduced (default: reported only)")
     add_policy_arguments(parser)
     add_allow_argument(parser)
 
@@ -58,17 +59,21 @@ def _print_env(title: str, env: EnvComparison, report: Path) -> None:
 
 
 def _timing_line(verdict: ReproduceVerdict) -> str:
-    changed = len(verdict.timing_changes)
-    how = "failures (--strict-timing)" if verdict.strict_timing else "reported, not counted as failures"
-    untestable = f", {verdict.timings_untestable} too few samples to test" if verdict.timings_untestable else ""
-    return f"timings: {changed} of {verdict.timings_compared} changed significantly ({how}){untestable}"
+    c = verdict.timing_counts
+    gates = [g for g, on in (("changed fails: --strict-timing", verdict.strict_timing),
+                             ("inconclusive fails: --fail-on-inconclusive", verdict.fail_on_inconclusive)) if on]
+    how = "; ".join(gates) if gates else "reported, not counted as failures"
+    untested = f", {c.get('not_compared', 0)} not compared" if c.get("not_compared") else ""
+    return (f"timings: {c.get('equivalent', 0)} equivalent (reproduced), {c.get('inconclusive', 0)} inconclusive, "
+            f"{c.get('changed', 0)} changed{untested} ({how})")
 
 
 def main(args: argparse.Namespace) -> int:
     apply_allow(getattr(args, "allow", []) or [])  # the reproducer's trust, never the bundle's
     rerun = getattr(args, "rerun", None) or _default_rerun()
     verdict = reproduce(args.bundle, args.out, args.strict_env, rerun, policy_from_args(args),
-                        strict_timing=args.strict_timing)
+                        strict_timing=args.strict_timing, timing=timing_policy_from_args(args),
+                        fail_on_inconclusive=args.fail_on_inconclusive)
     if verdict.status == "tampered":
         print(f"{args.bundle}: bundle does not match its checksums; not re-run:", file=sys.stderr)
         for line in verdict.checksum_problems:
@@ -88,6 +93,9 @@ def main(args: argparse.Namespace) -> int:
         print(line)
     for line in verdict.timing_changes:
         if not verdict.strict_timing:  # with --strict-timing they are already among the failures
+            print(f"timing {line}")
+    for line in verdict.timing_undecided:
+        if not verdict.fail_on_inconclusive:
             print(f"timing {line}")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(verdict.counts.items()))
     print(f"{verdict.status.replace('_', ' ')} ({counts}); {_timing_line(verdict)}; report: {verdict.report_path}")

@@ -33,7 +33,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "d5pipe status / d5pipe cancel RUN)")
     p.add_argument("--dry-run", action="store_true",
                    help="write the plan into the run directory and list Snakemake's jobs; run nothing")
+    add_until_decided_arguments(p)
     add_allow_argument(p)
+
+
+def add_until_decided_arguments(p: argparse.ArgumentParser) -> None:
+    """``--until-decided``, ``--budget``, ``--max-repetitions`` (``run`` and ``plan``)."""
+    p.add_argument("--until-decided", action="store_true",
+                   help="after the run, measure more repetitions of both sides of every inconclusive "
+                        "side-by-side pair until each is decided or the budget is spent")
+    p.add_argument("--budget", type=positive_float, default=600.0, metavar="S",
+                   help="--until-decided: no new round after S seconds in all (default 600)")
+    p.add_argument("--max-repetitions", type=positive_int, default=20,
+                   help="--until-decided: at most this many repetitions per configuration (default 20)")
 
 
 def _detach(args: argparse.Namespace, argv: list[str]) -> int:
@@ -59,24 +71,24 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> RunOutcome:
+def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
     """``d5pipe.execute.run.execute_plan`` of the composed plan, with the points whose user code
     changed named first."""
     from d5pipe.execute.snakemake_run import discard, start_snakemake
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
     try:
-        return _plan_and_run(args, started)
+        return _plan_and_run(args, started, out)
     finally:
         discard(started)
 
 
-def _plan_and_run(args: argparse.Namespace, started: Popen[str]) -> RunOutcome:
+def _plan_and_run(args: argparse.Namespace, started: Popen[str], out: Path | None = None) -> RunOutcome:
     from d5pipe.cli.cmd_plan import code_stale
     from d5pipe.execute.run import default_out, execute_plan, load_plan
 
-    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, args.out)
-    out = Path(args.out) if args.out else default_out(plan)
+    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, out or args.out)
+    out = Path(out or args.out) if (out or args.out) else default_out(plan)
     for line in code_stale(plan, out):
         print(f"d5pipe: {line}", flush=True)
     ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
@@ -84,11 +96,40 @@ def _plan_and_run(args: argparse.Namespace, started: Popen[str]) -> RunOutcome:
                         dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
 
 
+def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
+    """More rounds while side-by-side pairs are inconclusive (d5pipe.execute.decide)."""
+    import time
+
+    from d5pipe.execute.decide import grow, undecided, wants_of_pairs
+
+    t0 = time.perf_counter()
+    last, rounds = 0.0, 1
+    while True:
+        spent = time.perf_counter() - t0
+        if spent + last > args.budget:
+            break
+        wants = wants_of_pairs(outcome.run_dir, args.max_repetitions)
+        if not wants or not grow(outcome.run_dir, wants):
+            break
+        print(f"d5pipe: until decided: round {rounds + 1}: more repetitions of {len(wants)} configuration(s)",
+              flush=True)
+        start = time.perf_counter()
+        outcome = _run(args, out=outcome.run_dir)
+        last, rounds = time.perf_counter() - start, rounds + 1
+    left = undecided([outcome.run_dir])
+    print(f"d5pipe: until decided: {rounds} round(s); "
+          + (f"{len(left)} pair(s) still inconclusive: {'; '.join(left[:5])}" if left else "every pair decided"),
+          flush=True)
+    return outcome
+
+
 def main(args: argparse.Namespace) -> int:
     apply_allow(args.allow)
     if args.detach:
         return _detach(args, list(args.argv))
     outcome = _run(args)
+    if args.until_decided and outcome.verdict is not None:
+        outcome = _until_decided(args, outcome)
     rd = RunDir.of(outcome.run_dir)
     if outcome.verdict is None:
         print(f"planned (dry run): {rd.root.resolve()}")

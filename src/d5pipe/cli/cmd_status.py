@@ -22,6 +22,9 @@ def main(args: argparse.Namespace) -> int:
     rd = RunDir.of(args.run_dir).require_run()
     res = build_results(rd)  # the records, read once: where the run stands and its verdicts
     print(format_status(run_status(res.verdicts), res.verdict))
+    if not res.comparisons.empty:
+        n = res.comparisons["verdict"].value_counts()
+        print("side by side: " + ", ".join(f"{int(n[v])} {v}" for v in n.index))
     if rd.executor.get("name", "local") == "slurm":
         from d5pipe.execute.detach import driver_status_line
 

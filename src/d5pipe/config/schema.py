@@ -20,6 +20,7 @@ from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.schema import DatasetConf, ModelConf
+from d5pipe.measure import compare_defaults
 from d5pipe.measure.timer_schema import TimerConf
 
 EXECUTORS: tuple[str, ...] = ("local", "slurm")
@@ -119,7 +120,11 @@ class ExecutorConf:
 @dataclass
 class ReportConf:
     title: str = ""
-    alpha: float = between(0.05, 0.0, 1.0)
+    alpha: float = between(compare_defaults.ALPHA, 0.0, 1.0)
+    """Level of the side-by-side tables' test for a change, over all pairs of the run (Holm)."""
+    margin: float = between(compare_defaults.MARGIN, 0.0, 10.0)
+    """Equivalence margin of the side-by-side tables: a pair whose whole 95% CI of the speedup lies
+    within x(1 + margin) either way is equivalent (d5pipe.results.timing_compare)."""
 
 
 @dataclass
@@ -132,7 +137,7 @@ class D5Config:
     repetitions: int = at_least(1, 1)
     """Each point is measured this many times, each time in a separate shard job (a separate process,
     later in time) with its own derived seed; the repetitions are the axis ``repeat``. Timings are
-    compared across runs by their repetitions' medians (d5pipe.results.repetitions): with one
+    compared across runs by their repetitions' medians (d5pipe.results.timing_compare): with one
     repetition per side a timing is not compared."""
     stages: list[str] = field(default_factory=list)
     """Enabled levels: any of d5pipe.core.stages.STAGE_NAMES, in any order, at least one."""

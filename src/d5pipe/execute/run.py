@@ -36,7 +36,8 @@ def load_plan(
         ov.append(f"executor={executor}")
     config = compose_plain(experiment, ov, list(config_dirs or []))
     where = Path(run_dir) if run_dir is not None else Path("runs") / str(config["name"])
-    return cache.load(where, config) or build_plan(config)
+    more = RunDir.of(where).more_repetitions
+    return cache.load(where, config, more) or build_plan(config, more)
 
 
 def default_out(plan: Plan) -> Path:
@@ -248,12 +249,16 @@ def finish(run_dir: Path, snakemake_rc: int) -> RunVerdict:
 
 
 def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None,
-                    timeout: float | None = None) -> Path:
+                    timeout: float | None = None, repetitions: int | None = None) -> Path:
     """Re-run exactly a composed config (e.g. a bundle's ``config.yaml``) into ``out``.
 
-    Used by ``d5pipe reproduce``: no Hydra composition, so the bundle's values and root seed are
-    taken as they are; the derived point IDs and seeds therefore match the original run.
+    Used by ``d5pipe reproduce`` and ``d5pipe ab``: no Hydra composition, so the bundle's values
+    and root seed are taken as they are; the derived point IDs and seeds therefore match the
+    original run. The extra repetitions of its configurations (``plan/repetitions.json`` beside
+    the config) come along; ``repetitions`` replaces the config's count.
     """
+    import shutil
+
     import yaml
 
     from d5pipe.config.validate import check_config
@@ -266,10 +271,17 @@ def run_config_file(config_yaml: Path, out: Path, jobs: int | None = None,
         raise D5PipeError(f"{config_yaml}: cannot read config ({exc})") from exc
     if not isinstance(config, dict) or "name" not in config:
         raise D5PipeError(f"{config_yaml}: not a d5pipe config (no 'name')")
+    if repetitions is not None:
+        config["repetitions"] = int(repetitions)
     try:
         check_config(config)
     except D5PipeError as exc:
         raise D5PipeError(f"{config_yaml}: {exc}") from exc
-    plan = build_plan(config)
+    source = RunDir.of(Path(config_yaml).parent)
+    target = RunDir.of(out)
+    if source.repetitions_path.is_file() and source.root.resolve() != target.root.resolve():
+        target.plan_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source.repetitions_path, target.repetitions_path)
+    plan = build_plan(config, target.more_repetitions)
     execute_plan(plan, Path(out), ["(re-run of " + str(config_yaml) + ")"], jobs=jobs, timeout=timeout)
     return Path(out)

@@ -32,6 +32,7 @@ from d5pipe.core.stages import STAGES, load_target
 from d5pipe.execute.placement import skip_reason
 from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
+from d5pipe.measure import lockstep
 from d5pipe.plan.point_config import point_config, stage_base
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, Record
@@ -186,9 +187,15 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
                 work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
             )
             rec = run_point_record(ctx, env_hash, run_point)
+            seen = lockstep.stats()
+            if seen is not None:  # under d5pipe ab: what this point saw of the other side
+                rec.extra["lockstep"] = seen
             rec.write(rd.record(stage, pid), durable=False)
             return rec.status
 
+        # under d5pipe ab: wait for the turn before any work; the forked worker takes turns with the
+        # other side's job for this shard, block by block (d5pipe.measure.lockstep)
+        lockstep.begin(f"{stage}/{shard}")
         supervisor = Supervisor(run_one, timeout_s, on_exit=lambda: run_closers(cache))
         attempts_log.parent.mkdir(parents=True, exist_ok=True)
         with open(attempts_log, "a", encoding="utf-8") as log:
@@ -214,6 +221,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
                     print(msg, flush=True)
             finally:
                 supervisor.close()
+                lockstep.end()
     sync_files(written)
     if marker is not None:
         write_json(marker, {"schema_version": 1, "stage": stage, "shard": shard, "points": statuses})

@@ -17,6 +17,10 @@ Procedure (every level uses it, so it knows nothing about operators or models):
    taken, or when ``budget_s`` (counted from the end of the warm-up, so a slow first call does not
    eat it) is spent (``target_met=False``). At least one sample is always taken.
 
+Under ``d5pipe ab`` the timer hands the turn to the other side's process after the warm-up and
+after every block (d5pipe.measure.lockstep); the time spent waiting for it is not part of the
+budget or of ``total_s``.
+
 Devices: on ``cuda*`` each block is bracketed by CUDA events after a ``torch.cuda.synchronize()``,
 and the end event is synchronised before it is read; on the CPU ``time.perf_counter_ns`` is used.
 """
@@ -33,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.measure import lockstep
 from d5pipe.measure.stats import CONFIDENCE, Summary, median_ci, summarize
 from d5pipe.measure.timer_schema import TimerConf
 
@@ -198,9 +203,16 @@ def measure(
     clock = clock_for(device)
     overhead = clock_overhead_s(clock)
     t_start = time.perf_counter()
+    waited = 0.0  # time the partner of d5pipe ab held the baton: not this measurement's budget
 
     def elapsed() -> float:
-        return time.perf_counter() - t_start
+        return time.perf_counter() - t_start - waited
+
+    def turn() -> None:
+        nonlocal waited
+        t0 = time.perf_counter()
+        lockstep.yield_turn()
+        waited += time.perf_counter() - t0
 
     # 1. warm-up (each call timed individually, with device synchronisation)
     warm_times: list[float] = []
@@ -210,10 +222,11 @@ def measure(
             break
     warmup_s = elapsed()
     per_call = float(np.median(warm_times[1:] or warm_times))  # the first call may be far slower
-    t_measure = time.perf_counter()
+    turn()
+    t_measure = elapsed()
 
     def spent() -> bool:
-        return time.perf_counter() - t_measure >= conf.budget_s
+        return elapsed() - t_measure >= conf.budget_s
 
     # 2. block sizing: grow reps until one block is long enough (discarded blocks count as warm-up)
     reps = _reps_for(per_call, conf.min_block_s, overhead)
@@ -221,6 +234,7 @@ def measure(
     samples: list[float] = []
     while True:
         block_s = clock.time_block(fn, reps)
+        turn()
         if block_s >= 0.5 * min_block or spent():
             samples.append(block_s / reps)
             break
@@ -241,6 +255,7 @@ def measure(
             stop_reason = "budget"
             break
         samples.append(clock.time_block(fn, reps) / reps)
+        turn()
 
     summary = summarize(samples)
     warnings = list(summary.warnings)

@@ -12,7 +12,9 @@ hashes as before (``{stage, config}``).
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +79,8 @@ class Plan:
     """Dataset key -> dataset config, for every dataset some point needs."""
     code: dict[str, Any] = field(default_factory=dict)
     """User module -> its d5pipe.core.code_hash.ModuleCode, for every module some point uses."""
+    more: dict[str, int] = field(default_factory=dict)
+    """Configurations with more repetitions than ``repetitions`` (see :func:`build_plan`)."""
 
     def n_points(self) -> int:
         return sum(len(s.point_ids) for s in self.stages.values())
@@ -195,13 +199,19 @@ def shard_bounds(costs: list[float], groups: list[int], pps: int, target_s: floa
     return bounds
 
 
-def build_plan(config: dict[str, Any]) -> Plan:
+def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) -> Plan:
     """Expand the sweep of a resolved config into per-stage points and shards.
 
     ``config`` has passed d5pipe.config.validate.check_config (values, axes, fixed keys: checked
     there once, not again here); here every point
     is checked by its stage's ``validate`` target (cross-field rules such as a global batch
     divisible by the ranks), so a bad combination is one line naming the point, before any job.
+
+    ``more``: ``"<stage>/<ID of the configuration's first repetition>" -> repetitions`` for the
+    configurations that get more than ``repetitions`` (``RUN/plan/repetitions.json``, written by
+    the until-decided mode, d5pipe.execute.decide). Within each repetition the points run in a
+    random order drawn from the root seed (randomized interleaving: a drift in time hits every
+    configuration alike, not the ones that happen to run last).
     """
     sweep_cfg = config.get("sweep") or {}
     has_axes = bool(sweep_cfg.get("grid") or sweep_cfg.get("zip"))
@@ -213,6 +223,7 @@ def build_plan(config: dict[str, Any]) -> Plan:
         axes, points = (), [()]
     root = int(config["seed"])
     reps = int(config.get("repetitions", 1) or 1)
+    more = dict(more or {})
     shards_cfg = config.get("shards", {})
     pps = int(shards_cfg.get("points_per_shard", 0) or 0)
     target_s = float(shards_cfg.get("target_s", 60.0) or 60.0)
@@ -248,32 +259,51 @@ def build_plan(config: dict[str, Any]) -> Plan:
                 configs.append((cfg, _code_of(targets_fn, cfg, code_cache), _file_identity(stage, cfg)))
             except D5PipeError as exc:
                 raise _point_error(stage, params, exc) from None
+        first_ids = [point_id(stage, cfg, dict(zip(sub_axes, values)), normalised=True, code={**code, **files})
+                     for values, (cfg, code, files) in zip(sub_points, configs)]
+        counts = [max(reps, int(more.get(f"{stage}/{pid}", 0))) for pid in first_ids]
+        groups: list[int] = []
+        planned: list[tuple[Any, ...]] = []
+        sizes = node_groups(sub_axes, sub_points)
         # repetition-major: every point once, then every point again (in other shards, so other
-        # processes, later in time)
-        for rep in range(reps):
-            for values, (cfg, code, files) in zip(sub_points, configs):
-                params = dict(zip(sub_axes, values))
-                pid = point_id(stage, repetition_config(cfg, rep), params, normalised=True, code={**code, **files})
-                mods.append(tuple(sorted(code)))
-                ids.append(pid)
-                costs.append(point_cost_s(stage, cfg))
-                s = point_seed(root, stage, pid)
-                seeds.append(s)
-                all_seeds.append((f"{stage}/{pid}", s))
-                if entry.needs_data:
-                    dcanon = canonical_json(cfg["dataset"])
-                    key = dcache.get(dcanon)
-                    if key is None:
-                        key = dataset_key(cfg["dataset"])
-                        dcache[dcanon] = key
-                        datasets[key] = cfg["dataset"]
-                    dkeys.append(key)
-                else:
-                    dkeys.append("")
-        groups = node_groups(sub_axes, sub_points) * reps  # a shard never holds two repetitions
-        if reps > 1:
-            sub_points = [(*values, rep) for rep in range(reps) for values in sub_points]
+        # processes, later in time); within a repetition and node, in a seeded random order
+        for rep in range(max(counts, default=reps)):
+            start = 0
+            for size in sizes:
+                order = [k for k in range(start, start + size) if counts[k] > rep]
+                start += size
+                if not order:
+                    continue
+                random.Random(f"{root}/{stage}/{rep}").shuffle(order)
+                groups.append(len(order))
+                for k in order:
+                    values = sub_points[k]
+                    cfg, code, files = configs[k]
+                    params = dict(zip(sub_axes, values))
+                    pid = first_ids[k] if rep == 0 else point_id(stage, repetition_config(cfg, rep), params,
+                                                                 normalised=True, code={**code, **files})
+                    planned.append((*values, rep))
+                    mods.append(tuple(sorted(code)))
+                    ids.append(pid)
+                    costs.append(point_cost_s(stage, cfg))
+                    s = point_seed(root, stage, pid)
+                    seeds.append(s)
+                    all_seeds.append((f"{stage}/{pid}", s))
+                    if entry.needs_data:
+                        dcanon = canonical_json(cfg["dataset"])
+                        key = dcache.get(dcanon)
+                        if key is None:
+                            key = dataset_key(cfg["dataset"])
+                            dcache[dcanon] = key
+                            datasets[key] = cfg["dataset"]
+                        dkeys.append(key)
+                    else:
+                        dkeys.append("")
+        if max(counts, default=reps) > 1:
+            sub_points = planned
             sub_axes = (*sub_axes, REPEAT_AXIS)
+        else:
+            sub_points = [p[:-1] for p in planned]
         if len(set(ids)) != len(ids):
             raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
         bounds = shard_bounds(costs, groups, pps, target_s, max_jobs)
@@ -288,4 +318,5 @@ def build_plan(config: dict[str, Any]) -> Plan:
         stages=stages,
         datasets=datasets,
         code=dict(code_cache.modules),
+        more=more,
     )

@@ -40,11 +40,11 @@ def source_fingerprint() -> str:
     return digest(sorted(entries), 32)
 
 
-def cache_key(config: dict[str, Any]) -> str:
+def cache_key(config: dict[str, Any], more: dict[str, int] | None = None) -> str:
     from d5pipe.core.allowlist import allow_list
 
     return digest({"version": CACHE_VERSION, "plan_schema": PLAN_SCHEMA_VERSION, "config": digest(config),
-                   "d5pipe": source_fingerprint(), "allow": list(allow_list())}, 32)
+                   "d5pipe": source_fingerprint(), "allow": list(allow_list()), "more": more or {}}, 32)
 
 
 def _stage_to_json(sp: StagePlan) -> dict[str, Any]:
@@ -67,24 +67,25 @@ def store(run_dir: Path, plan: Plan) -> None:
     if plan.code:
         path.unlink(missing_ok=True)
         return
-    data = {"key": cache_key(plan.config), "experiment": plan.experiment, "root_seed": plan.root_seed,
+    data = {"key": cache_key(plan.config, plan.more), "more": plan.more, "experiment": plan.experiment, "root_seed": plan.root_seed,
             "config_hash": plan.config_hash, "axes": list(plan.axes), "datasets": plan.datasets,
             "stages": {s: _stage_to_json(sp) for s, sp in plan.stages.items()}}
     write_text(path, json.dumps(data), durable=False)
 
 
-def load(run_dir: Path, config: dict[str, Any]) -> Plan | None:
-    """The plan remembered for ``run_dir`` when it was made from this very ``config`` by this
-    d5pipe with this allow-list; None otherwise (also for a missing or unreadable file)."""
+def load(run_dir: Path, config: dict[str, Any], more: dict[str, int] | None = None) -> Plan | None:
+    """The plan remembered for ``run_dir`` when it was made from this very ``config`` (and these
+    extra repetitions) by this d5pipe with this allow-list; None otherwise (also for a missing or
+    unreadable file)."""
     try:
         data = json.loads((Path(run_dir) / CACHE_FILE).read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("key") != cache_key(config):
+        if not isinstance(data, dict) or data.get("key") != cache_key(config, more):
             return None
         stages = {s: _stage_from_json(s, d) for s, d in data["stages"].items()}
         if list(stages) != list(config["stages"]):
             return None
         return Plan(experiment=str(data["experiment"]), root_seed=int(data["root_seed"]), config=config,
                     config_hash=str(data["config_hash"]), axes=tuple(data["axes"]), stages=stages,
-                    datasets=dict(data["datasets"]), code={})
+                    datasets=dict(data["datasets"]), code={}, more=dict(more or {}))
     except (OSError, ValueError, KeyError, TypeError):
         return None

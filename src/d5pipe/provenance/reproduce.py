@@ -22,24 +22,22 @@ Steps, in order:
    on purpose: Snakemake sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS``/... of every job to the rule's
    threads, so a thread variable of the submitting shell need not reach the measurements. With
    ``strict_env`` a different measurement hash is a failure (the re-run did happen: exit 3).
-6. Compare every point and metric (:mod:`d5pipe.results.compare`, :mod:`d5pipe.results.metric_compare`), including
-   the point status and seed, and write ``reproduce.json`` (schema_version 1) into ``out``.
+6. Compare every configuration (:mod:`d5pipe.results.compare`), including the point status and
+   seed, and write ``reproduce.json`` (schema_version 2) into ``out``.
 
 Verdict policy (exit 0 reproduced, 3 not reproduced or tampered):
 
 * **Fail**: a point missing from either run; a different status or seed; any ``deterministic``,
   ``count`` or ``verdict`` metric not identical; a ``numerical`` metric outside ``rtol``/``atol``;
-  a metric missing in the re-run; a timing present on one side only or without samples/CIs to
-  test.
-* **Timings** are judged statistically (two-sided Mann–Whitney U on the raw samples, see
-  :mod:`d5pipe.results.metric_compare`). A significant change is reported per metric as ``changed`` with its
-  direction, relative change and p-value, and counted under ``timing`` in ``reproduce.json``; by
-  default it does **not** make the run "not reproduced", because a re-run on another machine or
-  at another time is expected to be faster or slower while computing the same thing, and one test
-  per timing at level ``alpha`` flags about ``alpha`` of unchanged timings by chance. With
-  ``strict_timing`` (``--strict-timing``) every significant timing change is a failure; combine it
-  with ``min_rel_change`` (``--min-change PCT``) to ignore small changes. A timing with too few
-  samples for the test to ever reach ``alpha`` is ``not_compared`` and counted as ``untestable``.
+  a metric missing in the re-run.
+* **Timings** (and what is derived from them, such as level 3's speedup and efficiency) are
+  compared across the repetitions of both runs by the one comparison model
+  (:mod:`d5pipe.results.timing_compare`): each is ``changed``, ``equivalent`` (within the margin)
+  or ``inconclusive``, and only ``equivalent`` is called reproduced. By default neither a change
+  nor an undecided timing makes the run "not reproduced" -- a re-run on another machine or at
+  another time computes the same thing at another speed -- but both are counted and listed.
+  ``strict_timing`` (``--strict-timing``) fails on a changed timing, ``fail_on_inconclusive``
+  (``--fail-on-inconclusive``) on an undecided one.
 """
 
 from __future__ import annotations
@@ -55,10 +53,11 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.bundle import is_archive, opened_bundle, verify
 from d5pipe.results.compare import PointComparison, compare_loaded, load_points
-from d5pipe.results.metric_compare import ComparePolicy, Comparison
+from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.timing_compare import Policy
 from d5pipe.rundir.layout import RunDir
 
-REPRODUCE_SCHEMA_VERSION = 1
+REPRODUCE_SCHEMA_VERSION = 2
 RerunFn = Callable[[Path, Path], object]
 """``rerun(config_yaml, out_dir)``: run exactly that config into ``out_dir`` (return value ignored)."""
 Status = Literal["reproduced", "not_reproduced", "tampered"]
@@ -100,11 +99,13 @@ class ReproduceVerdict:
     failures: list[str] = field(default_factory=list)
     """One line per failed comparison: ``stage/point_id metric: verdict: detail``."""
     timing_changes: list[str] = field(default_factory=list)
-    """One line per significant timing change (failures too only with ``strict_timing``)."""
+    """One line per changed timing (failures too only with ``strict_timing``)."""
+    timing_undecided: list[str] = field(default_factory=list)
+    """One line per inconclusive timing, with the repetitions that would decide it."""
     strict_timing: bool = False
-    timings_compared: int = 0
-    timings_untestable: int = 0
-    """Timings with too few samples for the test to ever reach alpha (verdict ``not_compared``)."""
+    fail_on_inconclusive: bool = False
+    timing_counts: dict[str, int] = field(default_factory=dict)
+    """Timings by verdict: changed, inconclusive, equivalent, not_compared."""
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -132,32 +133,26 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
     return rd.manifest
 
 
-def is_failure(c: Comparison, strict_timing: bool) -> bool:
-    """Whether one metric comparison makes the run "not reproduced" (see the module docstring)."""
-    if c.verdict == "not_reproduced":
-        return True
-    return c.verdict == "changed" and strict_timing
+def _timing_fails(verdict: str, strict_timing: bool, fail_on_inconclusive: bool) -> bool:
+    return (verdict == "changed" and strict_timing) or (verdict == "inconclusive" and fail_on_inconclusive)
 
 
-def _point_json(p: PointComparison, strict_timing: bool) -> dict[str, Any]:
-    return {"stage": p.stage, "point_id": p.point_id, "params": p.params,
-            "reproduced": not any(is_failure(c, strict_timing) for c in p.comparisons),
-            "timing_changed": [c.metric for c in p.comparisons if c.verdict == "changed"],
+def _point_json(p: PointComparison, strict_timing: bool, fail_on_inconclusive: bool) -> dict[str, Any]:
+    fails = any(c.verdict == "not_reproduced" for c in p.comparisons) or any(
+        _timing_fails(t.verdict, strict_timing, fail_on_inconclusive) for t in p.timings if not t.derived_from)
+    return {"stage": p.stage, "point_id": p.point_id, "params": p.params, "reproduced": not fails,
+            "timings": [t.to_dict() for t in p.timings],
             "metrics": [c.to_dict() for c in p.comparisons]}
 
 
-def _timing_summary(points: list[PointComparison], verdict: ReproduceVerdict) -> dict[str, Any]:
-    timings = [c for p in points for c in p.comparisons if c.kind == "timing"]
-    changed = [c for c in timings if c.verdict == "changed"]
-    return {"policy": "fail" if verdict.strict_timing else "report",
-            "compared": len(timings), "changed": len(changed),
-            "untestable": sum(c.verdict == "not_compared" for c in timings),
-            "higher": sum(c.direction == "higher" for c in changed),
-            "lower": sum(c.direction == "lower" for c in changed),
-            "changes": verdict.timing_changes}
+def _timing_summary(verdict: ReproduceVerdict, timing: Policy) -> dict[str, Any]:
+    return {"policy": {"changed": "fail" if verdict.strict_timing else "report",
+                       "inconclusive": "fail" if verdict.fail_on_inconclusive else "report",
+                       "alpha": timing.alpha, "margin": timing.margin, "correction": timing.correction},
+            **verdict.timing_counts, "changes": verdict.timing_changes, "undecided": verdict.timing_undecided}
 
 
-def _write_report(verdict: ReproduceVerdict, bundle: Path, policy: ComparePolicy,
+def _write_report(verdict: ReproduceVerdict, bundle: Path, policy: ComparePolicy, timing: Policy,
                   points: list[PointComparison]) -> None:
     write_json(verdict.report_path, {
         "schema_version": REPRODUCE_SCHEMA_VERSION,
@@ -171,12 +166,12 @@ def _write_report(verdict: ReproduceVerdict, bundle: Path, policy: ComparePolicy
                         "current_hash": verdict.env_current_hash,
                         "differences": verdict.env_differences,
                         "submit": verdict.submit_env.to_dict()},
-        "policy": {"alpha": policy.alpha, "rtol": policy.rtol, "atol": policy.atol,
-                   "min_rel_change": policy.min_rel_change, "strict_timing": verdict.strict_timing},
+        "policy": {"rtol": policy.rtol, "atol": policy.atol, "strict_timing": verdict.strict_timing,
+                   "fail_on_inconclusive": verdict.fail_on_inconclusive},
         "counts": verdict.counts,
-        "timing": _timing_summary(points, verdict),
+        "timing": _timing_summary(verdict, timing),
         "failures": verdict.failures,
-        "points": [_point_json(p, verdict.strict_timing) for p in points],
+        "points": [_point_json(p, verdict.strict_timing, verdict.fail_on_inconclusive) for p in points],
     })
 
 
@@ -203,24 +198,36 @@ def _measured_comparison(ref: dict[str, Any], new: dict[str, Any], ref_dir: Path
 
 
 def _judge(points: list[PointComparison], only_ref: list[tuple[str, str]], only_new: list[tuple[str, str]],
-           strict_timing: bool) -> tuple[list[str], list[str], Counter[str]]:
-    """(failures, timing change lines, verdict counts) of a run comparison under the policy."""
+           strict_timing: bool, fail_on_inconclusive: bool = False
+           ) -> tuple[list[str], list[str], list[str], Counter[str], Counter[str]]:
+    """(failures, changed timing lines, inconclusive timing lines, metric verdict counts, timing
+    verdict counts) of a run comparison under the policy."""
     failures: list[str] = []
     timing: list[str] = []
+    undecided: list[str] = []
     counts: Counter[str] = Counter()
+    tcounts: Counter[str] = Counter({"changed": 0, "inconclusive": 0, "equivalent": 0, "not_compared": 0})
     for p in points:
         for c in p.comparisons:
             counts[c.verdict] += 1
-            line = f"{p.stage}/{p.point_id} {c.metric}: {c.verdict}"
-            if c.verdict == "changed":
-                timing.append(f"{line} ({c.direction or 'n/a'}): {c.detail}")
-            if is_failure(c, strict_timing):
-                failures.append(f"{line}: {c.detail}")
+            if c.verdict == "not_reproduced":
+                failures.append(f"{p.stage}/{p.point_id} {c.metric}: {c.label()}: {c.detail}")
+        for t in p.timings:
+            if t.derived_from:
+                continue
+            tcounts[t.verdict] += 1
+            line = f"{p.stage}/{p.point_id} {t.metric}: {t.label()}: {t.text()}"
+            if t.verdict == "changed":
+                timing.append(line)
+            elif t.verdict == "inconclusive":
+                undecided.append(line)
+            if _timing_fails(t.verdict, strict_timing, fail_on_inconclusive):
+                failures.append(line)
     failures += [f"{s}/{pid}: point missing in the re-run" for s, pid in only_ref]
     failures += [f"{s}/{pid}: point not in the bundle" for s, pid in only_new]
     counts["points_missing"] = len(only_ref)
     counts["points_extra"] = len(only_new)
-    return failures, timing, counts
+    return failures, timing, undecided, counts, tcounts
 
 
 def _allow_and_import_code(ref_dir: Path) -> Callable[[], None]:
@@ -264,18 +271,21 @@ def _allow_and_import_code(ref_dir: Path) -> Callable[[], None]:
 
 
 def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
-              policy: ComparePolicy | None = None, strict_timing: bool = False) -> ReproduceVerdict:
+              policy: ComparePolicy | None = None, strict_timing: bool = False,
+              timing: Policy | None = None, fail_on_inconclusive: bool = False) -> ReproduceVerdict:
     """Re-run ``bundle`` into ``out`` with ``rerun`` and compare; see the module docstring."""
     bundle = Path(bundle)
     policy = policy or ComparePolicy()
+    timing = timing or Policy()
     out = Path(out) if out is not None else default_out(bundle)
     _check_out(out)
     with opened_bundle(bundle) as ref_dir:
         problems = verify(ref_dir)
         if problems:
             verdict = ReproduceVerdict(status="tampered", out_dir=out, report_path=RunDir.of(out).reproduce_path,
-                                       checksum_problems=problems, strict_timing=strict_timing)
-            _write_report(verdict, bundle, policy, [])
+                                       checksum_problems=problems, strict_timing=strict_timing,
+                                       fail_on_inconclusive=fail_on_inconclusive)
+            _write_report(verdict, bundle, policy, timing, [])
             return verdict
         restore = _allow_and_import_code(ref_dir)  # before anything of the bundle is imported
         try:
@@ -294,10 +304,11 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
             if not RunDir.of(out).results_path.is_file():
                 raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
             measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
-            result = compare_loaded(reference, load_points(out), policy, check_seeds=True)
+            result = compare_loaded(reference, load_points(out), policy, check_seeds=True, timing=timing)
         finally:
             restore()
-    failures, timing, counts = _judge(result.points, result.only_ref, result.only_new, strict_timing)
+    failures, changed, undecided, counts, tcounts = _judge(result.points, result.only_ref, result.only_new,
+                                                           strict_timing, fail_on_inconclusive)
     if strict_env and not measured.same:
         failures.append(f"environment: the re-run was measured in env_hash {measured.current_hash}, the bundle in "
                         f"{measured.reference_hash} ({measured.differences[0] if measured.differences else '-'}) "
@@ -306,10 +317,8 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
         status="not_reproduced" if failures else "reproduced", out_dir=out, report_path=RunDir.of(out).reproduce_path,
         env_reference_hash=measured.reference_hash, env_current_hash=measured.current_hash,
         env_differences=measured.differences, submit_env=submit, failures=failures,
-        timing_changes=timing, strict_timing=strict_timing, counts=dict(counts),
-        timings_compared=sum(c.kind == "timing" for p in result.points for c in p.comparisons),
-        timings_untestable=sum(c.kind == "timing" and c.verdict == "not_compared"
-                               for p in result.points for c in p.comparisons),
+        timing_changes=changed, timing_undecided=undecided, strict_timing=strict_timing,
+        fail_on_inconclusive=fail_on_inconclusive, timing_counts=dict(tcounts), counts=dict(counts),
     )
-    _write_report(verdict, bundle, policy, result.points)
+    _write_report(verdict, bundle, policy, timing, result.points)
     return verdict

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter, methodcaller
 from pathlib import Path
@@ -44,6 +44,9 @@ from d5pipe.results.columns import axis_column_name, axis_columns
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
+
+SampleSource = Callable[[str, str, str], Sequence[float] | None]
+"""(stage, point_id, metric) -> that metric's raw samples, or None."""
 
 _METRIC_FIELDS = ("name", "value", "unit", "kind", "ci_low", "ci_high", "detail")
 
@@ -71,7 +74,7 @@ class Collected:
     """(stage, point_id) -> metric name -> the raw samples that metric summarises."""
 
     def sample_source(self) -> Callable[[str, str, str], list[float] | None]:
-        """(stage, point_id, metric) -> raw samples (d5pipe.results.comparisons.SampleSource)."""
+        """(stage, point_id, metric) -> raw samples (:data:`SampleSource`)."""
         return lambda stage, point_id, metric: self.samples.get((stage, point_id), {}).get(metric)
 
 

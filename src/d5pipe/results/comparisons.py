@@ -15,20 +15,17 @@ A custom L0 operator against the built-in it re-implements is not compared: noth
 or in an operator spec says which built-in a custom operator stands for.
 
 For each pair and metric, across the **repetitions** of each side (config ``repetitions``: each
-point measured in that many separate processes; d5pipe.results.repetitions):
+point measured in that many separate processes, in a random order within each repetition), by
+the one comparison model (:mod:`d5pipe.results.timing_compare`; every pair of the run in one
+family, Holm's correction over them):
 
 * **speedup** = geometric mean of the baseline's repetition values / that of the variant's (each
-  repetition's value is the median of its samples): above 1 the variant is faster;
-* its **CI** and a **p-value** from one Welch t-test on the logarithms of the repetitions' values
-  (level ``1 - report.alpha``, default 0.05);
-* a **verdict** by one rule: ``faster`` / ``slower`` only when the CI of the speedup excludes 1
-  *and* p < alpha, else ``no significant difference``;
+  repetition's value is the median of its samples): above 1 the variant is faster, with its 95% CI;
+* a **verdict**: ``faster`` / ``slower`` (changed), ``equivalent`` (the whole CI within the
+  margin, ``report.margin``) or ``inconclusive`` (with the repetitions per side that would decide);
 * with one repetition on a side: ``not compared`` (one process per side): the samples of one
   process miss the variation between processes, so they cannot tell a variant from noise. The
   speedup of the two medians is shown, without CI, test or verdict.
-
-:func:`compare_pair` (Price & Bonett's CI of a ratio of medians with a Mann-Whitney test, on the
-raw samples of two processes) remains for within-process detail; no verdict rests on it.
 
 A point whose verdict is ``fail`` (d5pipe.results.verdicts: a failed correctness, acceptance,
 plausibility or level-2 sanity check) is never ranked: a pair with a failing side keeps its two
@@ -42,26 +39,28 @@ without what it bought.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from statistics import NormalDist
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from d5pipe.measure.normality import binom_half_cdf
 from d5pipe.plan.point_config import REPEAT_AXIS
+from d5pipe.results.collect import SampleSource
 from d5pipe.results.columns import axis_columns
-from d5pipe.results.metric_compare import compare_samples, min_attainable_p
-from d5pipe.results.repetitions import geometric_mean, ratio_test
+from d5pipe.results.timing_compare import (
+    DEFAULT_ALPHA,
+    DEFAULT_MARGIN,
+    Item,
+    Policy,
+    Side,
+    TimingComparison,
+    compare_family,
+    geometric_mean,
+)
 
-SampleSource = Callable[[str, str, str], Sequence[float] | None]
-"""(stage, point_id, metric) -> that metric's raw samples, or None."""
-CONFIDENCE = 0.95
-DEFAULT_ALPHA = 0.05
 NOT_COMPARED = "not compared"
-VERDICTS = ("faster", "slower", "no significant difference", "too few samples", NOT_COMPARED)
+VERDICTS = ("faster", "slower", "inconclusive", "equivalent", NOT_COMPARED)
 
 
 VERIFICATION_AXES: tuple[str, ...] = ("train.reference_optimizer", "train.reference_steps",
@@ -127,7 +126,13 @@ class Pair:
     baseline_quality: float = math.nan
     variant_quality: float = math.nan
     note: str = ""
-    """Why a pair is ``not compared`` (the failing side and its reason)."""
+    """Why a pair is ``not compared`` (the failing side and its reason), outliers left out."""
+    needed: float = math.nan
+    """Inconclusive: repetitions per side that would decide a change of the margin's size."""
+    margin: float = DEFAULT_MARGIN
+    variation_baseline: float = math.nan
+    """Between-process spread of each side: the standard deviation of the log repetition values."""
+    variation_variant: float = math.nan
 
 
 def alpha_of(config: dict[str, Any]) -> float:
@@ -135,6 +140,14 @@ def alpha_of(config: dict[str, Any]) -> float:
     report = config.get("report")
     value = report.get("alpha") if isinstance(report, dict) else None
     return float(value) if isinstance(value, (int, float)) and 0 < float(value) < 1 else DEFAULT_ALPHA
+
+
+def policy_of(config: dict[str, Any]) -> Policy:
+    """The comparison policy of a run: ``report.alpha`` and ``report.margin`` (a fraction)."""
+    report = config.get("report")
+    margin = report.get("margin") if isinstance(report, dict) else None
+    m = float(margin) if isinstance(margin, (int, float)) and float(margin) > 0 else DEFAULT_MARGIN
+    return Policy(alpha=alpha_of(config), margin=m)
 
 
 def _swept_values(config: dict[str, Any], column: str) -> list[str]:
@@ -160,46 +173,6 @@ def baseline_of(factor: Factor, present: Sequence[str], config: dict[str, Any]) 
     return factor.fallback if factor.fallback in present else None
 
 
-_NORMAL = NormalDist()
-
-
-def log_median_se(samples: np.ndarray) -> float:
-    """Price-Bonett standard error of ln(median) from two order statistics (module docstring)."""
-    x = np.sort(np.log(samples))
-    n = int(x.size)
-    c = max(1, int(round((n + 1) / 2 - math.sqrt(n))))
-    z_c = _NORMAL.inv_cdf(min(1.0 - 1e-12, 1.0 - float(binom_half_cdf(n)[c - 1])))
-    return float((x[n - c] - x[c - 1]) / (2.0 * z_c)) if z_c > 0 else math.nan
-
-
-def ratio_ci(baseline: Sequence[float], variant: Sequence[float],
-             confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(median(baseline) / median(variant), CI low, CI high); positive samples, >= 2 per side."""
-    b = np.asarray(baseline, dtype=float)
-    v = np.asarray(variant, dtype=float)
-    b, v = b[np.isfinite(b) & (b > 0)], v[np.isfinite(v) & (v > 0)]
-    if b.size < 2 or v.size < 2:
-        return math.nan, math.nan, math.nan
-    d = math.log(float(np.median(b))) - math.log(float(np.median(v)))
-    se = math.hypot(log_median_se(b), log_median_se(v))
-    z = _NORMAL.inv_cdf(0.5 + confidence / 2.0)
-    return math.exp(d), math.exp(d - z * se), math.exp(d + z * se)
-
-
-def compare_pair(baseline: Sequence[float], variant: Sequence[float],
-                 alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float, float, str]:
-    """(speedup, CI low, CI high, Mann-Whitney p, verdict) of two sets of raw times."""
-    speedup, low, high = ratio_ci(baseline, variant)
-    test = compare_samples(baseline, variant, alpha=alpha)
-    if min_attainable_p(test.n_ref, test.n_new) >= alpha:
-        verdict = "too few samples"
-    elif test.p_value < alpha:
-        verdict = "faster" if test.median_new < test.median_ref else "slower"
-    else:
-        verdict = "no significant difference"
-    return speedup, low, high, test.p_value, verdict
-
-
 def _key(v: Any) -> str:
     """An axis value as text: missing -> "", an integral float without ``.0`` (``64``, not ``64.0``)."""
     if v is None or (not isinstance(v, str) and pd.isna(v)):
@@ -214,10 +187,27 @@ def stage_axes(rows: pd.DataFrame) -> list[str]:
     return [c for c in axis_columns(rows.columns) if rows[c].notna().any()]
 
 
-def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
-                 config: dict[str, Any], verdicts: pd.DataFrame | None = None) -> list[Pair]:
-    """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric; the
-    repetitions of a configuration (axis ``repeat``) are one side of a pair."""
+@dataclass(frozen=True)
+class _Raw:
+    """A pair before the run's family of comparisons is decided."""
+
+    pair: Pair
+    item: Item | None
+    """None: not ranked (a side failed a check)."""
+
+
+def _side(rows: pd.DataFrame) -> Side:
+    """A side's repetition values (rows of one metric), in repetition order."""
+    reps = rows[REPEAT_AXIS].fillna(0).astype(int).tolist() if REPEAT_AXIS in rows.columns else list(range(len(rows)))
+    order = sorted(range(len(rows)), key=lambda i: reps[i])
+    values = rows["value"].astype(float).tolist()
+    return Side.of([values[i] for i in order], [reps[i] for i in order])
+
+
+def factor_pairs(df: pd.DataFrame, factor: Factor, config: dict[str, Any],
+                 verdicts: pd.DataFrame | None = None) -> list[_Raw]:
+    """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric,
+    undecided; the repetitions of a configuration (axis ``repeat``) are one side of a pair."""
     rows = df[(df["stage"] == factor.stage) & (df["status"] == "ok")]
     if rows.empty or factor.column not in rows.columns:
         return []
@@ -229,8 +219,7 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
     others = [a for a in stage_axes(rows) if a not in (factor.column, REPEAT_AXIS, *VERIFICATION_AXES)]
     points = rows.drop_duplicates("point_id")
     varying = [a for a in others if points[a].map(_key).nunique() > 1]
-    alpha = alpha_of(config)
-    out: list[Pair] = []
+    out: list[_Raw] = []
     timed = rows[rows["metric"].isin(list(factor.metrics)) & rows["value"].notna()]
     outcome = point_outcomes(df, factor.stage, verdicts)
     quality = _quality(rows, factor.quality)
@@ -255,10 +244,20 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, samples: SampleSource | None,
                 (bv, br), (vv, vr) = _side_outcome(outcome, base), _side_outcome(outcome, vpoints)
                 note = "; ".join(f"{side} failed: {reason or 'verdict fail'}" for side, verdict, reason in
                                  (("baseline", bv, br), ("variant", vv, vr)) if verdict == "fail")
-                pair = _pair(factor, metric, base_value, variant, context, b, v, alpha, ranked=not note)
-                out.append(replace(pair, baseline_verdict=bv, variant_verdict=vv, quality_metric=factor.quality,
-                                   baseline_quality=_mean(quality, base), variant_quality=_mean(quality, vpoints),
-                                   note=note or pair.note))
+                first_b, first_v = b.iloc[0], v.iloc[0]
+                pair = Pair(
+                    stage=factor.stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
+                    baseline=base_value, variant=variant, context=context,
+                    baseline_point=str(first_b["point_id"]), variant_point=str(first_v["point_id"]),
+                    baseline_median=geometric_mean(b["value"].astype(float).tolist()) or math.nan,
+                    variant_median=geometric_mean(v["value"].astype(float).tolist()) or math.nan,
+                    n_baseline=len(b), n_variant=len(v),
+                    speedup=math.nan, ci_low=math.nan, ci_high=math.nan, p_value=math.nan,
+                    verdict=NOT_COMPARED, method="", baseline_verdict=bv, variant_verdict=vv,
+                    quality_metric=factor.quality, baseline_quality=_mean(quality, base),
+                    variant_quality=_mean(quality, vpoints), note=note)
+                item = None if note else Item(metric, pair.unit, _side(b), _side(v))
+                out.append(_Raw(pair, item))
     return out
 
 
@@ -306,44 +305,49 @@ def _quality(rows: pd.DataFrame, metric: str) -> dict[str, float]:
     return {str(p): float(v) for p, v in zip(hit["point_id"], hit["value"])}
 
 
-def _pair(factor: Factor, metric: str, base_value: str, variant: str, context: str, b: pd.DataFrame,
-          v: pd.DataFrame, alpha: float, ranked: bool = True) -> Pair:
-    """One pair from the repetitions' rows of each side (module docstring); ``ranked=False`` (a side
-    failed a check): the speedup of the means only, verdict ``not compared``."""
-    bvals = [float(x) for x in b["value"]]
-    vvals = [float(x) for x in v["value"]]
-    test = ratio_test(vvals, bvals, alpha)  # ratio = GM(baseline) / GM(variant): the speedup
-    s = test.ratio if test.ratio is not None else math.nan
-    lo = hi = p = math.nan
-    reason = ""
-    if not ranked:  # a failed side's speed is no result: not even its ratio is shown
-        s, verdict, method = math.nan, NOT_COMPARED, "not compared: a side failed a check"
-    elif test.reason:
-        verdict, method, reason = NOT_COMPARED, f"not compared: {test.reason}", test.reason
-    else:
-        assert test.ci is not None and test.p_value is not None
-        lo, hi, p = test.ci[0], test.ci[1], test.p_value
-        verdict = ("faster" if s > 1 else "slower") if test.changed else "no significant difference"
-        method = (f"Welch t-test on the logs of {len(bvals)} vs {len(vvals)} repetitions' medians; "
-                  f"CI of the speedup at {1 - alpha:.0%}")
-    gm_b, gm_v = geometric_mean(bvals) or math.nan, geometric_mean(vvals) or math.nan
-    first_b, first_v = b.iloc[0], v.iloc[0]
-    return Pair(
-        stage=factor.stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
-        baseline=base_value, variant=variant, context=context, baseline_point=str(first_b["point_id"]),
-        variant_point=str(first_v["point_id"]), baseline_median=gm_b, variant_median=gm_v,
-        n_baseline=len(bvals), n_variant=len(vvals), speedup=s, ci_low=lo, ci_high=hi, p_value=p,
-        verdict=verdict, method=method, note=reason,
-    )
+def _decided(pair: Pair, t: TimingComparison) -> Pair:
+    """A pair with its comparison: speedup = baseline / variant for times (variant / baseline
+    for rates), its CI, the verdict in the words of a side-by-side table."""
+    invert = t.lower_is_better
+    speedup = math.nan if t.ratio is None else (1 / t.ratio if invert else t.ratio)
+    lo = hi = math.nan
+    if t.ci is not None:
+        lo, hi = (1 / t.ci[1], 1 / t.ci[0]) if invert else t.ci
+    verdict = {"changed": "faster" if speedup > 1 else "slower", "equivalent": "equivalent",
+               "inconclusive": "inconclusive"}.get(t.verdict, NOT_COMPARED)
+    note = pair.note
+    if t.verdict == "not_compared":
+        note = t.reason
+    elif t.outliers:
+        note = "left out: " + ", ".join(o.text(pair.unit) for o in t.outliers)
+    method = (f"{t.test} over {pair.n_baseline}/{pair.n_variant} repetitions; 95% CI; "
+              f"Holm-adjusted p {t.p_adjusted:.2g} vs alpha {t.alpha:g}; equivalent within x{1 + t.margin:g}"
+              if t.p_adjusted is not None else f"not compared: {t.reason}")
+    va, vb = t.variation
+    return replace(pair, baseline_median=t.value_a or math.nan, variant_median=t.value_b or math.nan,
+                   speedup=speedup, ci_low=lo, ci_high=hi,
+                   p_value=math.nan if t.p_value is None else t.p_value, verdict=verdict, method=method,
+                   note=note, needed=math.nan if t.needed is None else float(t.needed), margin=t.margin,
+                   variation_baseline=math.nan if va.between is None else va.between,
+                   variation_variant=math.nan if vb.between is None else vb.between)
 
 
 def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,
                 config: dict[str, Any] | None = None, stage: str | None = None,
                 verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
-    """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields);
-    ``verdicts``: the run's point verdicts, when computed already."""
+    """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields),
+    decided as one family; ``verdicts``: the run's point verdicts, when computed already."""
     config = config or {}
-    pairs = [p for f in FACTORS if stage is None or f.stage == stage
-             for p in factor_pairs(df, f, samples, config, verdicts)]
+    raws = [r for f in FACTORS if stage is None or f.stage == stage for r in factor_pairs(df, f, config, verdicts)]
+    ranked = [r for r in raws if r.item is not None]
+    decided = dict(zip((id(r) for r in ranked),
+                       compare_family([r.item for r in ranked if r.item is not None], policy_of(config))))
+    pairs = []
+    for r in raws:
+        t = decided.get(id(r))
+        if t is None:  # a side failed a check: its speed is no result, not even its ratio is shown
+            pairs.append(replace(r.pair, method="not compared: a side failed a check"))
+        else:
+            pairs.append(_decided(r.pair, t))
     columns = list(Pair.__dataclass_fields__)
     return pd.DataFrame([asdict(p) for p in pairs], columns=columns)

@@ -25,6 +25,10 @@ Soft -- kind ``info``, text ``warn``; they never change a verdict:
   of): the measured peak did not bound this point (a slow reference kernel in that precision, a
   working set in cache against a main-memory copy), so the percentage means nothing; said, never
   a silent number.
+* ``outlier_repetition``: a repetition whose time is more than
+  :data:`d5pipe.results.timing_compare.OUTLIER_K` robust spreads and
+  :data:`~d5pipe.results.timing_compare.OUTLIER_MIN_FACTOR` times away from its sibling
+  repetitions' median (the same rule that leaves it out of every comparison, which says so).
 
 Only failures are written for the hard check: a point without a ``superlinear_speedup`` row was
 either not checkable or plausible; passing a plausibility check is not evidence of correctness,
@@ -45,7 +49,7 @@ from d5pipe.results.columns import METRIC_COLUMNS
 PREFIX = "plausibility:"
 HARD: frozenset[str] = frozenset({"superlinear_speedup"})
 SOFT: frozenset[str] = frozenset({"oversubscribed", "target_missed", "high_variation", "several_environments",
-                                  "above_bound"})
+                                  "above_bound", "outlier_repetition"})
 DESCRIPTIONS: dict[str, str] = {
     "superlinear_speedup": "speedup above the rank count beyond its 95% CI (parallel efficiency > 1): "
                            "a hard failure, the point fails",
@@ -54,6 +58,7 @@ DESCRIPTIONS: dict[str, str] = {
     "high_variation": f"IQR above {HIGH_VARIATION_IQR_RATIO:.0%} of the median",
     "several_environments": "the points of one table come from more than one environment",
     "above_bound": "a % of the measured peak above 100% beyond its CI: that peak does not bound the point",
+    "outlier_repetition": "a repetition far from its siblings: left out of every comparison, which names it",
 }
 """What each check means, for the report."""
 
@@ -225,11 +230,43 @@ def above_bound(df: pd.DataFrame) -> list[Finding]:
     return out
 
 
+def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
+    """Repetitions of a configuration whose time is far from their siblings' (module docstring)."""
+    from d5pipe.plan.point_config import REPEAT_AXIS
+    from d5pipe.results.columns import axis_columns
+    from d5pipe.results.report.units import quantity
+    from d5pipe.results.timing_compare import Side, find_outliers
+
+    rows = _ok(df)
+    if REPEAT_AXIS not in rows.columns:
+        return []
+    timing = rows[(rows["kind"] == "timing") & rows["unit"].isin(list(TIME_UNITS)) & rows["value"].notna()]
+    if timing.empty:
+        return []
+    axes = [a for a in axis_columns(timing.columns) if a != REPEAT_AXIS and timing[a].notna().any()]
+    keys = [timing["stage"], timing["metric"], *[timing[a].astype(str) for a in axes]]
+    out: list[Finding] = []
+    for _, group in timing.groupby(keys, sort=False):
+        if len(group) < 3:
+            continue
+        reps = group[REPEAT_AXIS].fillna(0).astype(int).tolist()
+        side = Side.of(group["value"].astype(float).tolist(), reps)
+        for o in find_outliers(side, "A"):
+            hit = group[group[REPEAT_AXIS].fillna(0).astype(int) == o.repetition].iloc[0]
+            unit = str(hit["unit"])
+            med = o.value / o.factor
+            out.append(Finding(str(hit["stage"]), str(hit["point_id"]), "outlier_repetition",
+                               f"{hit['metric']}: repetition {o.repetition} took {quantity(o.value, unit)}, "
+                               f"{o.factor:,.3g}x its {len(group) - 1} siblings' median ({quantity(med, unit)})",
+                               o.factor))
+    return out
+
+
 def findings(df: pd.DataFrame, config: dict[str, Any] | None = None) -> list[Finding]:
     """Every plausibility finding of ``df`` (hard first)."""
     config = config or {}
     return [*superlinear_speedup(df, config), *oversubscribed(df), *target_missed(df),
-            *high_variation(df), *several_environments(df), *above_bound(df)]
+            *high_variation(df), *several_environments(df), *above_bound(df), *outlier_repetitions(df)]
 
 
 def plausibility_rows(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:

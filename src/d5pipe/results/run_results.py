@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from d5pipe.core.atomic import write_bytes, write_json
 from d5pipe.core.errors import D5PipeError
-from d5pipe.results.collect import collect, stage_summary
-from d5pipe.results.comparisons import SampleSource, comparisons
+from d5pipe.results.collect import SampleSource, collect, stage_summary
+from d5pipe.results.comparisons import comparisons
 from d5pipe.results.verdicts import RunVerdict, point_verdicts, run_verdict
 from d5pipe.rundir.layout import RunDir
 
@@ -149,7 +149,7 @@ def with_scaling(df: pd.DataFrame) -> pd.DataFrame:
         rows = timed.loc[ids].copy()
         rows["metric"], rows["value"] = metric, t.loc[ids, metric].astype(float)
         rows["ci_low"], rows["ci_high"] = t.loc[ids, f"{metric}_ci_low"].astype(float), t.loc[ids, f"{metric}_ci_high"].astype(float)
-        rows["unit"], rows["kind"], rows["text"] = "", "numerical", None
+        rows["unit"], rows["kind"], rows["text"] = "", "timing", None  # ratios of timings are timings
         new.append(rows.reset_index())
     return pd.concat([df, *new], ignore_index=True) if new else df
 

@@ -90,6 +90,12 @@ class RunDir:
         return self.plan_dir / "checks.json"
 
     @property
+    def repetitions_path(self) -> Path:
+        """``plan/repetitions.json``: configurations measured more often than ``repetitions``
+        (the until-decided mode; d5pipe.plan.build.build_plan's ``more``)."""
+        return self.plan_dir / "repetitions.json"
+
+    @property
     def points_dir(self) -> Path:
         return self.root / "points"
 
@@ -238,6 +244,21 @@ class RunDir:
         if not isinstance(data, dict):
             raise D5PipeError(f"{self.manifest_path}: expected a JSON object")
         return data
+
+    @property
+    def more_repetitions(self) -> dict[str, int]:
+        """``plan/repetitions.json``'s ``"<stage>/<first repetition's ID>" -> repetitions`` ({} when
+        there is none)."""
+        try:
+            data = self._parse(self.repetitions_path, json.load)
+        except FileNotFoundError:
+            return {}
+        except json.JSONDecodeError as exc:
+            raise D5PipeError(f"{self.repetitions_path}: invalid JSON ({exc.msg})") from exc
+        groups = data.get("groups") if isinstance(data, dict) else None
+        if not isinstance(groups, dict) or not all(isinstance(v, int) and v >= 1 for v in groups.values()):
+            raise D5PipeError(f"{self.repetitions_path}: expected {{\"groups\": {{KEY: repetitions >= 1}}}}")
+        return {str(k): int(v) for k, v in groups.items()}
 
     def shard_spec(self, stage: str, shard: str) -> dict[str, Any]:
         """``plan/<stage>/<shard>.json``."""

@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, Factor, alpha_of
+from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, Factor, policy_of
 from d5pipe.results.report import plots
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.frames import MAX_TABLE_ROWS
@@ -61,7 +61,16 @@ def _quality(r: pd.Series) -> str:
 
 
 def _verdict(r: pd.Series) -> str:
-    return f"{NOT_COMPARED}: {r['note']}" if r["verdict"] == NOT_COMPARED else str(r["verdict"])
+    if r["verdict"] == NOT_COMPARED:
+        return f"{NOT_COMPARED}: {r['note']}"
+    text = str(r["verdict"])
+    if text == "equivalent":
+        text += f" (within x{1 + float(r['margin']):g})"
+    if text == "inconclusive" and not math.isnan(float(r["needed"])):
+        text += f": ~{int(r['needed'])} repetitions per side would decide"
+    if r["note"]:
+        text += f"; {r['note']}"
+    return text
 
 
 def _why_none(data: RunData, factor: Factor) -> str:
@@ -99,7 +108,7 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
                              for m, c, v in zip(pairs["metric"], pairs["context"], pairs["variant"])])
     pairs = pairs.sort_values("_k", kind="stable").drop(columns="_k").reset_index(drop=True)
     base = str(pairs["baseline"].iloc[0])
-    alpha = alpha_of(data.config)
+    policy = policy_of(data.config)
     quality = f"{factor.quality or 'checks'} (baseline / variant)"
     cols = ["metric", "other axes", "variant", "baseline median", "variant median",
             "speedup [95% CI]", "p", "n", quality, "verdict"]
@@ -115,9 +124,11 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
              "Each side is the repetitions of its configuration (config repetitions: separate processes); "
              "speedup = geometric mean of the baseline's repetition medians / the variant's: above 1 the "
              "variant is faster. CI of the speedup and p from one Welch t-test on their logarithms; faster or "
-             f"slower only when the CI excludes 1 and p < alpha = {number(alpha)} (report.alpha). With one "
-             "repetition per side nothing is ranked: one process cannot show the variation between "
-             "processes.", "note"),
+             f"slower only when the 95% CI excludes 1 and Holm's correction over the run's pairs at alpha = "
+             f"{number(policy.alpha)} (report.alpha) agrees; equivalent when the whole CI lies within "
+             f"x{1 + policy.margin:g} either way (report.margin); otherwise inconclusive, with the "
+             "repetitions per side that would decide. With one repetition per side nothing is ranked: one "
+             "process cannot show the variation between processes.", "note"),
         Table(cols, rows, f"{factor.title.capitalize()} side by side (baseline {factor.column}={base})",
               {i for i, nc in enumerate(not_compared.head(MAX_TABLE_ROWS)) if nc}, wrap={1, len(cols) - 1}),
     ]

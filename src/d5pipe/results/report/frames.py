@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.columns import NON_AXIS_COLUMNS, is_missing
 from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from d5pipe.results.report.units import natural_key, number, quantity, quantity_ci
@@ -26,9 +27,32 @@ def points_of(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.drop_duplicates("point_id")
 
 
-def varying_axes(rows: pd.DataFrame) -> list[str]:
+def varying_axes(rows: pd.DataFrame, repeat: bool = False) -> list[str]:
+    """Axes whose value differs between the points of ``rows``; the repetition axis only with
+    ``repeat`` (figures and answers fold a configuration's repetitions into one value)."""
     pts = points_of(rows)
-    return [c for c in stage_axes(rows) if pts[c].astype(str).nunique(dropna=False) > 1]
+    return [c for c in stage_axes(rows) if pts[c].astype(str).nunique(dropna=False) > 1
+            and (repeat or c != REPEAT_AXIS)]
+
+
+def fold(values: Sequence[float], cis: Sequence[tuple[float, float]], log: bool) -> tuple[float, float, float]:
+    """(value, CI low, CI high) of a configuration over its repetitions: the geometric mean
+    (``log``: timings) or the mean, with the 95% t-interval across the repetitions; one
+    repetition keeps its own CI."""
+    import numpy as np
+    from scipy import stats
+
+    vals = np.asarray([v for v in values if math.isfinite(v) and (v > 0 or not log)], dtype=float)
+    if vals.size == 0:
+        return math.nan, math.nan, math.nan
+    if vals.size == 1:
+        lo, hi = cis[0] if cis else (math.nan, math.nan)
+        return float(vals[0]), lo, hi
+    x = np.log(vals) if log else vals
+    m, sd = float(x.mean()), float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.975, x.size - 1)) * sd / math.sqrt(x.size)
+    out = (m, m - half, m + half)
+    return tuple(math.exp(v) for v in out) if log else out  # type: ignore[return-value]
 
 
 def is_numeric_axis(values: pd.Series) -> bool:
@@ -127,7 +151,7 @@ def metric_frame(
         return m[list(cols)].apply(lambda r: ", ".join(f"{c.rsplit('.', 1)[-1]}={fmt_plain(r[c])}"
                                                         for c in cols if not is_missing(r[c])), axis=1)
 
-    return pd.DataFrame({
+    frame = pd.DataFrame({
         "x": m[x] if x in m.columns else m["point_id"],
         "value": m["value"].astype(float),
         "ci_low": m["ci_low"].astype(float),
@@ -135,6 +159,15 @@ def metric_frame(
         "series": join(series) if series else pd.Series([metric] * len(m), index=m.index),
         "facet": join(facets),
     })
+    if REPEAT_AXIS not in m.columns or m[REPEAT_AXIS].nunique() < 2:
+        return frame
+    # one marker per configuration: its repetitions folded (geometric mean and t-interval for timings)
+    log = bool((m["kind"] == "timing").all()) if "kind" in m.columns else False
+    out = []
+    for (xv, sv, fv), g in frame.groupby(["x", "series", "facet"], sort=False):
+        v, lo, hi = fold(g["value"].tolist(), list(zip(g["ci_low"], g["ci_high"])), log)
+        out.append({"x": xv, "value": v, "ci_low": lo, "ci_high": hi, "series": sv, "facet": fv})
+    return pd.DataFrame(out, columns=list(frame.columns))
 
 
 def choose_layout(

@@ -14,6 +14,7 @@ import pandas as pd
 
 from d5pipe.core.stages import STAGES
 from d5pipe.results.report import plots
+from d5pipe.results.report.answers import answer_blocks
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.comparison_section import comparison_blocks
 from d5pipe.results.report.figures import figure, verdict_table
@@ -59,9 +60,13 @@ def _finish(data: RunData, stage: str, blocks: list[Block], notes_at: int | None
     for at, _, block in sorted(placed, key=lambda p: (-p[0], -p[1])):  # from the end: indices stay valid
         blocks.insert(at, block)
     extra, sub = comparison_blocks(data, stage)
-    section = Section(stage, STAGES[stage].title, blocks + extra)
-    if sub is not None:
+    section = Section(stage, STAGES[stage].title)
+    if sub is not None:  # the answer first: each variant against its baseline
         section.subsections.append(sub)
+    folded = answer_blocks(data.stage_rows(stage))
+    if folded:
+        section.subsections.append(Section(f"configurations-{stage}", f"{stage}: configurations", folded))
+    section.subsections.append(Section(f"detail-{stage}", f"{stage}: figures and checks", blocks + extra))
     return section
 
 
@@ -135,7 +140,7 @@ def level0(data: RunData) -> Section:
     checks = [n for n in names if n in ("correct", "correctness", "gradcheck", "backward_correct")
               or rows.loc[rows["metric"] == n, "kind"].eq("verdict").any() or "err" in n]
     if checks:
-        blocks += verdict_table(data, "level0", rows, checks, varying_axes(rows),
+        blocks += verdict_table(data, "level0", rows, checks, varying_axes(rows, repeat=True),
                                 "Correctness vs the float64 reference")
     return _finish(data, "level0", blocks)
 
@@ -143,7 +148,7 @@ def level0(data: RunData) -> Section:
 def level1(data: RunData) -> Section:
     rows = data.stage_rows("level1")
     batch_axes = [a for a in varying_axes(rows) if "batch" in a]
-    layout = choose_layout(rows, batch_axes, ["model.name", "level1.mode"])
+    layout = choose_layout(rows, batch_axes, ["level1.runtime", "level1.impl", "model.name", "level1.mode"])
     info = set(rows.loc[rows["kind"] == "info", "metric"]) if "kind" in rows.columns else set()
     names = [n for n in metric_names(rows) if n not in info]  # no plots of cv, n_samples, ...
     blocks: list[Block] = []
@@ -167,7 +172,7 @@ def upper_bounds(rows: pd.DataFrame, modes: Sequence[tuple[str, str]]) -> list[B
     if not any(m.startswith("flops_per_sample") for m in metrics):
         return []
     cols, body, total = wide_table(rows, [*metrics, *(["peak_gflops"] if "peak_gflops" in present else [])],
-                                   varying_axes(rows))
+                                   varying_axes(rows, repeat=True))
     more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
     return [Table(cols, body, "Upper bounds: model FLOPs per sample (counted with FlopCounterMode: matmul, "
                   "convolution, attention; elementwise work not counted, so these are lower bounds), achieved "
@@ -179,7 +184,7 @@ def level2(data: RunData) -> Section:
     blocks: list[Block] = []
     curves = data.curves[data.curves["stage"] == "level2"]
     if not curves.empty:
-        axes = varying_axes(rows)
+        axes = varying_axes(rows, repeat=True)
         pts = rows.drop_duplicates("point_id").set_index("point_id")
         labels = {p: label_of(pts.loc[p], axes) if p in pts.index else p
                   for p in natural_order(rows, axes) if p in set(curves["point_id"])}
@@ -191,7 +196,7 @@ def level2(data: RunData) -> Section:
                              "Loss and accuracy per epoch, one line per point."))
     tta = [n for n in metric_names(rows) if n.startswith("time_to")]
     if tta:
-        cols, body, _ = wide_table(rows, tta, varying_axes(rows))
+        cols, body, _ = wide_table(rows, tta, varying_axes(rows, repeat=True))
         tta_rows = rows[rows["metric"].isin(tta) & (rows["status"] == "ok")]
         has_ci = bool(tta_rows["ci_low"].notna().any() and tta_rows["ci_high"].notna().any())
         caption = ("Time to target accuracy (median [95% CI])" if has_ci else
@@ -205,7 +210,7 @@ def level2(data: RunData) -> Section:
         section = data.config.get("train")
         train: dict[str, Any] = section if isinstance(section, dict) else {}
         blocks += verdict_table(
-            data, "level2", rows, checks, varying_axes(rows),
+            data, "level2", rows, checks, varying_axes(rows, repeat=True),
             "Checks of the training: the optimizer against train.reference_optimizer "
             f"({train.get('reference_optimizer') or 'none'}) after the same steps from the same weights, "
             "divergence ||p - p_ref|| / ||p_ref - p_0|| against train.reference_tolerance = "
@@ -213,28 +218,28 @@ def level2(data: RunData) -> Section:
             "above chance) have a column only where one failed")
     acc = [n for n in metric_names(rows) if n.startswith("acceptance:")]
     if acc:
-        blocks += verdict_table(data, "level2", rows, acc, varying_axes(rows), "Acceptance thresholds of the recipe")
+        blocks += verdict_table(data, "level2", rows, acc, varying_axes(rows, repeat=True), "Acceptance thresholds of the recipe")
     blocks += upper_bounds(rows, [("samples_per_s", "")])
     return _finish(data, "level2", blocks)
 
 
 def repetition_outcomes(rows: pd.DataFrame, metrics: Sequence[str]) -> list[Block]:
     """Per configuration, each outcome over its repetitions (axis ``repeat``): mean [95% t-CI], and
-    "not reached" said as such (d5pipe.results.repetitions.outcome). Nothing without repetitions."""
+    "not reached" said as such (d5pipe.results.repetition_mean). Nothing without repetitions."""
     from d5pipe.plan.point_config import REPEAT_AXIS
-    from d5pipe.results.repetitions import outcome
+    from d5pipe.results.repetition_mean import repetition_mean
 
     ok = rows[(rows["status"] == "ok") & rows["metric"].isin(list(metrics))]
     if ok.empty or REPEAT_AXIS not in ok.columns or ok[REPEAT_AXIS].nunique() < 2:
         return []
-    axes = [a for a in varying_axes(rows) if a != REPEAT_AXIS]
+    axes = [a for a in varying_axes(rows, repeat=True) if a != REPEAT_AXIS]
     present = [m for m in metrics if m in set(ok["metric"])]
     keys = [ok[a].map(fmt_plain) for a in axes] if axes else [pd.Series("", index=ok.index)]
     body = []
     for key, group in ok.groupby(keys, sort=False):
         label = ", ".join(f"{a}={v}" for a, v in zip(axes, key if isinstance(key, tuple) else (key,))) or "-"
         n = group["point_id"].nunique()
-        cells = [outcome(list(group.loc[group["metric"] == m, "value"])).text() for m in present]
+        cells = [repetition_mean(list(group.loc[group["metric"] == m, "value"])).text() for m in present]
         body.append([label, str(n), *cells])
     return [Table(["configuration", "repetitions", *present], body,
                   "Outcomes over the repetitions of each configuration: mean [95% t-interval]; a repetition "
@@ -306,7 +311,7 @@ def level3(data: RunData) -> Section:
         scaled = rows[rows["point_id"].astype(str).str.startswith("scaling-")
                       | rows["metric"].isin(["speedup", "efficiency"])]
         metrics = [m for m in ("speedup", "efficiency") if m in names]
-        axes = [a for a in ("distributed.backend", "distributed.scaling", *varying_axes(scaled))
+        axes = [a for a in ("distributed.backend", "distributed.scaling", *varying_axes(scaled, repeat=True))
                 if a in scaled.columns and scaled[a].notna().any()]
         cols, body, _ = wide_table(scaled, metrics, list(dict.fromkeys(axes)))
         blocks.append(Table(cols[1:], [r[1:] for r in body],

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.results.comparisons import SampleSource
+from d5pipe.results.collect import SampleSource
 from d5pipe.results.report.frames import NON_AXIS_COLUMNS
 from d5pipe.results.run_results import RunResults
 

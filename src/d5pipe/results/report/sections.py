@@ -34,7 +34,7 @@ def main_metrics(rows: pd.DataFrame) -> list[str]:
 
 def stage_table(data: RunData, stage: str) -> Section:
     rows = data.stage_rows(stage)
-    axes = varying_axes(rows) or stage_axes(rows)
+    axes = varying_axes(rows, repeat=True) or stage_axes(rows)
     cols, table_rows, total = wide_table(rows, main_metrics(rows), axes)
     blocks: list[Any] = [Table(cols, table_rows, f"{stage}: value per point; timings as median [95% CI of the median]")]
     if total > len(table_rows):

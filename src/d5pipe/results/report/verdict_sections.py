@@ -67,6 +67,14 @@ def overview(data: RunData) -> Section:
         line = Text(f"No point failed: {total['pass']} pass, {total['unchecked']} unchecked (ran; no check "
                     f"applies), {total['skipped']} skipped (cannot run here).", "good")
     blocks: list[Block] = [line, Table(["stage", *cols], rows, "Points per stage and verdict", bad)]
+    pairs = data.comparisons
+    if not pairs.empty:  # the side-by-side answers, counted: what changed, what is undecided
+        n = pairs["verdict"].value_counts()
+        parts = [f"{int(n.get(v, 0))} {v}" for v in ("faster", "slower", "equivalent", "inconclusive", "not compared")
+                 if n.get(v, 0)]
+        blocks.append(Text(f"Side by side: {len(pairs)} pair(s) of a variant and its baseline: {', '.join(parts)}"
+                           + ("; an inconclusive pair needs more repetitions (d5pipe run --until-decided)."
+                              if n.get("inconclusive", 0) else "."), "plain"))
     desc = data.config.get("description")
     if desc:
         blocks.insert(0, Text(str(desc)))
@@ -200,7 +208,7 @@ def level_notes(data: RunData, stage: str,
     for w in found:
         by_cause.setdefault(w.cause, []).append(w)
     out: list[tuple[Text, list[str]]] = []
-    axes = varying_axes(data.stage_rows(stage))
+    axes = varying_axes(data.stage_rows(stage), repeat=True)
 
     def label(point_id: str) -> str:
         params = data.params_of(stage, point_id)
