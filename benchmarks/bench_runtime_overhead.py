@@ -66,15 +66,15 @@ def main() -> int:
                     run(x)
 
             ratios, d5, bare = [], [], []
-            reps = measure(call, TIMER, "cpu").reps_per_block  # warm both up; the block size d5pipe picks
+            reps = measure(call, TIMER, "cpu").calls_per_block  # warm both up; the block size d5pipe picks
             for r in range(args.rounds):
                 if r % 2:  # alternate which goes first, so drift does not favour one side
                     b = _bare(call, reps, TIMER["budget_s"])
                     m = measure(call, TIMER, "cpu")
                 else:
                     m = measure(call, TIMER, "cpu")
-                    b = _bare(call, m.reps_per_block, TIMER["budget_s"])
-                reps = m.reps_per_block
+                    b = _bare(call, m.calls_per_block, TIMER["budget_s"])
+                reps = m.calls_per_block
                 d5.append(m.median)
                 bare.append(b)
                 ratios.append(m.median / b)

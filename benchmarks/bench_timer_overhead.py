@@ -79,7 +79,7 @@ def compare(label: str, fn: Callable[[], object], rounds: int, threads: int) -> 
         d5.append(m.summary.median)
         tu.append(timer.blocked_autorange(min_run_time=TORCH_MIN_RUN_TIME).median)
         print(f"  {label} round {r}: d5pipe {d5[-1] * 1e6:9.2f} us "
-              f"(n={len(m.samples)}, reps={m.reps_per_block}, target_met={m.target_met})  "
+              f"(n={len(m.samples)}, reps={m.calls_per_block}, target_met={m.target_met})  "
               f"torch {tu[-1] * 1e6:9.2f} us  ratio {d5[-1] / tu[-1]:.3f}")
     ratio = statistics.median(d5) / statistics.median(tu)
     spread = [a / b for a, b in zip(d5, tu, strict=True)]

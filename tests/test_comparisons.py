@@ -77,8 +77,8 @@ def test_the_verdicts_of_a_pair() -> None:
 
 
 def test_baselines_and_alpha_from_config() -> None:
-    l2 = next(f for f in FACTORS if f.stage == "level2")
-    l3 = next(f for f in FACTORS if f.stage == "level3")
+    l2 = next(f for s, f in FACTORS if s == "level2")
+    l3 = next(f for s, f in FACTORS if s == "level3")
     sweep = {"sweep": {"grid": {"train.optimizer": ["adam", "sgd"]}}}
     assert baseline_of(l2, ["adam", "sgd"], sweep) == "adam"  # the first value of the sweep
     assert baseline_of(l2, ["adam", "sgd"], {}) == "sgd"      # else sgd

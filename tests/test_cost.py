@@ -1,10 +1,18 @@
-"""Shard sizing by expected cost (d5pipe.plan.cost): the per-point estimate and the packing."""
+"""Shard sizing by expected cost: each level's estimate of a point (its ``stage.py``, with the shared
+parts in d5pipe.levels.cost_model) and the packing (d5pipe.plan.cost)."""
 
 from __future__ import annotations
 
 import pytest
 
-from d5pipe.plan.cost import POINT_FIXED_S, fixed_bounds, pack_by_cost, point_cost_s
+from d5pipe.levels.cost_model import POINT_FIXED_S
+from d5pipe.levels.registry import STAGES
+from d5pipe.plan.cost import fixed_bounds, pack_by_cost
+
+
+def point_cost_s(stage: str, cfg: dict[str, object]) -> float:
+    return STAGES[stage].cost(cfg)
+
 
 DEFAULT_TIMER = {"warmup_s": 0.05, "budget_s": 2.0, "min_block_s": 0.01, "max_samples": 1000}
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from d5pipe.core.stages import STAGE_NAMES
 from d5pipe.execute.run import load_plan
+from d5pipe.levels.registry import STAGE_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))

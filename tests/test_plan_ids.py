@@ -49,7 +49,7 @@ def test_any_value_change_gives_new_id() -> None:
 def test_ids_have_readable_prefix() -> None:
     plan = build_plan(_cfg())
     ids = plan.stages["level0"].point_ids
-    assert [i.split("-")[0] for i in ids] == ["size8", "size16", "size32"]
+    assert sorted(i.split("-")[0] for i in ids) == ["size16", "size32", "size8"]  # in a seeded random order
 
 
 def test_ids_stable_across_processes() -> None:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from d5pipe.results.plausibility import PREFIX  # noqa: E402
 from d5pipe.results.report import build_report  # noqa: E402
-from d5pipe.results.run_results import build_results, with_checks  # noqa: E402
+from d5pipe.results.run_results import build_results, with_checks, with_derived  # noqa: E402
 from d5pipe.results.verdicts import point_verdicts  # noqa: E402
 from report_fixtures import publish, superlinear_run  # noqa: E402
 
@@ -46,7 +46,7 @@ def plaus(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_superlinear_speedup_fails_the_point() -> None:
-    df = with_checks(scaling_frame(0.02, 0.02 / 12.8), {})
+    df = with_checks(with_derived(scaling_frame(0.02, 0.02 / 12.8)), {})
     found = plaus(df)
     assert list(zip(found["point_id"], found["metric"], found["text"], found["kind"])) == [
         ("r2", "plausibility:superlinear_speedup", "fail", "verdict")]
@@ -58,9 +58,9 @@ def test_superlinear_speedup_fails_the_point() -> None:
 
 
 def test_plausible_or_within_ci_speedups_are_not_flagged() -> None:
-    assert plaus(with_checks(scaling_frame(0.02, 0.02 / 1.7), {})).empty
+    assert plaus(with_checks(with_derived(scaling_frame(0.02, 0.02 / 1.7)), {})).empty
     # 2.05x on 2 ranks, but the CI reaches below 2: not beyond the CI, so no failure
-    assert plaus(with_checks(scaling_frame(0.02, 0.02 / 2.05, ci_rel=0.05), {})).empty
+    assert plaus(with_checks(with_derived(scaling_frame(0.02, 0.02 / 2.05, ci_rel=0.05)), {})).empty
 
 
 def test_soft_warnings_never_change_a_verdict_and_appear_once_per_point() -> None:

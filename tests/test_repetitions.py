@@ -75,7 +75,7 @@ def test_level2_outcomes_over_repetitions_have_cis_and_say_not_reached() -> None
 
     from d5pipe.results.repetition_mean import repetition_mean as outcome
     from d5pipe.results.report.blocks import Table
-    from d5pipe.results.report.levels import repetition_outcomes
+    from d5pipe.results.report.levels.common import repetition_means
 
     o = outcome([0.90, 0.92, 0.94])
     assert o.mean == pytest.approx(0.92) and o.ci is not None and o.ci[0] < 0.92 < o.ci[1]
@@ -87,10 +87,10 @@ def test_level2_outcomes_over_repetitions_have_cis_and_say_not_reached() -> None
          "train.optimizer": opt, "repeat": rep}
         for rep in range(3) for opt, acc, tta in (("adam", 0.9 + rep / 100, 1.0 + rep), ("sgd", 0.5, nan))
         for metric, value in (("test_accuracy", acc), ("time_to_target_s", tta))])
-    [table] = repetition_outcomes(rows, ("test_accuracy", "train_loss", "time_to_target_s"))
+    [table] = repetition_means(rows, ("test_accuracy", "train_loss", "time_to_target_s"))
     assert isinstance(table, Table) and table.columns == ["configuration", "repetitions", "test_accuracy",
                                                           "time_to_target_s"]
     by = {r[0]: r for r in table.rows}
     assert by["train.optimizer=adam"][1] == "3" and by["train.optimizer=adam"][2].startswith("0.91 [")
     assert by["train.optimizer=sgd"][3] == "not reached (0 of 3)"
-    assert repetition_outcomes(rows[rows["repeat"] == 0], ("test_accuracy",)) == []  # one repetition: no table
+    assert repetition_means(rows[rows["repeat"] == 0], ("test_accuracy",)) == []  # one repetition: no table

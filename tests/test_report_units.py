@@ -9,9 +9,10 @@ import pytest
 from d5pipe.results.compare import PointComparison, RunComparison
 from d5pipe.results.compare_table import WIDTH, format_table
 from d5pipe.results.metric_compare import Comparison
+from d5pipe.results.repetition_values import Side
 from d5pipe.results.report.frames import fmt_plain, fmt_value, natural_order
 from d5pipe.results.report.units import axis_scale, bytes_tick, natural_key, quantity
-from d5pipe.results.timing_compare import Item, Side, compare_family
+from d5pipe.results.timing_compare import Item, compare_family
 
 
 @pytest.mark.parametrize(("value", "unit", "text"), [
@@ -79,8 +80,8 @@ def test_compare_table_fits_120_columns_with_units() -> None:
     lines = text.splitlines()
     assert max(len(line) for line in lines[:-1]) <= WIDTH
     assert lines[1].startswith("level0 size131072-dtype_bfloat16-l…269d17adb774  (batch=4")  # start + hash kept
-    assert lines[2].split()[0] == "time" and "49.98 µs x3" in lines[2] and "61 µs x3" in lines[2]
-    assert "+22.0% [" in lines[2] and "changed (slower)" in lines[2]
+    assert lines[2].split()[0] == "time" and "49.83 µs x3" in lines[2] and "60.99 µs x3" in lines[2]
+    assert "+22.4% [" in lines[2] and "changed (slower)" in lines[2]
     assert lines[3].strip() == "(gflops follow time)"  # the same test, shown once
     assert "bytes: differs: 1.5 MiB -> 3 MiB" in lines[4]
     assert "1 other metric(s) identical" in lines[5]  # flops; the info metric is left out

@@ -33,15 +33,15 @@ def test_returns_raw_samples_and_summary() -> None:
     assert all(s > 0 for s in m.samples)
     assert m.summary.min == min(m.samples)
     # every timed sample is one block of reps calls; warm-up calls come on top
-    assert fn.calls >= m.warmup_iters + len(m.samples) * m.reps_per_block
+    assert fn.calls >= m.warmup_iters + len(m.samples) * m.calls_per_block
     assert m.warmup_iters <= 5
 
 
 def test_blocks_make_timer_overhead_negligible() -> None:
     fn = Counter()
     m = measure(fn, {**FAST, "min_block_s": 0.005, "budget_s": 3.0, "target_ci_pct": 50.0}, "cpu")
-    block = m.reps_per_block * m.summary.median
-    assert m.reps_per_block > 1
+    block = m.calls_per_block * m.summary.median
+    assert m.calls_per_block > 1
     assert m.clock_overhead_s < MAX_OVERHEAD_FRACTION * block
 
 

@@ -9,18 +9,8 @@ import numpy as np
 import pytest
 
 from d5pipe.results.metric_compare import ComparePolicy, MetricValue, compare_metric
-from d5pipe.results.timing_compare import (
-    Item,
-    Policy,
-    Side,
-    adjust,
-    compare_family,
-    compare_one,
-    derived_timings,
-    find_outliers,
-    lower_is_better,
-    repetitions_needed,
-)
+from d5pipe.results.repetition_values import Side, derived_timings, find_outliers, repetitions_needed
+from d5pipe.results.timing_compare import Item, Policy, adjust, compare_family, compare_one, lower_is_better
 
 
 def test_the_three_verdicts_on_constructed_repetitions() -> None:

@@ -1,4 +1,4 @@
-# One rule per planned stage, generated from d5pipe's stage registry (d5pipe.core.stages):
+# One rule per planned stage, generated from d5pipe's stage registry (d5pipe.levels.registry):
 # a job runs one shard of that stage's points in one process (d5pipe.execute.jobs -> .shard). Point
 # records (points/<stage>/<id>.json) are written by the job as each point finishes; the declared
 # output is the shard's completion marker.

@@ -48,3 +48,14 @@ def apply_allow(prefixes: list[str]) -> None:
     entries = os.environ.get("PYTHONPATH", "")
     if entries:
         os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) if e else e for e in entries.split(os.pathsep))
+
+
+def add_until_decided_arguments(p: argparse.ArgumentParser) -> None:
+    """``--until-decided``, ``--budget``, ``--max-repetitions`` (``run`` and ``plan``)."""
+    p.add_argument("--until-decided", action="store_true",
+                   help="after the run, measure more repetitions of both sides of every inconclusive "
+                        "side-by-side pair until each is decided or the budget is spent")
+    p.add_argument("--budget", type=positive_float, default=600.0, metavar="S",
+                   help="--until-decided: no new round after S seconds in all (default 600)")
+    p.add_argument("--max-repetitions", type=positive_int, default=20,
+                   help="--until-decided: at most this many repetitions per configuration (default 20)")

@@ -1,7 +1,8 @@
 """``d5pipe ab A B --out DIR``: re-run two sides interleaved in time and compare them, paired.
 
 A and B are run directories or bundle archives (``d5pipe run ... --dry-run --out A`` makes one
-without measuring). See d5pipe.execute.ab for how the sides take turns. Exit codes as ``d5pipe
+without measuring). By default the comparison is carried on until decided (``--no-until-decided``:
+the given repetitions only). See d5pipe.execute.ab for how the sides take turns. Exit codes as ``d5pipe
 compare``: 0, 4 a regression beyond ``--fail-on-regression``, 5 with ``--fail-on-inconclusive`` and
 a timing left undecided, 2 a user error; 3 when a side's points failed their checks.
 """
@@ -32,10 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="draws which side starts each pair of shards")
     parser.add_argument("--no-interleave", action="store_true",
                         help="run the sides at the same time without taking turns (for comparison only)")
-    parser.add_argument("--until-decided", action="store_true",
-                        help="add repetitions to configurations with an inconclusive timing until decided")
+    parser.add_argument("--until-decided", action=argparse.BooleanOptionalAction, default=True,
+                        help="add repetitions to configurations with an inconclusive timing until decided "
+                             "(default; --no-until-decided: the given repetitions only)")
     parser.add_argument("--budget", type=positive_float, default=600.0, metavar="S",
-                        help="--until-decided: stop adding rounds after S seconds in all (default 600)")
+                        help="until decided: no new round after S seconds in all (default 600)")
     parser.add_argument("--max-repetitions", type=positive_int, default=20,
                         help="--until-decided: at most this many repetitions per configuration (default 20)")
     parser.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",

@@ -14,8 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from d5pipe.cli.arguments import add_allow_argument, apply_allow
-from d5pipe.cli.cmd_run import add_until_decided_arguments
+from d5pipe.cli.arguments import add_allow_argument, add_until_decided_arguments, apply_allow
 from d5pipe.execute.run import default_out, load_plan
 from d5pipe.execute.summary import format_summary, summarize
 from d5pipe.plan.availability import unavailable

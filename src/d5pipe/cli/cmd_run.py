@@ -7,7 +7,13 @@ from pathlib import Path
 from subprocess import Popen
 from typing import TYPE_CHECKING
 
-from d5pipe.cli.arguments import add_allow_argument, apply_allow, positive_float, positive_int
+from d5pipe.cli.arguments import (
+    add_allow_argument,
+    add_until_decided_arguments,
+    apply_allow,
+    positive_float,
+    positive_int,
+)
 from d5pipe.rundir.layout import RunDir
 
 if TYPE_CHECKING:  # planning imports Hydra: only once the Snakemake process is on its way
@@ -35,17 +41,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="write the plan into the run directory and list Snakemake's jobs; run nothing")
     add_until_decided_arguments(p)
     add_allow_argument(p)
-
-
-def add_until_decided_arguments(p: argparse.ArgumentParser) -> None:
-    """``--until-decided``, ``--budget``, ``--max-repetitions`` (``run`` and ``plan``)."""
-    p.add_argument("--until-decided", action="store_true",
-                   help="after the run, measure more repetitions of both sides of every inconclusive "
-                        "side-by-side pair until each is decided or the budget is spent")
-    p.add_argument("--budget", type=positive_float, default=600.0, metavar="S",
-                   help="--until-decided: no new round after S seconds in all (default 600)")
-    p.add_argument("--max-repetitions", type=positive_int, default=20,
-                   help="--until-decided: at most this many repetitions per configuration (default 20)")
 
 
 def _detach(args: argparse.Namespace, argv: list[str]) -> int:
@@ -100,16 +95,23 @@ def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
     """More rounds while side-by-side pairs are inconclusive (d5pipe.execute.decide)."""
     import time
 
-    from d5pipe.execute.decide import grow, undecided, wants_of_pairs
+    from d5pipe.execute.decide import grow, set_looks, undecided, wants_of_pairs
+    from d5pipe.execute.jobs import write_outputs
+    from d5pipe.results.repetition_values import planned_looks
 
     t0 = time.perf_counter()
+    rd = RunDir.of(outcome.run_dir)
+    looks = planned_looks(int(rd.config.get("repetitions", 1) or 1), args.max_repetitions)
+    if rd.looks != looks:  # every look, the first one too, decides at alpha / looks
+        set_looks(outcome.run_dir, looks)
+        outcome = type(outcome)(outcome.run_dir, write_outputs(rd.root))
     last, rounds = 0.0, 1
     while True:
         spent = time.perf_counter() - t0
         if spent + last > args.budget:
             break
         wants = wants_of_pairs(outcome.run_dir, args.max_repetitions)
-        if not wants or not grow(outcome.run_dir, wants):
+        if not wants or not grow(outcome.run_dir, wants, looks):
             break
         print(f"d5pipe: until decided: round {rounds + 1}: more repetitions of {len(wants)} configuration(s)",
               flush=True)

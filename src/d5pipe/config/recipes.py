@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.stages import STAGE_NAMES as STAGES
+from d5pipe.levels.registry import RECIPE_STAGE
+from d5pipe.levels.registry import STAGE_NAMES as STAGES
 
 OPS: dict[str, Callable[[float, float], bool]] = {">=": operator.ge, "<=": operator.le}
 VERDICT_PREFIX = "acceptance:"
@@ -58,7 +59,7 @@ def validate_acceptance(acceptance: Sequence[dict[str, Any]]) -> list[dict[str, 
         unknown = sorted(set(entry) - {"metric", "op", "value", "stage"})
         if unknown:
             raise D5PipeError(f"{where}: unknown key(s) {unknown}")
-        stage = str(entry.get("stage", "level2"))
+        stage = str(entry.get("stage", RECIPE_STAGE))
         if stage not in STAGES:
             raise D5PipeError(f"{where}.stage: unknown stage {stage!r}; known: {list(STAGES)}")
         checked.append({"metric": str(entry["metric"]), "op": op, "value": value, "stage": stage})

@@ -8,17 +8,13 @@ Sections a level reads are defined next to that level (``d5pipe.levels.*.schema`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Optional
 
 from omegaconf import MISSING
 
 from d5pipe.core.fields import at_least, between, choice, positive
-from d5pipe.core.stages import STAGE_NAMES
-from d5pipe.levels.level0.schema import OperatorsConf
-from d5pipe.levels.level1.schema import Level1Conf
-from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.level3.schema import DistributedConf
+from d5pipe.levels.registry import RECIPE_STAGE, SECTION_SCHEMAS, STAGE_NAMES
 from d5pipe.levels.schema import DatasetConf, ModelConf
 from d5pipe.measure import compare_defaults
 from d5pipe.measure.timer_schema import TimerConf
@@ -42,7 +38,7 @@ class AcceptanceConf:
     metric: str = MISSING
     op: str = choice(">=", ACCEPTANCE_OPS)
     value: float = MISSING
-    stage: str = choice("level2", STAGE_NAMES)
+    stage: str = choice(RECIPE_STAGE, STAGE_NAMES)
 
 
 @dataclass
@@ -128,7 +124,9 @@ class ReportConf:
 
 
 @dataclass
-class D5Config:
+class RootConf:
+    """The root's own sections; :data:`D5Config` adds the sections the levels own."""
+
     name: str = MISSING
     """Experiment name (set by the experiment file)."""
     description: str = ""
@@ -140,30 +138,29 @@ class D5Config:
     compared across runs by their repetitions' medians (d5pipe.results.timing_compare): with one
     repetition per side a timing is not compared."""
     stages: list[str] = field(default_factory=list)
-    """Enabled levels: any of d5pipe.core.stages.STAGE_NAMES, in any order, at least one."""
+    """Enabled levels: any of d5pipe.levels.registry.STAGE_NAMES, in any order, at least one."""
     sweep: SweepConf = field(default_factory=SweepConf)
     recipe: RecipeConf = field(default_factory=RecipeConf)
     shards: ShardsConf = field(default_factory=ShardsConf)
     timer: TimerConf = field(default_factory=TimerConf)
-    operators: OperatorsConf = field(default_factory=OperatorsConf)
     model: ModelConf = field(default_factory=ModelConf)
     dataset: DatasetConf = field(default_factory=DatasetConf)
-    level1: Level1Conf = field(default_factory=Level1Conf)
-    train: TrainConf = field(default_factory=TrainConf)
-    distributed: DistributedConf = field(default_factory=DistributedConf)
     placement: PlacementConf = field(default_factory=PlacementConf)
     executor: ExecutorConf = field(default_factory=ExecutorConf)
     report: ReportConf = field(default_factory=ReportConf)
 
 
+D5Config: type = make_dataclass(
+    "D5Config", [(name, cls, field(default_factory=cls)) for name, cls in SECTION_SCHEMAS.items()], bases=(RootConf,))
+"""The root structured config: :class:`RootConf` plus one section per level-owned schema
+(d5pipe.levels.registry.SECTION_SCHEMAS)."""
+D5Config.__module__ = __name__
+
 GROUP_SCHEMAS: dict[str, type] = {
     "timer": TimerConf,
-    "operators": OperatorsConf,
     "model": ModelConf,
     "dataset": DatasetConf,
-    "level1": Level1Conf,
-    "train": TrainConf,
-    "distributed": DistributedConf,
+    **SECTION_SCHEMAS,
     "executor": ExecutorConf,
 }
 """Config group -> its schema; each is stored in the ConfigStore as ``<group>/schema``."""

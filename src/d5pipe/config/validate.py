@@ -6,7 +6,7 @@ What is checked here, on plain data (no torch, scipy or pandas is imported):
   ``+key=value`` (which Hydra lets past the schema) and wrong types are one-line errors;
 * **declared constraints** of every schema field (d5pipe.core.fields: choices, ranges, element
   ranges) for the composed values;
-* **stages**: known (d5pipe.core.stages), at least one, no duplicates;
+* **stages**: known (d5pipe.levels.registry), at least one, no duplicates;
 * **sweep axes**: each names an existing key of a sweepable section and every distinct value has
   the field's type and satisfies its constraints (once per value, not per point); recipe keys
   marked fixed are not swept;
@@ -34,7 +34,7 @@ from d5pipe.core.fields import (
     schema_hints,
     type_error,
 )
-from d5pipe.core.stages import RESOURCE_ENTRIES, STAGE_NAMES, SWEEPABLE_SECTIONS
+from d5pipe.levels.registry import RESOURCE_ENTRIES, STAGE_NAMES, SWEEPABLE_SECTIONS
 
 
 def section_schema(path: str) -> type | None:

@@ -21,7 +21,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from d5pipe.core.errors import D5PipeError
 
@@ -69,6 +69,23 @@ def schema_hints(cls: type) -> dict[str, Any]:
 @cache
 def schema_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls)}
+
+
+@cache
+def default_of(cls: type, name: str) -> Any:
+    """The schema's default of field ``name`` of ``cls`` (the one place a default lives)."""
+    f = schema_fields(cls)[name]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise KeyError(f"{cls.__name__}.{name} has no default")
+
+
+def setting(section: Any, cls: type, name: str) -> Any:
+    """``section[name]``, or the schema's default where a hand-made section leaves it out."""
+    value = section.get(name) if section is not None else None
+    return default_of(cls, name) if value is None else value
 
 
 def is_schema(tp: Any) -> bool:
@@ -184,3 +201,20 @@ def check_fields(cls: type, data: Mapping[str, Any], prefix: str, skip: frozense
                 if not isinstance(sub, Mapping):
                     raise D5PipeError(f"config error: key '{key}[{i}]': {sub!r} is not a mapping")
                 check_fields(args[0], sub, f"{key}[{i}].")
+
+
+T = TypeVar("T")
+
+
+def conf_from_dict(cls: type[T], section: str, data: Mapping[str, Any] | None) -> T:
+    """``cls`` filled from ``data`` (defaults for missing keys); unknown keys and values that break
+    the schema's types or declared constraints are a one-line D5PipeError."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    items = dict(data or {})
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(items) - known)
+    if unknown:
+        raise D5PipeError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
+    check_fields(cls, items, f"{section}.")
+    return cls(**items)

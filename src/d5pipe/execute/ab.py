@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from d5pipe.execute.decide import grow, wants_of_comparison
 from d5pipe.measure import lockstep
 from d5pipe.results.compare import RunComparison, compare_runs, to_json
 from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.repetition_values import planned_looks
 from d5pipe.results.timing_compare import Policy
 from d5pipe.rundir.layout import RunDir
 
@@ -94,7 +95,7 @@ def _prepare_side(spec: SideSpec, target: Path) -> None:
     import yaml
 
     from d5pipe.config.validate import check_config
-    from d5pipe.levels.targets import check_config_targets
+    from d5pipe.levels.registry import check_config_targets
 
     src = RunDir.of(spec.source)
     if not src.config_path.is_file():
@@ -173,6 +174,9 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
     for side in SIDES:
         _prepare_side(specs[side], out / side)
     log = out / "ab.log"
+    if until_decided:  # every look decides at alpha / looks: stopping at the first decision stays honest
+        start = repetitions or int(RunDir.of(out / "a").config.get("repetitions", 1) or 1)
+        timing = replace(timing, looks=planned_looks(start, max_repetitions))
     t0 = time.perf_counter()
     rounds: list[dict[str, Any]] = []
     with _pair_dir(interleave) as pair_dir:
@@ -186,7 +190,7 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
             if budget_s > 0 and spent + last > budget_s:
                 break
             wants = wants_of_comparison(comparison, max_repetitions)
-            if not sum(grow(out / side, wants) for side in SIDES):
+            if not sum(grow(out / side, wants, timing.looks) for side in SIDES):
                 break
             codes = _run_both(specs, out, None, pair_dir, seed, log)
             paired = paired and _same_shape(out)

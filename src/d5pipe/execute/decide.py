@@ -26,9 +26,10 @@ def next_count(have: int, needed: float | int | None, max_repetitions: int) -> i
     return min(max_repetitions, have + max(1, min(want - have, have)))
 
 
-def grow(run_dir: Path, wants: Mapping[GroupKey, int]) -> int:
+def grow(run_dir: Path, wants: Mapping[GroupKey, int], looks: int = 1) -> int:
     """Raise the repetitions of the configurations in ``wants`` (group key -> count) in
-    ``run_dir``'s ``plan/repetitions.json``; returns how many grew."""
+    ``run_dir``'s ``plan/repetitions.json``, with the planned ``looks`` of the until-decided mode
+    (its comparisons test each look at alpha / looks); returns how many grew."""
     rd = RunDir.of(run_dir)
     more = dict(rd.more_repetitions)
     grown = 0
@@ -38,8 +39,16 @@ def grow(run_dir: Path, wants: Mapping[GroupKey, int]) -> int:
             more[f"{gkey[0]}/{reps[min(reps)].point_id}"] = target
             grown += 1
     if grown:
-        rd.write_json(rd.repetitions_path, {"schema_version": 1, "groups": more}, indent=1)
+        rd.write_json(rd.repetitions_path, {"schema_version": 1, "groups": more, "looks": looks}, indent=1)
     return grown
+
+
+def set_looks(run_dir: Path, looks: int) -> None:
+    """Record the planned looks of the until-decided mode before its first decision."""
+    rd = RunDir.of(run_dir)
+    rd.plan_dir.mkdir(parents=True, exist_ok=True)
+    rd.write_json(rd.repetitions_path, {"schema_version": 1, "groups": rd.more_repetitions, "looks": looks},
+                  indent=1)
 
 
 def wants_of_comparison(comparison: RunComparison, max_repetitions: int) -> dict[GroupKey, int]:

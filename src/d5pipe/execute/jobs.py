@@ -64,7 +64,7 @@ SHARD_NAME = re.compile(r"^s[0-9]{5}$")
 
 def shard_main(argv: list[str]) -> int:
     """``STAGE SHARD MARKER LOG``: run one shard in the run directory (the job's cwd)."""
-    from d5pipe.core.stages import STAGES
+    from d5pipe.levels.registry import STAGES
 
     if len(argv) != 4 or argv[0] not in STAGES or not SHARD_NAME.match(argv[1]):
         print(f"usage: python -m d5pipe.execute.jobs STAGE sNNNNN MARKER LOG (got {argv!r})", file=sys.stderr)
@@ -117,15 +117,12 @@ def preload_report(main_process: bool) -> None:
     def load() -> None:
         import importlib
 
-        from d5pipe.core.stages import STAGES, load_target
         from d5pipe.execute.deferred_import import resolve_all
 
         try:
             resolve_all()  # the real modules, before anything below binds their stand-ins
-            for name in REPORT_MODULES:
+            for name in REPORT_MODULES:  # the report's build imports each level's section (and its plots)
                 importlib.import_module(name)
-            for spec in STAGES.values():  # each level's report section (and its plots)
-                load_target(spec.report)
         except Exception:  # noqa: BLE001 - the report job itself reports any problem
             pass
 

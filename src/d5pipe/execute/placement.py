@@ -25,7 +25,7 @@ from typing import Any
 from natsort import natsorted
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.stages import NODE_AXIS
+from d5pipe.levels.registry import NODE_AXIS
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _UNUSABLE = ("down", "drain", "fail", "maint", "unk", "no_respond", "power")

@@ -200,9 +200,9 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collecti
     """Snakemake arguments for SLURM: a status source that works here, and job arrays for every
     stage whose shards all ask for the same resources (not level 3: tasks follow the ranks; not
     the ``placed`` stages, whose shards are pinned to different nodes)."""
-    from d5pipe.core.stages import STAGES, array_job
     from d5pipe.execute.slurm_watch import status_args
     from d5pipe.execute.snakemake import profile_dirs
+    from d5pipe.levels.registry import STAGES, array_job
 
     out = [] if dry_run else status_args(profile_dirs(executor))
     if out:

@@ -28,10 +28,10 @@ from typing import Any
 
 from d5pipe.core.atomic import sync_files, write_json
 from d5pipe.core.outcome import PointOutcome
-from d5pipe.core.stages import STAGES, load_target
 from d5pipe.execute.placement import skip_reason
 from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
+from d5pipe.levels.registry import STAGES
 from d5pipe.measure import lockstep
 from d5pipe.plan.point_config import point_config, stage_base
 from d5pipe.rundir.layout import RunDir
@@ -92,7 +92,7 @@ def process_env_hash(run_dir: Path) -> str:
 
 def run_point_record(ctx: PointContext, env_hash: str, run_point: Any | None = None) -> Record:
     """Run one point in this process and build its record; errors become ``failed`` with their text."""
-    run_point = run_point or load_target(STAGES[ctx.stage].point)
+    run_point = run_point or STAGES[ctx.stage].runner()
     started = time.time()
     start_iso = _now()
     status = "ok"
@@ -139,23 +139,19 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
     """Run every unfinished point of ``plan/<stage>/<shard>.json``; return point_id -> status."""
     rd = RunDir.of(run_dir)
     spec = rd.shard_spec(stage, shard)
-    shards_cfg = rd.config.get("shards") or {}
-    timeout_s = float(shards_cfg.get("point_timeout_s", 0) or 0)
-    max_attempts = int(shards_cfg.get("max_attempts", 2) or 1)
+    shards_cfg = rd.config["shards"]  # the composed, checked config: every key is there
+    max_attempts = int(shards_cfg["max_attempts"])
     points: list[dict[str, Any]] = list(spec["points"])
-    base = stage_base(rd.config, stage)
-    executor = dict(rd.executor)
     from d5pipe.provenance.environment import prefetch
 
     prefetch(rd.env_dir / "cache")  # the MPI probe of an uncached record runs while torch is imported
-    load_target(STAGES[stage].point)  # the stage's code (torch) first: the record reads its threads
+    STAGES[stage].runner()  # the stage's code (torch) first: the record reads its threads
     env_hash = process_env_hash(rd.root)
     statuses: dict[str, str] = {}
     written: list[Path] = []
     todo: list[int] = []
     n = len(points)
-    attempts_log = rd.attempts(stage, shard)
-    attempts = _read_attempts(attempts_log)
+    attempts = _read_attempts(rd.attempts(stage, shard))
     for k, pt in enumerate(points):
         pid = pt["point_id"]
         done = done_record(rd.record(stage, pid))
@@ -173,59 +169,70 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
         else:
             todo.append(k)
     if todo:
-        run_point = load_target(STAGES[stage].point)  # imported once, before the worker is forked
-        cache: dict[str, Any] = {}
-
-        def run_one(k: int) -> str:
-            pt = points[k]
-            pid = pt["point_id"]
-            work = rd.work(stage, pid)
-            work.mkdir(parents=True, exist_ok=True)
-            ctx = PointContext(
-                experiment=spec["experiment"], stage=stage, point_id=pid, params=pt["params"],
-                config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
-                work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
-            )
-            rec = run_point_record(ctx, env_hash, run_point)
-            seen = lockstep.stats()
-            if seen is not None:  # under d5pipe ab: what this point saw of the other side
-                rec.extra["lockstep"] = seen
-            rec.write(rd.record(stage, pid), durable=False)
-            return rec.status
-
-        # under d5pipe ab: wait for the turn before any work; the forked worker takes turns with the
-        # other side's job for this shard, block by block (d5pipe.measure.lockstep)
-        lockstep.begin(f"{stage}/{shard}")
-        supervisor = Supervisor(run_one, timeout_s, on_exit=lambda: run_closers(cache))
-        attempts_log.parent.mkdir(parents=True, exist_ok=True)
-        with open(attempts_log, "a", encoding="utf-8") as log:
-            try:
-                for k in todo:
-                    pt = points[k]
-                    pid = pt["point_id"]
-                    log.write(pid + "\n")
-                    log.flush()
-                    result: Result = supervisor.run(k)
-                    path = rd.record(stage, pid)
-                    if result.status in ("crashed", "timeout"):
-                        cause = result.detail if result.status == "timeout" else f"crashed: {result.detail}"
-                        _crash_record(spec, stage, pt, cause, env_hash, result.seconds).write(path, durable=False)
-                        statuses[pid] = "failed"
-                    else:
-                        statuses[pid] = result.status
-                    written.append(path)
-                    last = done_record(path)
-                    msg = f"[{stage}/{shard}] {k + 1}/{n} {pid}: {statuses[pid]}"
-                    if last is not None and last.error:
-                        msg += f" ({last.error.splitlines()[0][:200]})"
-                    print(msg, flush=True)
-            finally:
-                supervisor.close()
-                lockstep.end()
+        _run_points(rd, spec, stage, shard, todo, env_hash, float(shards_cfg["point_timeout_s"]), statuses, written)
     sync_files(written)
     if marker is not None:
         write_json(marker, {"schema_version": 1, "stage": stage, "shard": shard, "points": statuses})
     return statuses
+
+
+def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: list[int], env_hash: str,
+                timeout_s: float, statuses: dict[str, str], written: list[Path]) -> None:
+    """The shard's unfinished points, one after the other in a supervised worker process; under
+    ``d5pipe ab``, taking turns with the other side's job of this shard (d5pipe.measure.lockstep)."""
+    points: list[dict[str, Any]] = list(spec["points"])
+    base = stage_base(rd.config, stage)
+    executor = dict(rd.executor)
+    run_point = STAGES[stage].runner()  # imported once, before the worker is forked
+    cache: dict[str, Any] = {}
+
+    def run_one(k: int) -> str:
+        pt = points[k]
+        pid = pt["point_id"]
+        work = rd.work(stage, pid)
+        work.mkdir(parents=True, exist_ok=True)
+        ctx = PointContext(
+            experiment=spec["experiment"], stage=stage, point_id=pid, params=pt["params"],
+            config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
+            work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
+        )
+        rec = run_point_record(ctx, env_hash, run_point)
+        seen = lockstep.stats()
+        if seen is not None:  # under d5pipe ab: what this point saw of the other side
+            rec.extra["lockstep"] = seen
+        rec.write(rd.record(stage, pid), durable=False)
+        return rec.status
+
+    # under d5pipe ab: wait for the turn before any work; the forked worker takes turns with the
+    # other side's job for this shard, block by block
+    lockstep.begin(f"{stage}/{shard}", pin=not STAGES[stage].tasks_from_ranks)
+    supervisor = Supervisor(run_one, timeout_s, on_exit=lambda: run_closers(cache))
+    attempts_log = rd.attempts(stage, shard)
+    attempts_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(attempts_log, "a", encoding="utf-8") as log:
+        try:
+            for k in todo:
+                pt = points[k]
+                pid = pt["point_id"]
+                log.write(pid + "\n")
+                log.flush()
+                result: Result = supervisor.run(k)
+                path = rd.record(stage, pid)
+                if result.status in ("crashed", "timeout"):
+                    cause = result.detail if result.status == "timeout" else f"crashed: {result.detail}"
+                    _crash_record(spec, stage, pt, cause, env_hash, result.seconds).write(path, durable=False)
+                    statuses[pid] = "failed"
+                else:
+                    statuses[pid] = result.status
+                written.append(path)
+                last = done_record(path)
+                msg = f"[{stage}/{shard}] {k + 1}/{len(points)} {pid}: {statuses[pid]}"
+                if last is not None and last.error:
+                    msg += f" ({last.error.splitlines()[0][:200]})"
+                print(msg, flush=True)
+        finally:
+            supervisor.close()
+            lockstep.end()
 
 
 def main(argv: list[str] | None = None) -> int:

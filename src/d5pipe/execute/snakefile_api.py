@@ -3,7 +3,7 @@
 Snakemake runs with ``--directory RUN``; every path here is relative to that directory. Each
 function is called by a one-line helper in ``workflow/rules/*.smk``; the run directory's files
 are parsed once per process (d5pipe.rundir.layout.RunDir.of). ``workflow/rules/levels.smk``
-creates one rule per planned stage of the registry (d5pipe.core.stages) from these answers.
+creates one rule per planned stage of the registry (d5pipe.levels.registry) from these answers.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.core.stage_resources import merged_resources
-from d5pipe.core.stages import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES, array_job
+from d5pipe.levels.registry import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STAGES, array_job
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
 THROTTLE_GRACE_S = 10

@@ -63,7 +63,7 @@ class PlanSummary:
 
 def _submissions(plan: Plan, stage: str, jobs: int) -> int:
     """sbatch calls for ``jobs`` shard jobs of ``stage`` (see d5pipe.execute.run.slurm_args)."""
-    from d5pipe.core.stages import STAGES
+    from d5pipe.levels.registry import STAGES
 
     ex = plan.config.get("executor") or {}
     if ex.get("name") != "slurm":
@@ -124,5 +124,5 @@ def format_summary(s: PlanSummary) -> str:
     else:
         lines.append("  (repetitions: 1: timings are not compared across runs; repetitions=N measures each "
                      "point in N processes)")
-    lines.append(f"  (~s/job: expected work of the largest shard, d5pipe.plan.cost; planned in {s.seconds:.2f} s)")
+    lines.append(f"  (~s/job: expected work of the largest shard, from each level's cost model; planned in {s.seconds:.2f} s)")
     return "\n".join(lines)

@@ -19,8 +19,9 @@ import dataclasses
 from typing import Any
 
 from d5pipe.core.canonical import digest
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.levels.schema import DATASET_NAMES as SCHEMA_DATASET_NAMES
-from d5pipe.levels.schema import DatasetConf, check_dataset, conf_from_dict
+from d5pipe.levels.schema import DatasetConf, check_dataset
 
 DATASET_FORMAT_VERSION = 1
 """Bump when the generated arrays change for the same config (changes every key)."""

@@ -22,13 +22,13 @@ import torch
 from torch import nn
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.levels.schema import (
     ADAPTER_KEYS,
     FLOAT_INPUT_MODELS,
     MODEL_NAMES,
     TOKEN_INPUT_MODELS,
     ModelConf,
-    conf_from_dict,
 )
 
 __all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp",

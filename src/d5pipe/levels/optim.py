@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.schema import conf_from_dict
 
 Params = Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]]
 

@@ -1,18 +1,17 @@
 """Schema of the ``model`` and ``dataset`` sections, shared by levels 1-3. Torch-free.
 
-Stage code receives sections as plain dicts; :func:`conf_from_dict` turns one into its dataclass,
-filling defaults and rejecting unknown keys with a one-line :class:`D5PipeError`.
+Stage code receives sections as plain dicts; d5pipe.core.fields.conf_from_dict turns one into its
+dataclass, filling defaults and rejecting unknown keys with a one-line :class:`D5PipeError`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.fields import at_least, between, check_fields, items_at_least
+from d5pipe.core.fields import at_least, between, items_at_least
 
 ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
 """Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
@@ -92,6 +91,18 @@ class DatasetConf:
     """Seeds the stratified train/test split (not used by synthetic_images/_tokens)."""
 
 
+ZOO_PACKAGE = "transformers"
+"""The library the zoo's networks are built with (d5pipe.levels.zoo)."""
+
+
+def model_requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(setting, package)`` a point's model needs installed: the zoo's library for a zoo model."""
+    from d5pipe.core.fields import setting
+
+    name = str(setting(cfg.get("model"), ModelConf, "name") or "")
+    return [(f"model.name={name}", ZOO_PACKAGE)] if name in ZOO_NAMES else []
+
+
 def check_model(model: Mapping[str, Any], where: str = "model") -> None:
     """Cross-field checks of a resolved ``model`` section (user models: d5pipe.levels.targets)."""
     dropout = model.get("dropout", 0.0)
@@ -123,18 +134,4 @@ def check_dataset(dataset: Mapping[str, Any], where: str = "dataset") -> None:
                               f"got n_samples={n}, n_classes={classes}")
 
 
-T = TypeVar("T")
 
-
-def conf_from_dict(cls: type[T], section: str, data: Mapping[str, Any] | None) -> T:
-    """``cls`` filled from ``data`` (defaults for missing keys); unknown keys and values that break
-    the schema's types or declared constraints are a one-line D5PipeError."""
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls!r} is not a dataclass")
-    items = dict(data or {})
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(items) - known)
-    if unknown:
-        raise D5PipeError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
-    check_fields(cls, items, f"{section}.")
-    return cls(**items)

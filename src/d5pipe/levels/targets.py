@@ -34,6 +34,7 @@ from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, ch
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
+from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
 from d5pipe.levels.level2.schema import OPTIMIZERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
 from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES, ZOO_NAMES
@@ -60,7 +61,7 @@ SLOTS: dict[str, Slot] = {
     "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, optional=True),
     "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES),
     "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
-    "runtime": Slot("level1", "runtime", "custom_runtimes", RUNTIMES),
+    "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES),
 }
 
 DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
@@ -82,15 +83,6 @@ _OPTIMIZER_ARGS: dict[str, tuple[str, ...]] = {
 _STRATEGY_CLASSES: dict[str, str] = {
     "allreduce": "AllReduce", "topk": "TopK", "local_sgd": "LocalSGD", "ring": "RingAverage",
 }
-
-STAGE_SLOTS: dict[str, tuple[str, ...]] = {
-    "level0": ("operator",),
-    "level1": ("model", "model_reference", "dataset", "runtime"),
-    "level2": ("model", "dataset", "optimizer", "reference_optimizer", "scheduler"),
-    "level3": ("model", "dataset", "optimizer", "strategy"),
-}
-"""The slots a stage's points use (what their code hash covers)."""
-
 
 def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     value = cfg.get(name) or {}
@@ -133,12 +125,10 @@ def check_metrics(train: Mapping[str, Any]) -> None:
         check_target(entry, f"train.metrics[{i}]")
 
 
-def check_slots(cfg: Mapping[str, Any], stage: str) -> None:
-    """Every slot of ``stage`` (and ``train.metrics`` for level 2)."""
-    for slot_name in STAGE_SLOTS[stage]:
+def check_slots(cfg: Mapping[str, Any], slots: tuple[str, ...]) -> None:
+    """Every slot of ``slots`` (a level's, d5pipe.levels.stage.Level.slots)."""
+    for slot_name in slots:
         check_slot(cfg, slot_name)
-    if stage == "level2":
-        check_metrics(_section(cfg, "train"))
 
 
 def user_target(section: Mapping[str, Any], slot_name: str) -> tuple[str, Any] | None:
@@ -151,21 +141,28 @@ def user_target(section: Mapping[str, Any], slot_name: str) -> tuple[str, Any] |
     return None
 
 
-def used_targets(cfg: Mapping[str, Any], stage: str) -> list[tuple[str, str]]:
-    """``(key, dotted path)`` of every user target a point of ``stage`` uses (nested ones too):
-    what its code hash covers. Built-ins are d5pipe's own code (in the environment record)."""
+def used_targets(cfg: Mapping[str, Any], slots: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``(key, dotted path)`` of every user target the ``slots`` of a point select (nested ones
+    too): what its code hash covers. Built-ins are d5pipe's own code (in the environment record)."""
     from d5pipe.core.allowlist import iter_targets
 
     out: list[tuple[str, str]] = []
-    for slot_name in STAGE_SLOTS[stage]:
+    for slot_name in slots:
         section = _section(cfg, SLOTS[slot_name].section)
         found = user_target(section, slot_name)
         if found is not None:
             out += list(iter_targets(found[1], found[0]))
-    if stage == "level2":
-        for i, entry in enumerate(_section(cfg, "train").get("metrics") or []):
-            if not (isinstance(entry, str) and entry in BUILTIN_METRICS):
-                out += list(iter_targets(entry, f"train.metrics[{i}]"))
+    return out
+
+
+def metric_user_targets(train: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key, dotted path)`` of the user targets among ``train.metrics``."""
+    from d5pipe.core.allowlist import iter_targets
+
+    out: list[tuple[str, str]] = []
+    for i, entry in enumerate(train.get("metrics") or []):
+        if not (isinstance(entry, str) and entry in BUILTIN_METRICS):
+            out += list(iter_targets(entry, f"train.metrics[{i}]"))
     return out
 
 
@@ -235,14 +232,3 @@ def metric_targets(train: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
         else:
             out.append((key, as_mapping(entry, key)))
     return out
-
-
-def check_config_targets(config: Mapping[str, Any]) -> None:
-    """Every user registry of every enabled stage of a whole config (e.g. a bundle's
-    ``config.yaml``) against the allow-list of the person running d5pipe; nothing is imported or searched for."""
-    from d5pipe.core.allowlist import check_deprecated_prefixes
-
-    check_deprecated_prefixes(_section(config, "operators").get("allowed_prefixes"), "operators.allowed_prefixes")
-    for stage in config.get("stages") or []:
-        if stage in STAGE_SLOTS:
-            check_slots(config, stage)

@@ -10,6 +10,11 @@ side runs while the other times a block, and both sides' blocks alternate in tim
 Brecht's randomized multiple interleaved trials at the finest grain the timer has; who starts is
 drawn from the pair's seed).
 
+Both sides also run on the same CPUs (:func:`share_cpus`: the lowest ones they may use, as many as
+their threads): two processes alive at once are otherwise placed on different cores, and a core's
+own state (another tenant on its sibling, its clock) would then favour one side for the whole
+pair of jobs.
+
 A job outside ``d5pipe ab`` has no baton (``D5PIPE_LOCKSTEP`` unset) and every call here is a
 no-op. A partner that does not arrive within ``D5PIPE_LOCKSTEP_WAIT_S`` (default 120 s), leaves
 (its shard ended) or dies (its socket closes) leaves the other to run alone; a job whose level
@@ -25,7 +30,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ENV_DIR = "D5PIPE_LOCKSTEP"
 """Directory of the pair's rendezvous sockets (short: a Unix socket path has at most 107 bytes)."""
@@ -45,10 +50,11 @@ class Stats:
     turns: int = 0
     waited_s: float = 0.0
     alone_since: str = ""
+    cpus: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         return {"paired": self.paired, "turns": self.turns, "waited_s": round(self.waited_s, 3),
-                "alone": self.alone_since}
+                "alone": self.alone_since, "cpus": self.cpus}
 
 
 class Baton:
@@ -155,18 +161,34 @@ def connect(directory: str, side: str, key: str, seed: str = "0", wait_s: float 
 _CURRENT: Baton | None = None
 
 
-def begin(key: str) -> Baton | None:
+def share_cpus() -> list[int]:
+    """Pin this process (and what it starts later) to the lowest CPUs it may use, as many as its
+    threads (``OMP_NUM_THREADS``): the other side does the same, so both run on the same cores."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+        threads = max(1, int(os.environ.get("OMP_NUM_THREADS") or 1))
+        chosen = allowed[:threads]
+        os.sched_setaffinity(0, chosen)
+        return chosen
+    except (AttributeError, OSError, ValueError):  # not Linux, or not allowed: the pair still takes turns
+        return []
+
+
+def begin(key: str, pin: bool = True) -> Baton | None:
     """Join the pair ``key`` when this job runs under ``d5pipe ab`` (else None); returns holding
-    the baton."""
+    the baton, on the CPUs both sides share (``pin``; not for jobs that start ranks of their own,
+    which need every core)."""
     global _CURRENT
     directory = os.environ.get(ENV_DIR)
     side = os.environ.get(ENV_SIDE, "")
     if not directory or side not in ("a", "b"):
         return None
+    cpus = share_cpus() if pin else []
     if _CURRENT is not None:
         _CURRENT.leave()
     wait = float(os.environ.get(ENV_WAIT) or DEFAULT_WAIT_S)
     _CURRENT = connect(directory, side, key, os.environ.get(ENV_SEED, "0"), wait)
+    _CURRENT.stats.cpus = cpus
     return _CURRENT
 
 

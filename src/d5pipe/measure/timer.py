@@ -1,4 +1,4 @@
-"""The shared timer: warm-up, blocked repetitions, device synchronisation, CI-based stop rule.
+"""The shared timer: warm-up, blocks of calls, device synchronisation, CI-based stop rule.
 
 ``measure(fn, cfg, device)`` calls ``fn()`` many times and returns a :class:`Measurement` with the
 raw per-iteration samples (seconds) and their :class:`d5pipe.measure.stats.Summary`.
@@ -7,11 +7,11 @@ Procedure (every level uses it, so it knows nothing about operators or models):
 
 1. **Warm-up**: call ``fn`` until ``warmup_s`` has passed or ``warmup_max_iters`` calls were made
    (at least one call). The median warm-up call (the first excluded) estimates one call's cost.
-2. **Block sizing**: a block is ``reps`` back-to-back calls between two clock reads. ``reps`` is
+2. **Block sizing**: a block is ``calls`` back-to-back calls between two clock reads. ``calls`` is
    chosen so that a block lasts >= ``min_block_s`` *and* the clock's own overhead (measured here,
    on this machine) is < 0.1% of a block, as torch.utils.benchmark's ``blocked_autorange`` does.
-   If the first block is still too short, ``reps`` is grown and that block is discarded.
-3. **Blocks**: each block yields one sample ``block_time / reps``. After ``min_samples`` samples the
+   If the first block is still too short, ``calls`` is grown and that block is discarded.
+3. **Blocks**: each block yields one sample ``block_time / calls``. After ``min_samples`` samples the
    95% CI of the median (order statistics) is checked after every block; measuring stops when it is
    within +-``target_ci_pct``% of the median (``target_met=True``), when ``max_samples`` samples were
    taken, or when ``budget_s`` (counted from the end of the warm-up, so a slow first call does not
@@ -37,42 +37,34 @@ from typing import Any, Protocol
 import numpy as np
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.measure import lockstep
 from d5pipe.measure.stats import CONFIDENCE, Summary, median_ci, summarize
-from d5pipe.measure.timer_schema import TimerConf
+from d5pipe.measure.timer_schema import TimerConf, check_timer
 
 MAX_OVERHEAD_FRACTION = 1e-3
 """The timer's own cost must stay below this fraction of a block."""
 
 
 def timer_conf(cfg: TimerConf | Mapping[str, Any] | None) -> TimerConf:
-    """A :class:`TimerConf` from a dataclass, a plain dict or a DictConfig (unknown keys are errors)."""
+    """A :class:`TimerConf` from a dataclass, a plain dict or a DictConfig: the schema's own checks
+    (d5pipe.core.fields.conf_from_dict) and its cross-field check, nothing re-implemented here."""
     if cfg is None:
         return TimerConf()
     if isinstance(cfg, TimerConf):
         return cfg
-    known = {f.name for f in dataclasses.fields(TimerConf)}
     items = dict(cfg.items())
-    unknown = sorted(set(items) - known)
-    if unknown:
-        raise D5PipeError(f"timer: unknown key(s) {unknown}; known: {sorted(known)}")
-    conf = TimerConf(**items)
-    if conf.min_samples < 1 or conf.max_samples < conf.min_samples:
-        raise D5PipeError(
-            f"timer: need 1 <= min_samples <= max_samples, got {conf.min_samples}, {conf.max_samples}"
-        )
-    if conf.min_block_s <= 0 or conf.budget_s <= 0 or conf.target_ci_pct <= 0:
-        raise D5PipeError("timer: min_block_s, budget_s and target_ci_pct must be > 0")
-    return conf
+    check_timer(items)
+    return conf_from_dict(TimerConf, "timer", items)
 
 
 class BlockClock(Protocol):
-    """Times ``reps`` back-to-back calls of a function, synchronising the device."""
+    """Times ``calls`` back-to-back calls of a function, synchronising the device."""
 
     name: str
 
-    def time_block(self, fn: Callable[[], object], reps: int) -> float:
-        """Seconds taken by ``reps`` calls of ``fn`` (device work included)."""
+    def time_block(self, fn: Callable[[], object], calls: int) -> float:
+        """Seconds taken by ``calls`` calls of ``fn`` (device work included)."""
         ...
 
 
@@ -81,10 +73,10 @@ class CpuClock:
 
     name = "perf_counter_ns"
 
-    def time_block(self, fn: Callable[[], object], reps: int) -> float:
+    def time_block(self, fn: Callable[[], object], calls: int) -> float:
         counter = time.perf_counter_ns
         start = counter()
-        for _ in range(reps):
+        for _ in range(calls):
             fn()
         return (counter() - start) * 1e-9
 
@@ -102,14 +94,14 @@ class CudaClock:
         self._torch = torch
         self._device = torch.device(device)
 
-    def time_block(self, fn: Callable[[], object], reps: int) -> float:
+    def time_block(self, fn: Callable[[], object], calls: int) -> float:
         cuda = self._torch.cuda
         with cuda.device(self._device):
             start = cuda.Event(enable_timing=True)
             end = cuda.Event(enable_timing=True)
             cuda.synchronize()
             start.record()
-            for _ in range(reps):
+            for _ in range(calls):
                 fn()
             end.record()
             end.synchronize()
@@ -140,7 +132,7 @@ class Measurement:
     samples: list[float]
     """Per-iteration seconds: each block's time divided by its number of calls."""
     summary: Summary
-    reps_per_block: int
+    calls_per_block: int
     target_met: bool
     """True when the CI of the median got within +-target_ci_pct% before the budget ran out."""
     stop_reason: str
@@ -161,7 +153,7 @@ class Measurement:
     def info(self) -> dict[str, Any]:
         """JSON-serialisable description of the measurement (without the raw samples)."""
         return {
-            "reps_per_block": self.reps_per_block,
+            "calls_per_block": self.calls_per_block,
             "target_met": self.target_met,
             "stop_reason": self.stop_reason,
             "warmup_iters": self.warmup_iters,
@@ -175,7 +167,7 @@ class Measurement:
         }
 
 
-def _reps_for(per_call_s: float, min_block_s: float, overhead_s: float) -> int:
+def _calls_for(per_call_s: float, min_block_s: float, overhead_s: float) -> int:
     """Calls per block so that a block lasts >= min_block_s and overhead < 0.1% of it."""
     target_block = max(min_block_s, overhead_s / MAX_OVERHEAD_FRACTION)
     per_call = max(per_call_s, 1e-9)
@@ -228,17 +220,17 @@ def measure(
     def spent() -> bool:
         return elapsed() - t_measure >= conf.budget_s
 
-    # 2. block sizing: grow reps until one block is long enough (discarded blocks count as warm-up)
-    reps = _reps_for(per_call, conf.min_block_s, overhead)
+    # 2. block sizing: grow calls until one block is long enough (discarded blocks count as warm-up)
+    calls = _calls_for(per_call, conf.min_block_s, overhead)
     min_block = max(conf.min_block_s, overhead / MAX_OVERHEAD_FRACTION)
     samples: list[float] = []
     while True:
-        block_s = clock.time_block(fn, reps)
+        block_s = clock.time_block(fn, calls)
         turn()
         if block_s >= 0.5 * min_block or spent():
-            samples.append(block_s / reps)
+            samples.append(block_s / calls)
             break
-        reps = min(_reps_for(block_s / reps, conf.min_block_s, overhead) * 2, reps * 10)
+        calls = min(_calls_for(block_s / calls, conf.min_block_s, overhead) * 2, calls * 10)
 
     # 3. blocks until the CI target, max_samples or the budget
     stop_reason = ""
@@ -254,7 +246,7 @@ def measure(
         if spent():
             stop_reason = "budget"
             break
-        samples.append(clock.time_block(fn, reps) / reps)
+        samples.append(clock.time_block(fn, calls) / calls)
         turn()
 
     summary = summarize(samples)
@@ -267,7 +259,7 @@ def measure(
     return Measurement(
         samples=samples,
         summary=summary,
-        reps_per_block=reps,
+        calls_per_block=calls,
         target_met=target_met,
         stop_reason=stop_reason,
         warmup_iters=len(warm_times),

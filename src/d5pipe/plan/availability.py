@@ -1,7 +1,8 @@
-"""Which planned points this environment cannot run, said before any job: the Python packages the
-built-in runtimes (``level1.runtime``) and the zoo models (``model.name``) need. Torch-free and
-import-free (``importlib.util.find_spec`` only looks). The points themselves are skipped with the
-same reason when they run (d5pipe.levels.level1.runtimes, d5pipe.levels.zoo)."""
+"""Which planned points this environment cannot run, said before any job: the Python packages each
+level says a point needs (``requires`` of d5pipe.levels.stage.Level: a runtime's package, the
+zoo's library). Torch-free and import-free (``importlib.util.find_spec`` only looks). The points
+themselves are skipped with the same reason when they run (d5pipe.levels.level1.runtimes,
+d5pipe.levels.zoo)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from d5pipe.levels.schema import ZOO_NAMES
-
-RUNTIME_PACKAGES: dict[str, str] = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
-"""The package each built-in non-PyTorch runtime imports (both also need onnxscript, which
-torch.onnx.export uses)."""
-ZOO_PACKAGE = "transformers"
-MODEL_STAGES: tuple[str, ...] = ("level1", "level2", "level3")
+from d5pipe.levels.registry import STAGES
+from d5pipe.plan.point_config import REPEAT_AXIS, point_config, stage_base
 
 
 def _installed(package: str) -> bool:
@@ -26,30 +22,20 @@ def _installed(package: str) -> bool:
         return False
 
 
-def _value(config: dict[str, Any], axes: tuple[str, ...], params: tuple[Any, ...], key: str) -> Any:
-    if key in axes:
-        return params[axes.index(key)]
-    section, _, name = key.partition(".")
-    return (config.get(section) or {}).get(name)
-
-
 def unavailable(plan: Any, installed: Callable[[str], bool] = _installed) -> list[str]:
     """One line per (setting, missing package): ``level1.runtime=openvino: the Python package
-    'openvino' is not installed here; 8 points will be skipped (pip install 'd5pipe[frameworks]')``."""
+    'openvino' is not installed here; 8 points will be skipped (pip install 'd5pipe[frameworks]')``.
+    Each distinct point config is asked once."""
     counts: Counter[tuple[str, str]] = Counter()
     for stage, sp in plan.stages.items():
-        if stage not in MODEL_STAGES:
-            continue
+        level = STAGES[stage]
+        base = stage_base(plan.config, stage)
+        seen: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
         for params in sp.params:
-            needs: list[tuple[str, str]] = []
-            model = str(_value(plan.config, sp.axes, params, "model.name") or "")
-            if model in ZOO_NAMES:
-                needs.append((f"model.name={model}", ZOO_PACKAGE))
-            if stage == "level1":
-                runtime = str(_value(plan.config, sp.axes, params, "level1.runtime") or "torch")
-                if runtime in RUNTIME_PACKAGES:
-                    needs += [(f"level1.runtime={runtime}", RUNTIME_PACKAGES[runtime]),
-                              (f"level1.runtime={runtime}", "onnxscript")]
+            key = tuple(v for a, v in zip(sp.axes, params) if a != REPEAT_AXIS)
+            needs = seen.get(key)
+            if needs is None:
+                needs = seen[key] = level.requires(point_config(base, dict(zip(sp.axes, params))))
             for what, package in needs:
                 if not installed(package):
                     counts[(what, package)] += 1

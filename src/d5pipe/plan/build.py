@@ -18,12 +18,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from d5pipe.core.canonical import canonical_json, digest, normalise
+from d5pipe.config.schema import RootConf, ShardsConf
+from d5pipe.core.canonical import digest, normalise
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import setting
 from d5pipe.core.seeds import check_unique, point_seed
-from d5pipe.core.stages import NODE_AXIS, STAGES, load_target
-from d5pipe.plan.cost import fixed_bounds, pack_by_cost, point_cost_s
-from d5pipe.plan.point_config import REPEAT_AXIS, point_config, stage_base
+from d5pipe.levels.registry import NODE_AXIS, STAGES
+from d5pipe.levels.stage import Level
+from d5pipe.plan.cost import fixed_bounds, pack_by_cost
+from d5pipe.plan.point_config import REPEAT_AXIS, stage_base
+from d5pipe.plan.stage_points import StagePoints
 from d5pipe.plan.sweep import expand, project
 
 PLAN_SCHEMA_VERSION = 1
@@ -43,7 +47,7 @@ class StagePlan:
     modules: list[tuple[str, ...]] = field(default_factory=list)
     """Per point, the user modules whose code its ID includes (empty for built-ins only)."""
     costs: list[float] = field(default_factory=list)
-    """Per point, its expected seconds of work (d5pipe.plan.cost)."""
+    """Per point, its expected seconds of work (its level's ``cost``, d5pipe.levels.stage.Level)."""
 
     @property
     def n_shards(self) -> int:
@@ -138,32 +142,6 @@ def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised
     return f"{readable_prefix(stage, params)}-{h}"
 
 
-def _code_of(targets_fn: Any, cfg: dict[str, Any], cache: Any) -> dict[str, str]:
-    """Module -> source hash of the user targets ``cfg`` uses (allow-list checked by check_point)."""
-    code: dict[str, str] = {}
-    for _key, path in targets_fn(cfg):
-        mc = cache.of(path)
-        if mc is not None:
-            code[mc.module] = mc.sha256
-    return code
-
-
-def _file_identity(stage: str, cfg: dict[str, Any]) -> dict[str, str]:
-    """``{"file:<path>": sha256}`` of a file a point reads as its network (``level1.onnx_file``): its
-    content, not only its path, is part of the point's identity."""
-    from d5pipe.core.atomic import file_sha256
-
-    path = (cfg.get("level1") or {}).get("onnx_file") if stage == "level1" else None
-    if not path:
-        return {}
-    return {f"file:{path}": file_sha256(str(path))}
-
-
-def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:
-    where = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))
-
-
 def by_node(axes: tuple[str, ...], points: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """``points`` stably ordered by their ``placement.node`` value (unchanged without that axis)."""
     if NODE_AXIS not in axes:
@@ -222,12 +200,12 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
             raise D5PipeError("sweep.exclude: given but the sweep has no axes")
         axes, points = (), [()]
     root = int(config["seed"])
-    reps = int(config.get("repetitions", 1) or 1)
+    reps = int(setting(config, RootConf, "repetitions"))
     more = dict(more or {})
-    shards_cfg = config.get("shards", {})
-    pps = int(shards_cfg.get("points_per_shard", 0) or 0)
-    target_s = float(shards_cfg.get("target_s", 60.0) or 60.0)
-    max_jobs = int(shards_cfg.get("max_jobs_per_stage", 0) or 0)
+    shards_cfg = config.get("shards")
+    pps = int(setting(shards_cfg, ShardsConf, "points_per_shard"))
+    target_s = float(setting(shards_cfg, ShardsConf, "target_s"))
+    max_jobs = int(setting(shards_cfg, ShardsConf, "max_jobs_per_stage"))
     stages: dict[str, StagePlan] = {}
     datasets: dict[str, dict[str, Any]] = {}
     all_seeds: list[tuple[str, int]] = []
@@ -236,78 +214,8 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
 
     code_cache = CodeCache(allow_list())
     for stage in config["stages"]:
-        entry = STAGES[stage]
-        check_point = load_target(entry.validate)  # torch-free, per point: cross-field checks
-        targets_fn = load_target(f"{entry.validate.partition(':')[0]}:used_targets")
-        sections = set(entry.sections)
-        keep = [a for a in axes if a.split(".", 1)[0] in sections]
-        sub_axes, sub_points = project(axes, points, keep)
-        base = normalise(stage_base(config, stage))
-        sub_points = by_node(sub_axes, sub_points)  # a shard runs on one node: its points are consecutive
-        ids: list[str] = []
-        seeds: list[int] = []
-        dkeys: list[str] = []
-        costs: list[float] = []
-        mods: list[tuple[str, ...]] = []
-        dcache: dict[str, str] = {}
-        configs: list[tuple[dict[str, Any], dict[str, str], dict[str, str]]] = []
-        for values in sub_points:
-            params = dict(zip(sub_axes, values))
-            cfg = point_config(base, {k: normalise(v) for k, v in params.items()})
-            try:
-                check_point(cfg)
-                configs.append((cfg, _code_of(targets_fn, cfg, code_cache), _file_identity(stage, cfg)))
-            except D5PipeError as exc:
-                raise _point_error(stage, params, exc) from None
-        first_ids = [point_id(stage, cfg, dict(zip(sub_axes, values)), normalised=True, code={**code, **files})
-                     for values, (cfg, code, files) in zip(sub_points, configs)]
-        counts = [max(reps, int(more.get(f"{stage}/{pid}", 0))) for pid in first_ids]
-        groups: list[int] = []
-        planned: list[tuple[Any, ...]] = []
-        sizes = node_groups(sub_axes, sub_points)
-        # repetition-major: every point once, then every point again (in other shards, so other
-        # processes, later in time); within a repetition and node, in a seeded random order
-        for rep in range(max(counts, default=reps)):
-            start = 0
-            for size in sizes:
-                order = [k for k in range(start, start + size) if counts[k] > rep]
-                start += size
-                if not order:
-                    continue
-                random.Random(f"{root}/{stage}/{rep}").shuffle(order)
-                groups.append(len(order))
-                for k in order:
-                    values = sub_points[k]
-                    cfg, code, files = configs[k]
-                    params = dict(zip(sub_axes, values))
-                    pid = first_ids[k] if rep == 0 else point_id(stage, repetition_config(cfg, rep), params,
-                                                                 normalised=True, code={**code, **files})
-                    planned.append((*values, rep))
-                    mods.append(tuple(sorted(code)))
-                    ids.append(pid)
-                    costs.append(point_cost_s(stage, cfg))
-                    s = point_seed(root, stage, pid)
-                    seeds.append(s)
-                    all_seeds.append((f"{stage}/{pid}", s))
-                    if entry.needs_data:
-                        dcanon = canonical_json(cfg["dataset"])
-                        key = dcache.get(dcanon)
-                        if key is None:
-                            key = dataset_key(cfg["dataset"])
-                            dcache[dcanon] = key
-                            datasets[key] = cfg["dataset"]
-                        dkeys.append(key)
-                    else:
-                        dkeys.append("")
-        if max(counts, default=reps) > 1:
-            sub_points = planned
-            sub_axes = (*sub_axes, REPEAT_AXIS)
-        else:
-            sub_points = [p[:-1] for p in planned]
-        if len(set(ids)) != len(ids):
-            raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
-        bounds = shard_bounds(costs, groups, pps, target_s, max_jobs)
-        stages[stage] = StagePlan(stage, sub_axes, ids, sub_points, seeds, bounds, dkeys, mods, costs=costs)
+        stages[stage] = _stage_plan(STAGES[stage], config, axes, points, reps, more, code_cache, datasets,
+                                    all_seeds, (pps, target_s, max_jobs))
     check_unique(all_seeds)
     return Plan(
         experiment=str(config["name"]),
@@ -320,3 +228,69 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
         code=dict(code_cache.modules),
         more=more,
     )
+
+
+def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], points: list[tuple[Any, ...]],
+                reps: int, more: Mapping[str, int], code_cache: Any, datasets: dict[str, dict[str, Any]],
+                all_seeds: list[tuple[str, int]], sizing: tuple[int, float, int]) -> StagePlan:
+    """One stage's points (checked, d5pipe.plan.stage_points), repetitions, seeds, costs, shards."""
+    stage, root = entry.name, int(config["seed"])
+    keep = [a for a in axes if a.split(".", 1)[0] in set(entry.sections)]
+    sub_axes, sub_points = project(axes, points, keep)
+    sub_points = by_node(sub_axes, sub_points)  # a shard runs on one node: its points are consecutive
+    sp = StagePoints(entry, normalise(stage_base(config, stage)), sub_axes, sub_points, code_cache)
+    prefixes = [readable_prefix(stage, dict(zip(sub_axes, values))) for values in sub_points]
+    first_ids = [sp.point_id(k, 0, prefixes[k]) for k in range(len(sub_points))]
+    counts = [max(reps, int(more.get(f"{stage}/{pid}", 0))) for pid in first_ids]
+    data_idx = [i for i, a in enumerate(sub_axes) if a.split(".", 1)[0] == "dataset"]
+    dcache: dict[tuple[str, ...], str] = {}
+    ids: list[str] = []
+    seeds: list[int] = []
+    dkeys: list[str] = []
+    costs: list[float] = []
+    mods: list[tuple[str, ...]] = []
+    groups: list[int] = []
+    planned: list[tuple[Any, ...]] = []
+    sizes = node_groups(sub_axes, sub_points)
+    # repetition-major: every point once, then every point again (in other shards, so other
+    # processes, later in time); within a repetition and node, in a seeded random order
+    for rep in range(max(counts, default=reps)):
+        start = 0
+        for size in sizes:
+            order = [k for k in range(start, start + size) if counts[k] > rep]
+            start += size
+            if not order:
+                continue
+            random.Random(f"{root}/{stage}/{rep}").shuffle(order)
+            groups.append(len(order))
+            for k in order:
+                cfg = sp.config(sp.values[k])
+                pid = first_ids[k] if rep == 0 else sp.point_id(k, rep, prefixes[k])
+                planned.append((*sub_points[k], rep))
+                mods.append(tuple(sorted(m for m in sp.code[k] if not m.startswith("file:"))))
+                ids.append(pid)
+                costs.append(entry.cost(cfg))
+                seed = point_seed(root, stage, pid)
+                seeds.append(seed)
+                all_seeds.append((f"{stage}/{pid}", seed))
+                dkeys.append(_dataset_key(entry, cfg, tuple(sp.texts[k][i] for i in data_idx), dcache, datasets))
+    if max(counts, default=reps) > 1:
+        out_axes, out_points = (*sub_axes, REPEAT_AXIS), planned
+    else:
+        out_axes, out_points = sub_axes, [p[:-1] for p in planned]
+    if len(set(ids)) != len(ids):
+        raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
+    bounds = shard_bounds(costs, groups, *sizing)
+    return StagePlan(stage, out_axes, ids, out_points, seeds, bounds, dkeys, mods, costs=costs)
+
+
+def _dataset_key(entry: Level, cfg: dict[str, Any], axis_texts: tuple[str, ...], cache: dict[tuple[str, ...], str],
+                 datasets: dict[str, dict[str, Any]]) -> str:
+    """The point's dataset key ("" for a level without data), once per distinct dataset axes."""
+    if not entry.needs_data:
+        return ""
+    key = cache.get(axis_texts)
+    if key is None:
+        key = cache[axis_texts] = dataset_key(cfg["dataset"])
+        datasets[key] = cfg["dataset"]
+    return key

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from d5pipe.core.stages import STAGES
+from d5pipe.levels.registry import STAGES
 
 REPEAT_AXIS = "repeat"
 """The axis a plan adds when ``repetitions`` > 1: the repetition index (0, 1, ...) of a point.

@@ -239,7 +239,7 @@ def _allow_and_import_code(ref_dir: Path) -> Callable[[], None]:
     import yaml
 
     from d5pipe.config.code_dir import code_dir
-    from d5pipe.levels.targets import check_config_targets
+    from d5pipe.levels.registry import check_config_targets
 
     config_path = RunDir.of(ref_dir).config_path
     if not config_path.is_file():

@@ -30,14 +30,8 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.columns import axis_columns, is_missing, load_results
 from d5pipe.results.metric_compare import ComparePolicy, Comparison, MetricValue, compare_metric
-from d5pipe.results.timing_compare import (
-    Item,
-    Policy,
-    Side,
-    TimingComparison,
-    compare_family,
-    derived_timings,
-)
+from d5pipe.results.repetition_values import Side, derived_timings
+from d5pipe.results.timing_compare import Item, Policy, TimingComparison, compare_family
 from d5pipe.rundir.layout import RunDir
 
 STATUS_METRIC = "status"
@@ -273,7 +267,7 @@ def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, s
     for owner, result in zip(owners, compare_family(items, timing, paired)):
         points[owner].timings.append(result)
     return RunComparison(
-        points=points,
+        points=sorted(points, key=lambda p: (p.stage, p.point_id)),
         only_ref=sorted((p.stage, p.point_id) for k, reps in ga.items() for r, p in reps.items()
                         if r not in gb.get(k, {})),
         only_new=sorted((p.stage, p.point_id) for k, reps in gb.items() for r, p in reps.items()

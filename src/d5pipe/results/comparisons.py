@@ -1,8 +1,9 @@
 """Fair side-by-side comparisons within one run: each variant against a declared baseline.
 
 Deep500's fairness rule: two points are compared only when they differ in exactly the compared
-factor -- every other sweep axis of the stage has the same value (missing equals missing). Per
-level, the factor, its baseline and the time metrics compared (:data:`FACTORS`):
+factor -- every other sweep axis of the stage has the same value (missing equals missing). Each
+level declares its factors, their baselines and the time metrics compared (``factors`` of its
+``stage.py``; :data:`FACTORS`). Today:
 
 * L0 ``operators.impl`` against ``eager``, on ``time``;
 * L1 ``level1.impl`` against ``eager``, on ``inference_latency`` and ``fwd_bwd_time``; and
@@ -45,19 +46,13 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.levels.registry import factors
+from d5pipe.levels.stage import Factor
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.collect import SampleSource
 from d5pipe.results.columns import axis_columns
-from d5pipe.results.timing_compare import (
-    DEFAULT_ALPHA,
-    DEFAULT_MARGIN,
-    Item,
-    Policy,
-    Side,
-    TimingComparison,
-    compare_family,
-    geometric_mean,
-)
+from d5pipe.results.repetition_values import Side, geometric_mean
+from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_MARGIN, Item, Policy, TimingComparison, compare_family
 
 NOT_COMPARED = "not compared"
 VERDICTS = ("faster", "slower", "inconclusive", "equivalent", NOT_COMPARED)
@@ -70,29 +65,8 @@ variant, so a user optimizer zipped with its own reference (``train.reference_op
 paired with the built-ins, which have none."""
 
 
-@dataclass(frozen=True)
-class Factor:
-    """A compared factor of one level: its axis column, its baseline and the metrics compared."""
-
-    stage: str
-    column: str
-    baseline: str | None
-    """The declared baseline value; None: the first value of the sweep, else :attr:`fallback`."""
-    metrics: tuple[str, ...]
-    title: str
-    fallback: str = ""
-    quality: str = ""
-    """The metric that says what the speed bought (shown for both sides); empty: none."""
-
-
-FACTORS: tuple[Factor, ...] = (
-    Factor("level0", "operators.impl", "eager", ("time",), "implementations"),
-    Factor("level1", "level1.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
-    Factor("level1", "level1.runtime", "torch", ("inference_latency",), "runtimes"),
-    Factor("level2", "train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),
-    Factor("level3", "distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends",
-           quality="final_loss"),
-)
+FACTORS: tuple[tuple[str, Factor], ...] = tuple(factors())
+"""``(stage, factor)`` of every level's compared factors (each level's ``stage.py`` declares them)."""
 
 
 @dataclass(frozen=True)
@@ -142,12 +116,13 @@ def alpha_of(config: dict[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) and 0 < float(value) < 1 else DEFAULT_ALPHA
 
 
-def policy_of(config: dict[str, Any]) -> Policy:
-    """The comparison policy of a run: ``report.alpha`` and ``report.margin`` (a fraction)."""
+def policy_of(config: dict[str, Any], looks: int = 1) -> Policy:
+    """The comparison policy of a run: ``report.alpha`` and ``report.margin`` (a fraction), and the
+    looks of the until-decided mode when it added repetitions (``RunDir.looks``)."""
     report = config.get("report")
     margin = report.get("margin") if isinstance(report, dict) else None
     m = float(margin) if isinstance(margin, (int, float)) and float(margin) > 0 else DEFAULT_MARGIN
-    return Policy(alpha=alpha_of(config), margin=m)
+    return Policy(alpha=alpha_of(config), margin=m, looks=looks)
 
 
 def _swept_values(config: dict[str, Any], column: str) -> list[str]:
@@ -204,11 +179,11 @@ def _side(rows: pd.DataFrame) -> Side:
     return Side.of([values[i] for i in order], [reps[i] for i in order])
 
 
-def factor_pairs(df: pd.DataFrame, factor: Factor, config: dict[str, Any],
+def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str, Any],
                  verdicts: pd.DataFrame | None = None) -> list[_Raw]:
     """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric,
     undecided; the repetitions of a configuration (axis ``repeat``) are one side of a pair."""
-    rows = df[(df["stage"] == factor.stage) & (df["status"] == "ok")]
+    rows = df[(df["stage"] == stage) & (df["status"] == "ok")]
     if rows.empty or factor.column not in rows.columns:
         return []
     rows = rows[rows[factor.column].notna()]
@@ -221,7 +196,7 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, config: dict[str, Any],
     varying = [a for a in others if points[a].map(_key).nunique() > 1]
     out: list[_Raw] = []
     timed = rows[rows["metric"].isin(list(factor.metrics)) & rows["value"].notna()]
-    outcome = point_outcomes(df, factor.stage, verdicts)
+    judged = verdicts_by_point(df, stage, verdicts)
     quality = _quality(rows, factor.quality)
     for _, group in points.groupby([points[a].map(_key) for a in others] if others else
                                    [pd.Series("", index=points.index)], sort=False):
@@ -241,12 +216,12 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, config: dict[str, Any],
                 v = timed[timed["point_id"].isin(vpoints) & (timed["metric"] == metric)]
                 if b.empty or v.empty:
                     continue
-                (bv, br), (vv, vr) = _side_outcome(outcome, base), _side_outcome(outcome, vpoints)
+                (bv, br), (vv, vr) = _side_verdict(judged, base), _side_verdict(judged, vpoints)
                 note = "; ".join(f"{side} failed: {reason or 'verdict fail'}" for side, verdict, reason in
                                  (("baseline", bv, br), ("variant", vv, vr)) if verdict == "fail")
                 first_b, first_v = b.iloc[0], v.iloc[0]
                 pair = Pair(
-                    stage=factor.stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
+                    stage=stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
                     baseline=base_value, variant=variant, context=context,
                     baseline_point=str(first_b["point_id"]), variant_point=str(first_v["point_id"]),
                     baseline_median=geometric_mean(b["value"].astype(float).tolist()) or math.nan,
@@ -261,7 +236,7 @@ def factor_pairs(df: pd.DataFrame, factor: Factor, config: dict[str, Any],
     return out
 
 
-def _side_outcome(outcome: dict[str, tuple[str, str]], points: list[str]) -> tuple[str, str]:
+def _side_verdict(outcome: dict[str, tuple[str, str]], points: list[str]) -> tuple[str, str]:
     """A side's verdict over its repetitions: ``fail`` (with the first reason) if any failed."""
     seen = [outcome.get(p, ("", "")) for p in points]
     failed = [o for o in seen if o[0] == "fail"]
@@ -278,7 +253,7 @@ def _mean(values: dict[str, float], points: list[str]) -> float:
 CHECK_COLUMNS = frozenset({"stage", "point_id", "metric", "value", "text", "kind", "status", "error"})
 
 
-def point_outcomes(df: pd.DataFrame, stage: str, verdicts: pd.DataFrame | None = None) -> dict[str, tuple[str, str]]:
+def verdicts_by_point(df: pd.DataFrame, stage: str, verdicts: pd.DataFrame | None = None) -> dict[str, tuple[str, str]]:
     """point_id -> (verdict, reason) of ``stage``'s points: from ``verdicts`` (the run's point
     verdicts, d5pipe.results.verdicts) when given, else computed from ``df``'s checks; from the
     ``verdict`` column alone (no reason) when ``df`` lacks the check columns; else empty."""
@@ -320,7 +295,7 @@ def _decided(pair: Pair, t: TimingComparison) -> Pair:
         note = t.reason
     elif t.outliers:
         note = "left out: " + ", ".join(o.text(pair.unit) for o in t.outliers)
-    method = (f"{t.test} over {pair.n_baseline}/{pair.n_variant} repetitions; 95% CI; "
+    method = (f"{t.test} over {pair.n_baseline}/{pair.n_variant} repetitions; {1 - t.alpha:.1%} CI; "
               f"Holm-adjusted p {t.p_adjusted:.2g} vs alpha {t.alpha:g}; equivalent within x{1 + t.margin:g}"
               if t.p_adjusted is not None else f"not compared: {t.reason}")
     va, vb = t.variation
@@ -334,14 +309,14 @@ def _decided(pair: Pair, t: TimingComparison) -> Pair:
 
 def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,
                 config: dict[str, Any] | None = None, stage: str | None = None,
-                verdicts: pd.DataFrame | None = None) -> pd.DataFrame:
+                verdicts: pd.DataFrame | None = None, looks: int = 1) -> pd.DataFrame:
     """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields),
     decided as one family; ``verdicts``: the run's point verdicts, when computed already."""
     config = config or {}
-    raws = [r for f in FACTORS if stage is None or f.stage == stage for r in factor_pairs(df, f, config, verdicts)]
+    raws = [r for s, f in FACTORS if stage is None or s == stage for r in factor_pairs(df, s, f, config, verdicts)]
     ranked = [r for r in raws if r.item is not None]
     decided = dict(zip((id(r) for r in ranked),
-                       compare_family([r.item for r in ranked if r.item is not None], policy_of(config))))
+                       compare_family([r.item for r in ranked if r.item is not None], policy_of(config, looks))))
     pairs = []
     for r in raws:
         t = decided.get(id(r))

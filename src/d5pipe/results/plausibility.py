@@ -65,7 +65,6 @@ DESCRIPTIONS: dict[str, str] = {
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 IQR_OF: dict[str, str] = {"time": "iqr", "time_per_step_s": "step_iqr", "collective_time_s": "coll_iqr"}
 """IQR rows named by a summary prefix (d5pipe.measure.stats.Summary.to_metrics); else ``<metric>_iqr``."""
-SCALING_METRIC = "time_per_step_s"
 
 
 @dataclass(frozen=True)
@@ -147,52 +146,35 @@ def several_environments(df: pd.DataFrame) -> list[Finding]:
     return out
 
 
-def _scaling_rows(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
-    """The level-3 time rows that scaling_table uses, with backend/scaling filled from ``config``."""
-    rows = _ok(df)
-    rows = rows[(rows["stage"] == "level3") & (rows["metric"] == SCALING_METRIC) & rows["value"].notna()]
-    section = config.get("distributed")
-    dist: dict[str, Any] = section if isinstance(section, dict) else {}
-    for column, default in (("distributed.backend", dist.get("backend", "unspecified")),
-                            ("distributed.scaling", dist.get("scaling", "strong"))):
-        if column not in rows.columns or rows[column].isna().all():  # not a sweep axis
-            rows = rows.assign(**{column: str(default)})
-    return rows
-
-
 def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Finding]:
-    """Level-3 points whose speedup CI lies entirely above their rank count."""
-    from d5pipe.levels.level3.scaling import RANKS_COLUMN, scaling_table
+    """Points of a parallel level (``parallel_axis`` of d5pipe.levels.stage.Level) whose
+    efficiency's CI lies entirely above 1: a speedup beyond the worker count beyond its CI. The
+    speedup and efficiency rows are the level's derived ones (d5pipe.results.run_results)."""
+    from d5pipe.levels.registry import LEVELS
     from d5pipe.results.report.units import quantity
 
-    if RANKS_COLUMN not in df.columns:
-        return []
-    rows = _scaling_rows(df, config)
-    if rows.empty:
-        return []
-    table = scaling_table(rows, SCALING_METRIC)
-    if table.empty or "speedup_ci_low" not in table.columns:
-        return []
-    # match each of scaling_table's rows back by key, ranks and the exact time (and point ID)
-    keys = [c for c in table.columns if c in rows.columns and c not in (RANKS_COLUMN, "point_id")]
-    table = table.drop(columns=["point_id"], errors="ignore")
-    table = table.rename(columns={"ranks": RANKS_COLUMN}).assign(value=table["time_s"].astype(float))
-    table[RANKS_COLUMN] = table[RANKS_COLUMN].astype("int64")
-    left = rows[[*keys, RANKS_COLUMN, "value", "stage", "point_id"]].astype({RANKS_COLUMN: "int64", "value": float})
-    merged = left.merge(table, on=[*keys, RANKS_COLUMN, "value"], how="inner")
-    merged = merged.drop_duplicates(["stage", "point_id"])
+    rows = _ok(df)
     out: list[Finding] = []
-    for rec in merged.to_dict(orient="records"):
-        n = int(rec[RANKS_COLUMN])
-        lo = float(rec["speedup_ci_low"])
-        if n <= 1 or math.isnan(lo) or lo <= n:
+    for level in LEVELS:
+        axis = level.parallel_axis
+        mine = rows[rows["stage"] == level.name] if axis and axis in rows.columns else rows.iloc[:0]
+        eff = mine[(mine["metric"] == "efficiency") & (mine["ci_low"].astype(float) > 1.0)]
+        if eff.empty:
             continue
-        s, hi = float(rec["speedup"]), float(rec["speedup_ci_high"])
-        detail = (f"speedup {s:.3g} (95% CI [{lo:.3g}, {hi:.3g}]) on {n} ranks exceeds the ideal {n} "
-                  f"beyond its CI; efficiency {float(rec['efficiency']):.3g} "
-                  f"(CI low {float(rec['efficiency_ci_low']):.3g} > 1); base case 1 rank, "
-                  f"{SCALING_METRIC} {quantity(rec['base_time_s'], 's')} vs {quantity(rec['time_s'], 's')} on {n} ranks")
-        out.append(Finding(str(rec["stage"]), str(rec["point_id"]), "superlinear_speedup", detail, s, lo, hi))
+        speed = mine[mine["metric"] == "speedup"].drop_duplicates("point_id").set_index("point_id")
+        times = mine[mine["kind"] == "timing"]
+        for rec in eff.drop_duplicates("point_id").to_dict(orient="records"):
+            pid, n = str(rec["point_id"]), int(rec[axis])
+            if n <= 1 or pid not in speed.index:
+                continue
+            s = speed.loc[pid]
+            lo, hi, value = float(s["ci_low"]), float(s["ci_high"]), float(s["value"])
+            own = times[(times["point_id"] == pid) & ~times["metric"].isin(["speedup", "efficiency"])]
+            took = f"; {own.iloc[0]['metric']} {quantity(float(own.iloc[0]['value']), 's')} on {n}" if len(own) else ""
+            detail = (f"speedup {value:.3g} (95% CI [{lo:.3g}, {hi:.3g}]) on {n} exceeds the ideal {n} beyond its CI; "
+                      f"efficiency {float(rec['value']):.3g} (CI low {float(rec['ci_low']):.3g} > 1){took}; "
+                      f"base case: the point with {axis}=1")
+            out.append(Finding(str(rec["stage"]), pid, "superlinear_speedup", detail, value, lo, hi))
     return out
 
 
@@ -234,8 +216,8 @@ def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
     """Repetitions of a configuration whose time is far from their siblings' (module docstring)."""
     from d5pipe.plan.point_config import REPEAT_AXIS
     from d5pipe.results.columns import axis_columns
+    from d5pipe.results.repetition_values import Side, find_outliers
     from d5pipe.results.report.units import quantity
-    from d5pipe.results.timing_compare import Side, find_outliers
 
     rows = _ok(df)
     if REPEAT_AXIS not in rows.columns:

@@ -87,13 +87,13 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
     table, cols = collect(rd.root, point_ids)
     if table.num_rows == 0:
         raise D5PipeError(f"{rd.root}: no point records and no plan (is it a d5pipe run directory?)")
-    df = with_scaling(with_checks(_nullable(table), config))
+    df = with_checks(with_derived(_nullable(table)), config)
     acct = None
     df, acct = with_accounting(df, rd, query=accounting)
     verdicts = point_verdicts(df)
     df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
     samples = cols.sample_source()
-    pairs = comparisons(df, samples, config, verdicts=verdicts)
+    pairs = comparisons(df, samples, config, verdicts=verdicts, looks=rd.looks)
     return RunResults(
         run_dir=rd, frame=with_comparison_rows(df, pairs), verdicts=verdicts, verdict=run_verdict(verdicts),
         warnings=pd.DataFrame(cols.warnings, columns=["stage", "point_id", "warning"], dtype=object),
@@ -126,31 +126,19 @@ def with_accounting(df: pd.DataFrame, rd: RunDir, query: bool) -> tuple[pd.DataF
     return joined, acct
 
 
-def with_scaling(df: pd.DataFrame) -> pd.DataFrame:
-    """Level 3: each training point's ``speedup`` and ``efficiency`` against the 1-rank point of its
-    configuration (d5pipe.levels.level3.scaling; CI from both times' CIs), as metrics of the point,
-    so the report's scaling figures are data in results.parquet too. Nothing when the records carry
-    them already or the run does not sweep ranks."""
-    from d5pipe.levels.level3.scaling import TIME_METRIC, scaling_table
+def with_derived(df: pd.DataFrame) -> pd.DataFrame:
+    """Each level's derived rows (``derive`` of d5pipe.levels.stage.Level: level 3's speedup and
+    efficiency against its 1-rank point), computed once from the level's rows of this run."""
+    from d5pipe.levels.registry import LEVELS
 
-    l3 = df[df["stage"] == "level3"]
-    if l3.empty or "distributed.ranks" not in df.columns or {"speedup", "efficiency"} & set(l3["metric"]):
-        return df
-    table = scaling_table(l3, TIME_METRIC)
-    if table.empty or "point_id" not in table.columns:
-        return df
-    timed = l3[l3["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
     new = []
-    for metric in ("speedup", "efficiency"):
-        t = table.dropna(subset=[metric]).drop_duplicates("point_id").set_index("point_id")
-        ids = timed.index.intersection(t.index)
-        if ids.empty:
+    for level in LEVELS:
+        rows = df[df["stage"] == level.name] if level.derive is not None else df.iloc[:0]
+        if rows.empty or level.derive is None:
             continue
-        rows = timed.loc[ids].copy()
-        rows["metric"], rows["value"] = metric, t.loc[ids, metric].astype(float)
-        rows["ci_low"], rows["ci_high"] = t.loc[ids, f"{metric}_ci_low"].astype(float), t.loc[ids, f"{metric}_ci_high"].astype(float)
-        rows["unit"], rows["kind"], rows["text"] = "", "timing", None  # ratios of timings are timings
-        new.append(rows.reset_index())
+        extra = level.derive(rows)
+        if extra is not None and not extra.empty:
+            new.append(extra)
     return pd.concat([df, *new], ignore_index=True) if new else df
 
 

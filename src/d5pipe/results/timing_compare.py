@@ -41,34 +41,29 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from d5pipe.measure import compare_defaults
+from d5pipe.results.repetition_values import (
+    OUTLIER_K,
+    Outlier,
+    Side,
+    Variation,
+    find_outliers,
+    finite_list,
+    geometric_mean,
+    repetitions_needed,
+    used_values,
+    variation,
+)
+from d5pipe.results.timing_tests import Correction, LogValues, TestResult, adjust, family_prior, t_test
 
 Verdict = Literal["changed", "equivalent", "inconclusive", "not_compared"]
 VERDICTS: tuple[Verdict, ...] = ("changed", "inconclusive", "equivalent", "not_compared")
 """In the order a reader needs them: what moved, what is undecided, what is shown the same."""
-Correction = Literal["holm", "bh", "none"]
 
 DEFAULT_ALPHA = compare_defaults.ALPHA
 DEFAULT_MARGIN = compare_defaults.MARGIN
 """Equivalence margin: a factor 1 + margin either way (d5pipe.measure.compare_defaults)."""
 DEFAULT_CORRECTION: Correction = "holm"
-CONFIDENCE = 0.95
-POWER = 0.8
-"""The chance of deciding that :func:`repetitions_needed` plans for."""
-MAX_NEEDED = 1000
-"""Repetitions-needed estimates above this are reported as this many."""
-OUTLIER_K = 5.0
-"""A repetition this many robust spreads from its siblings' median is an outlier ..."""
-OUTLIER_MIN_FACTOR = 3.0
-"""... and only when it is also this factor (or its inverse) away from it."""
-OUTLIER_SPREAD_FLOOR = math.log(1.05)
-"""The smallest robust spread (in log units) the outlier rule assumes: two siblings that agree to
-0.1% do not make a third at +4% an outlier."""
 
-PRIOR_DF = 4.0
-"""How many degrees of freedom the family's variance counts for in each timing's (Smyth's moderated
-t, with a fixed prior weight): three repetitions alone leave Welch's test about two."""
-PRIOR_MIN_TIMINGS = 3
-"""A family of fewer timings gives no prior: each is tested on its own variance."""
 
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns", "min", "h", "sec", "seconds"})
 
@@ -95,6 +90,20 @@ class Policy:
     run_noise: float = 0.0
     """Standard deviation of a whole run's shift in log time on this machine: the variance two runs
     measured apart add to an unpaired comparison (``d5pipe compare``, ``reproduce``)."""
+    looks: int = 1
+    """How many times the same comparison may be decided as repetitions are added (the until-decided
+    mode): each look tests at ``alpha / looks`` and uses a ``1 - alpha / looks`` CI (Bonferroni over
+    the planned looks), so stopping at the first decision keeps an A/A comparison at ``alpha``."""
+
+    @property
+    def level(self) -> float:
+        """The alpha of one look."""
+        return self.alpha / max(1, self.looks)
+
+    @property
+    def confidence(self) -> float:
+        """The confidence of the CIs a verdict rests on (95% for one look at alpha 0.05)."""
+        return 1.0 - self.level
 
     def describe(self) -> str:
         corr = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no"}[self.correction]
@@ -102,51 +111,10 @@ class Policy:
                 f"equivalent: the whole CI within x{1 + self.margin:g} either way")
 
 
-@dataclass(frozen=True)
-class Outlier:
-    """A repetition far from its siblings."""
-
-    side: Literal["A", "B"]
-    repetition: int
-    value: float
-    factor: float
-    """value / the median of its siblings."""
-
-    def text(self, unit: str = "") -> str:
-        from d5pipe.results.report.units import quantity
-
-        f = self.factor
-        times = (f"{f:,.0f}x" if f >= 10 else f"{f:.2g}x") if f >= 1 else \
-            (f"1/{1 / f:,.0f}" if f <= 0.1 else f"{f:.2g}x")
-        return f"{self.side} repetition {self.repetition} ({quantity(self.value, unit)}, {times} its siblings' median)"
 
 
-@dataclass(frozen=True)
-class Side:
-    """One side of a comparison: a timing's value in each repetition (NaN: not reached), the
-    repetition indices, and optionally each repetition's within-process relative spread."""
-
-    values: tuple[float, ...]
-    repetitions: tuple[int, ...] = ()
-    within: tuple[float, ...] = ()
-    """Per repetition: half the width of its samples' 95% CI of the median / the median."""
-
-    @staticmethod
-    def of(values: Sequence[float], repetitions: Sequence[int] | None = None,
-           within: Sequence[float] | None = None) -> Side:
-        vals = tuple(float(v) for v in values)
-        reps = tuple(int(r) for r in repetitions) if repetitions is not None else tuple(range(len(vals)))
-        return Side(vals, reps, tuple(float(w) for w in within or ()))
 
 
-@dataclass(frozen=True)
-class Variation:
-    """Where a side's variation arises: between its processes and within them."""
-
-    between: float | None
-    """Standard deviation of the log values across repetitions (~ relative spread); None below 2."""
-    within: float | None
-    """Median within-process relative CI half-width of the repetitions; None when unknown."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +129,7 @@ class TimingComparison:
     ratio: float | None = None
     """Geometric mean of B / of A over the repetitions used."""
     ci: tuple[float, float] | None = None
-    """95% CI of the ratio."""
+    """CI of the ratio (95% for one look at alpha 0.05, :attr:`Policy.confidence`)."""
     p_value: float | None = None
     p_adjusted: float | None = None
     """``p_value`` after the family's correction (compared with ``alpha``)."""
@@ -238,8 +206,8 @@ class TimingComparison:
             "metric": self.metric, "unit": self.unit, "verdict": self.verdict, "direction": self.direction,
             "ratio": self.ratio, "ci": list(self.ci) if self.ci else None, "p_value": self.p_value,
             "p_adjusted": self.p_adjusted, "alpha": self.alpha, "margin": self.margin,
-            "value_a": self.value_a, "value_b": self.value_b, "a": _finite_list(self.a.values),
-            "b": _finite_list(self.b.values), "repetitions_a": list(self.a.repetitions),
+            "value_a": self.value_a, "value_b": self.value_b, "a": finite_list(self.a.values),
+            "b": finite_list(self.b.values), "repetitions_a": list(self.a.repetitions),
             "repetitions_b": list(self.b.repetitions), "needed": self.needed, "test": self.test,
             "outliers": [{"side": o.side, "repetition": o.repetition, "value": o.value, "factor": o.factor}
                          for o in self.outliers],
@@ -248,159 +216,35 @@ class TimingComparison:
         }
 
 
-def _finite_list(values: Sequence[float]) -> list[float | None]:
-    return [v if math.isfinite(v) else None for v in values]
 
 
-def geometric_mean(values: Sequence[float]) -> float | None:
-    """Geometric mean of the positive, finite ``values`` (None when there are none)."""
-    got = [v for v in values if math.isfinite(v) and v > 0]
-    return math.exp(sum(math.log(v) for v in got) / len(got)) if got else None
 
 
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    k = len(s) // 2
-    return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
 
 
-def find_outliers(side: Side, name: Literal["A", "B"], k: float = OUTLIER_K) -> tuple[Outlier, ...]:
-    """Repetitions of ``side`` far from the median of their siblings (module docstring); needs at
-    least three repetitions with a value (two cannot say which one is off)."""
-    idx = [i for i, v in enumerate(side.values) if math.isfinite(v) and v > 0]
-    if len(idx) < 3:
-        return ()
-    logs = {i: math.log(side.values[i]) for i in idx}
-    out = []
-    for i in idx:
-        others = [logs[j] for j in idx if j != i]
-        med = _median(others)
-        spread = max(1.4826 * _median([abs(x - med) for x in others]), OUTLIER_SPREAD_FLOOR)
-        dist = abs(logs[i] - med)
-        if dist > k * spread and dist > math.log(OUTLIER_MIN_FACTOR):
-            out.append(Outlier(name, side.repetitions[i], side.values[i], math.exp(logs[i] - med)))
-    if len(out) * 2 >= len(idx):  # half of them "far" is a spread, not outliers
-        return ()
-    return tuple(out)
 
 
-def used_values(side: Side, outliers: Sequence[Outlier], name: str) -> list[float]:
-    """The positive, finite values of ``side`` that are not outliers."""
-    skip = {o.repetition for o in outliers if o.side == name}
-    return [v for v, r in zip(side.values, side.repetitions) if r not in skip and math.isfinite(v) and v > 0]
 
 
-def variation(side: Side, outliers: Sequence[Outlier], name: str) -> Variation:
-    """Between-process (sd of log values) and within-process (median CI half-width) spread."""
-    logs = [math.log(v) for v in used_values(side, outliers, name)]
-    between = None
-    if len(logs) >= 2:
-        m = sum(logs) / len(logs)
-        between = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
-    within_vals = [w for w in side.within if math.isfinite(w)]
-    return Variation(between, _median(within_vals) if within_vals else None)
 
 
-@dataclass(frozen=True)
-class _Test:
-    diff: float
-    se: float
-    df: float
-    p: float
-    var_pooled: float
-    """Variance of one repetition's log value (of one round's log ratio, paired) used."""
-    name: str
 
 
-@dataclass(frozen=True)
-class _Logs:
-    """A tested timing's log values (paired: the two sides of each kept round)."""
-
-    a: list[float]
-    b: list[float]
-
-    def variances(self, paired: bool) -> list[tuple[float, int]]:
-        """(sample variance, degrees of freedom) of each side, or of the paired differences."""
-        if paired:
-            return [_var([y - x for x, y in zip(self.a, self.b)])]
-        return [_var(self.a), _var(self.b)]
 
 
-def _var(xs: Sequence[float]) -> tuple[float, int]:
-    m = sum(xs) / len(xs)
-    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1), len(xs) - 1
 
 
-@dataclass(frozen=True)
-class Prior:
-    """What the family says about one repetition's variance: the median variance over its timings
-    (``var``) and how much to trust it (``df``, :data:`PRIOR_DF`); ``run_var``: the variance a
-    separate run adds to its timings' log values, in a comparison of runs measured apart."""
-
-    var: float = 0.0
-    df: float = 0.0
-    run_var: float = 0.0
-
-    def moderate(self, var: float, df: int) -> tuple[float, float]:
-        """Smyth's moderated variance: the timing's own variance shrunk toward the family's."""
-        if self.df <= 0:
-            return var, float(df)
-        return (self.df * self.var + df * var) / (self.df + df), self.df + df
 
 
-def _t_test(logs: _Logs, paired: bool, prior: Prior) -> _Test:
-    from scipy import stats
-
-    la, lb = logs.a, logs.b
-    if paired:
-        d = [y - x for x, y in zip(la, lb)]
-        n = len(d)
-        vd, df = prior.moderate(*_var(d))
-        diff, se, pooled, name = sum(d) / n, math.sqrt(vd / n), vd / 2, "paired t on the log ratios of rounds"
-    else:
-        (va, da), (vb, db) = prior.moderate(*_var(la)), prior.moderate(*_var(lb))
-        se2 = va / len(la) + vb / len(lb)
-        denom = (va / len(la)) ** 2 / da + (vb / len(lb)) ** 2 / db
-        df = se2 ** 2 / denom if denom > 0 else da + db
-        se2 += 2 * prior.run_var  # each run's own shift: a known variance, no degrees of freedom
-        se = math.sqrt(se2)
-        diff, pooled, name = sum(lb) / len(lb) - sum(la) / len(la), (va + vb) / 2 + prior.run_var, "Welch t on logs"
-    if prior.df > 0:
-        name += " (variance moderated by the family's)"
-    if se == 0.0:
-        return _Test(diff, 0.0, df, 0.0 if diff != 0 else 1.0, pooled, name)
-    p = float(2 * stats.t.sf(abs(diff / se), df))
-    return _Test(diff, se, df, p, pooled, name)
 
 
-def repetitions_needed(var_log: float, margin: float, alpha: float, paired: bool = False,
-                       power: float = POWER) -> int:
-    """Repetitions per side (rounds, when paired) for a change of ``margin`` to be found with
-    probability ``power`` at level ``alpha``, and for a CI around no change to fit inside the
-    margin, given the variance of one repetition's log value ``var_log`` (Kalibera & Jones: the
-    repetitions a wanted precision needs, from the variance measured at that level)."""
-    from scipy import stats
-
-    delta = math.log1p(margin)
-    if var_log <= 0:
-        return 2
-    n = 2
-    for _ in range(50):
-        df = n - 1 if paired else 2 * n - 2
-        q = float(stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df))
-        k = 1 if paired else 2
-        want = max(2, math.ceil(k * var_log * q * q / (delta * delta)))
-        if want == n or want > MAX_NEEDED:
-            return min(want, MAX_NEEDED)
-        n = want
-    return min(n, MAX_NEEDED)
 
 
 def _raw(metric: str, unit: str, a: Side, b: Side, policy: Policy, paired: bool,
-         lower: bool | None) -> tuple[TimingComparison, _Logs | None]:
+         lower: bool | None) -> tuple[TimingComparison, LogValues | None]:
     """A comparison before the family's test: outliers and the log values to test."""
     lower = lower_is_better(unit, metric) if lower is None else lower
-    base = TimingComparison(metric, unit, a, b, "not_compared", alpha=policy.alpha, margin=policy.margin,
+    base = TimingComparison(metric, unit, a, b, "not_compared", alpha=policy.level, margin=policy.margin,
                             lower_is_better=lower)
     unreached = (sum(not math.isfinite(v) for v in a.values), sum(not math.isfinite(v) for v in b.values))
     if any(unreached):
@@ -425,28 +269,9 @@ def _raw(metric: str, unit: str, a: Side, b: Side, policy: Policy, paired: bool,
         why = (f"one process per side ({len(va)} vs {len(vb)} repetitions; set repetitions >= 2)"
                if va and vb else "no values")
         return replace(base, ratio=gm_b / gm_a if gm_a and gm_b else None, reason=why), None
-    return base, _Logs([math.log(v) for v in va], [math.log(v) for v in vb])
+    return base, LogValues([math.log(v) for v in va], [math.log(v) for v in vb])
 
 
-def adjust(p_values: Sequence[float], correction: Correction) -> list[float]:
-    """Adjusted p-values (Holm's step-down, Benjamini-Hochberg's step-up, or unchanged)."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    out = [1.0] * m
-    if correction == "none":
-        return [min(1.0, p) for p in p_values]
-    if correction == "holm":
-        running = 0.0
-        for rank, i in enumerate(order):
-            running = max(running, min(1.0, (m - rank) * p_values[i]))
-            out[i] = running
-        return out
-    running = 1.0
-    for rank in range(m - 1, -1, -1):
-        i = order[rank]
-        running = min(running, min(1.0, p_values[i] * m / (rank + 1)))
-        out[i] = running
-    return out
 
 
 @dataclass(frozen=True)
@@ -462,14 +287,6 @@ class Item:
     derived_from: str = ""
 
 
-def family_prior(logs: Sequence[_Logs], paired: bool, run_noise: float = 0.0) -> Prior:
-    """The family's variance of one repetition (the median over its timings, :data:`PRIOR_DF`
-    degrees of freedom) when it has at least :data:`PRIOR_MIN_TIMINGS` timings, else none."""
-    variances = [v for item in logs for v, df in item.variances(paired) if df >= 1]
-    run_var = 0.0 if paired else run_noise ** 2
-    if len(logs) < PRIOR_MIN_TIMINGS or not variances:
-        return Prior(run_var=run_var)
-    return Prior(_median(variances), PRIOR_DF, run_var)
 
 
 def compare_family(items: Sequence[Item], policy: Policy | None = None,
@@ -483,7 +300,7 @@ def compare_family(items: Sequence[Item], policy: Policy | None = None,
     raws = [_raw(it.metric, it.unit, it.a, it.b, policy, paired, it.lower_is_better) for it in items]
     counted = [i for i, (_, lg) in enumerate(raws) if lg is not None and not items[i].derived_from]
     prior = family_prior([lg for i in counted if (lg := raws[i][1]) is not None], paired, policy.run_noise)
-    tests: dict[int, _Test] = {i: _t_test(lg, paired, prior) for i, (_, lg) in enumerate(raws) if lg is not None}
+    tests: dict[int, TestResult] = {i: t_test(lg, paired, prior) for i, (_, lg) in enumerate(raws) if lg is not None}
     adjusted = adjust([tests[i].p for i in counted], policy.correction)
     p_adj: dict[int, float] = dict(zip(counted, adjusted))
     by_name = {(it.metric, id(it.a)): i for i, it in enumerate(items)}
@@ -499,23 +316,23 @@ def compare_family(items: Sequence[Item], policy: Policy | None = None,
         else:  # derived: takes the adjusted p of the timing it follows
             src = by_name.get((items[i].derived_from, id(items[i].a)))
             pa = p_adj.get(src, min(1.0, t.p * family)) if src is not None else min(1.0, t.p * family)
-        half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, t.df)) * t.se if t.se > 0 else 0.0
+        half = float(stats.t.ppf(0.5 + policy.confidence / 2, t.df)) * t.se if t.se > 0 else 0.0
         c = replace(c, ratio=math.exp(t.diff), ci=(math.exp(t.diff - half), math.exp(t.diff + half)),
                     p_value=t.p, p_adjusted=pa, test=t.name, derived_from=items[i].derived_from)
         out.append(_decide(c, t, policy, paired, family))
     return out
 
 
-def _decide(c: TimingComparison, t: _Test, policy: Policy, paired: bool, family: int) -> TimingComparison:
+def _decide(c: TimingComparison, t: TestResult, policy: Policy, paired: bool, family: int) -> TimingComparison:
     assert c.ci is not None and c.p_adjusted is not None
     lo, hi = c.ci
     excludes = lo > 1.0 or hi < 1.0
-    if excludes and c.p_adjusted < policy.alpha:
+    if excludes and c.p_adjusted < policy.level:
         return replace(c, verdict="changed")
     bound = 1.0 + policy.margin
     if lo >= 1.0 / bound and hi <= bound:
         return replace(c, verdict="equivalent")
-    level = policy.alpha / family if policy.correction != "none" else policy.alpha
+    level = policy.level / family if policy.correction != "none" else policy.level
     if not paired and 1.96 * math.sqrt(2) * policy.run_noise >= math.log1p(policy.margin):
         return replace(c, verdict="inconclusive", needed=None,
                        reason=f"two runs measured apart differ by ~{policy.run_noise:.0%} on this machine "
@@ -532,31 +349,7 @@ def compare_one(metric: str, unit: str, a: Sequence[float], b: Sequence[float],
     return compare_family([Item(metric, unit, Side.of(a), Side.of(b))], policy, paired)[0]
 
 
-def derived_timings(values: dict[str, Sequence[float]]) -> dict[str, str]:
-    """metric -> the timing it follows: across the repetitions of one side, its log values are a
-    constant plus or minus another timing's (a rate from a time, GFLOP/s from seconds), so its test
-    is that timing's. The first of each such group (in ``values``' order) is the one tested."""
-    out: dict[str, str] = {}
-    names = list(values)
-    logs = {n: [math.log(v) if math.isfinite(v) and v > 0 else math.nan for v in values[n]] for n in names}
-    for i, name in enumerate(names):
-        if name in out:
-            continue
-        for other in names[i + 1:]:
-            if other in out or len(logs[other]) != len(logs[name]) or len(logs[name]) < 2:
-                continue
-            if _follows(logs[name], logs[other]):
-                out[other] = name
-    return out
 
 
-def _follows(x: Sequence[float], y: Sequence[float]) -> bool:
-    if any(math.isnan(v) for v in (*x, *y)):
-        return False
-    for sign in (1.0, -1.0):
-        d = [b - sign * a for a, b in zip(x, y)]
-        spread = max(d) - min(d)
-        scale = max(abs(max(x) - min(x)), 1e-12)
-        if spread <= 1e-6 * max(1.0, scale) and (max(x) - min(x)) > 0:
-            return True
-    return False
+
+

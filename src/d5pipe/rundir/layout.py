@@ -260,6 +260,16 @@ class RunDir:
             raise D5PipeError(f"{self.repetitions_path}: expected {{\"groups\": {{KEY: repetitions >= 1}}}}")
         return {str(k): int(v) for k, v in groups.items()}
 
+    @property
+    def looks(self) -> int:
+        """How many times the until-decided mode may decide this run's comparisons (1 without it)."""
+        try:
+            data = self._parse(self.repetitions_path, json.load)
+        except (FileNotFoundError, json.JSONDecodeError):
+            return 1
+        value = data.get("looks", 1) if isinstance(data, dict) else 1
+        return int(value) if isinstance(value, int) and value >= 1 else 1
+
     def shard_spec(self, stage: str, shard: str) -> dict[str, Any]:
         """``plan/<stage>/<shard>.json``."""
         data: dict[str, Any] = self._parse(self.shard_plan(stage, shard), json.load)
@@ -267,7 +277,7 @@ class RunDir:
 
     def stages(self) -> list[str]:
         """Planned stages in pipeline order."""
-        from d5pipe.core.stages import STAGE_NAMES
+        from d5pipe.levels.registry import STAGE_NAMES
 
         planned = self.index["stages"]
         return [s for s in STAGE_NAMES if s in planned]

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.device import require_device
@@ -24,7 +25,6 @@ from d5pipe.levels.level0.registry import resolve_operator
 from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
-from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.ceilings import NARROW, REFRESH_NEAR, machine_ceilings, roofline
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
@@ -45,7 +46,6 @@ from d5pipe.levels.device import require_device, synchronize, torch_dtype
 from d5pipe.levels.level1 import output_check
 from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
-from d5pipe.levels.schema import conf_from_dict
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory

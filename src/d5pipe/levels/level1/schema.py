@@ -9,6 +9,8 @@ from d5pipe.core.fields import at_least, choice, positive
 from d5pipe.levels.schema import DTYPES
 
 IMPLS: tuple[str, ...] = ("eager", "compile")
+SECTION = "level1"
+"""The config section of level 1 (named after the level)."""
 RUNTIMES: tuple[str, ...] = ("torch", "compile", "onnxruntime", "openvino")
 TORCH_RUNTIMES: tuple[str, ...] = ("torch", "compile")
 """PyTorch itself: eager, and ``torch.compile`` (``compile_mode``); both measure forward+backward too."""

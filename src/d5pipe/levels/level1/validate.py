@@ -6,26 +6,31 @@ from collections.abc import Mapping
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
 from d5pipe.measure.timer_schema import check_timer
 
+SLOTS: tuple[str, ...] = ("model", "model_reference", "dataset", "runtime")
+"""The plug-in slots a level-1 point uses (d5pipe.levels.targets.SLOTS)."""
+
 
 def check_point(cfg: Mapping[str, Any]) -> None:
     """One level-1 point's resolved config (``model``, ``dataset``, ``level1``, ``timer``)."""
-    check_slots(cfg, "level1")
+    check_slots(cfg, SLOTS)
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
     level1 = section(cfg, "level1")
-    check_device_name(level1.get("device", "cpu"), "level1.device")
+    check_device_name(setting(level1, Level1Conf, "device"), "level1.device")
     check_onnx_file(level1.get("onnx_file"))
-    runtime = str(level1.get("runtime", "torch") or "torch")
+    runtime = str(setting(level1, Level1Conf, "runtime"))
     if level1.get("onnx_file") and runtime in ("torch", "compile"):
         raise D5PipeError("config error: key 'level1.runtime': a network given as level1.onnx_file runs on an "
                           "ONNX runtime (onnxruntime, openvino), not on 'torch'")
-    if runtime != "torch" and str(level1.get("impl", "eager")) != "eager":
+    if runtime != "torch" and str(setting(level1, Level1Conf, "impl")) != "eager":
         raise D5PipeError(f"config error: key 'level1.impl': {level1.get('impl')!r} applies to level1.runtime=torch "
                           f"only (got runtime {runtime!r}; use impl eager)")
     check_timer(dict(section(cfg, "timer")))
@@ -47,4 +52,9 @@ def check_onnx_file(value: Any) -> None:
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets a level1 point uses (its code hash covers them)."""
-    return _used(cfg, "level1")
+    return _used(cfg, SLOTS)
+
+
+def check_targets(cfg: Mapping[str, Any]) -> None:
+    """The plug-in registries and selectors against the runner's allow-list; nothing imported."""
+    check_slots(cfg, SLOTS)

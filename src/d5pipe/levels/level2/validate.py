@@ -5,20 +5,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.schema import check_dataset, check_model
-from d5pipe.levels.targets import check_slots
+from d5pipe.levels.targets import check_metrics, check_slots, metric_user_targets
 from d5pipe.levels.targets import used_targets as _used
+
+SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "reference_optimizer", "scheduler")
+"""The plug-in slots a level-2 point uses (d5pipe.levels.targets.SLOTS)."""
 
 
 def check_point(cfg: Mapping[str, Any]) -> None:
     """One level-2 point's resolved config (``model``, ``dataset``, ``train``)."""
-    check_slots(cfg, "level2")
+    check_slots(cfg, SLOTS)
+    check_metrics(section(cfg, "train"))
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
-    check_device_name(section(cfg, "train").get("device", "cpu"), "train.device")
+    check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
 
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets a level2 point uses (its code hash covers them)."""
-    return _used(cfg, "level2")
+    return _used(cfg, SLOTS) + metric_targets(cfg)
+
+
+def metric_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key, dotted path)`` of the user targets among ``train.metrics``."""
+    return metric_user_targets(section(cfg, "train"))
+
+
+def check_targets(cfg: Mapping[str, Any]) -> None:
+    """The plug-in registries, selectors and extra metrics against the runner's allow-list."""
+    check_slots(cfg, SLOTS)
+    check_metrics(section(cfg, "train"))

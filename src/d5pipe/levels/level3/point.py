@@ -31,16 +31,18 @@ import torch
 
 from d5pipe.core.atomic import write_json
 from d5pipe.core.canonical import digest
+from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import PointOutcome
 from d5pipe.core.seeds import derive_seed
 from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
+from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import outcome, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, session_for
 from d5pipe.levels.level3.validate import check_distributed
-from d5pipe.levels.schema import conf_from_dict
+from d5pipe.levels.schema import ModelConf
 from d5pipe.measure.process import die_with_parent
 
 if TYPE_CHECKING:
@@ -79,19 +81,19 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
         "ranks": ranks,
         "steps": int(dist_cfg["steps"]),
         "warmup_steps": int(dist_cfg["warmup_steps"]),
-        "timeout_s": float(dist_cfg.get("timeout_s", 300.0)),
+        "timeout_s": float(dist_cfg["timeout_s"]),
         "out_dir": str(out_dir),
         "rank_seeds": rank_seeds(ctx.seed, ranks),
-        "device": str(cfg.get("train", {}).get("device", "cpu")),
+        "device": str(setting(cfg.get("train"), TrainConf, "device")),
     }
     if spec["benchmark"] == "collective":
         spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
     else:
         key, target = training.strategy_target(dist_cfg)
-        spec["strategy"] = {"key": key, "target": target, "name": str(dist_cfg.get("strategy", "allreduce"))}
+        spec["strategy"] = {"key": key, "target": target, "name": str(dist_cfg["strategy"])}
         global_batch, per_rank = training.batch_sizes(dist_cfg, ranks)
         spec.update(
-            scaling=dist_cfg.get("scaling", "strong"),
+            scaling=dist_cfg["scaling"],
             global_batch=global_batch,
             per_rank_batch=per_rank,
             model=dict(cfg["model"]),
@@ -159,19 +161,18 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
     The nodes come from the stage's merged resources (``executor.resources.level3`` over
     ``default``), the same values the SLURM job was submitted with.
     """
-    dist_cfg = ctx.config["distributed"]
+    dist = conf_from_dict(DistributedConf, "distributed", ctx.config["distributed"])
     resources = merged_resources(ctx.executor, ctx.stage)
     return {
-        "backend": str(dist_cfg["backend"]),
-        "ranks": int(dist_cfg["ranks"]),
-        "launcher": str(dist_cfg.get("launcher", "auto")),
-        "executor_name": str(ctx.executor.get("name", "local")),
-        "oversubscribe": bool(dist_cfg.get("oversubscribe", True)),
-        "threads_per_rank": int(dist_cfg.get("threads_per_rank", 0) or 0),
-        "extra_args": list(dist_cfg.get("extra_args") or []),
+        "backend": str(dist.backend),
+        "ranks": int(dist.ranks),
+        "launcher": str(dist.launcher),
+        "executor_name": str(ctx.executor.get("name") or "local"),
+        "oversubscribe": bool(dist.oversubscribe),
+        "threads_per_rank": int(dist.threads_per_rank or 0),
+        "extra_args": list(dist.extra_args or []),
         # srun spreads the ranks over the point's nodes, else over the job's whole allocation
-        "slurm_nodes": int(dist_cfg.get("nodes", 1) or 1) if int(dist_cfg.get("nodes", 1) or 1) > 1
-        else int(resources["nodes"]),
+        "slurm_nodes": int(dist.nodes) if int(dist.nodes) > 1 else int(resources["nodes"]),
     }
 
 
@@ -203,7 +204,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     cfg = ctx.config
     dist_cfg = dataclasses.asdict(conf_from_dict(DistributedConf, "distributed", cfg["distributed"]))
     check_distributed(dist_cfg)
-    device = str(cfg.get("train", {}).get("device", "cpu"))
+    device = str(setting(cfg.get("train"), TrainConf, "device"))
     _skip_if_unavailable(str(dist_cfg["backend"]), device)
     if dist_cfg["benchmark"] == "train":
         _skip_unsupported_strategy(dist_cfg)
@@ -221,12 +222,12 @@ def run_point(ctx: PointContext) -> PointOutcome:
         data_path, _ = ensure(dict(cfg["dataset"]), Path(ctx.data_dir).resolve())
         spec["data_path"] = str(data_path)
     options = launch_options(ctx)
-    if options["executor_name"] != "slurm" and int(dist_cfg.get("nodes", 1) or 1) > 1:
+    if options["executor_name"] != "slurm" and int(dist_cfg["nodes"]) > 1:
         raise PointSkipped(f"distributed.nodes={dist_cfg['nodes']} needs the slurm executor "
                            "(a local run has one node)")
     timeout_s = float(spec["timeout_s"])
     retries: list[str] = []
-    if dist_cfg.get("reuse_ranks", True):
+    if dist_cfg["reuse_ranks"]:
         key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)
         root = Path(ctx.run_dir).resolve() / "work" / ctx.stage / "_sessions" / key
 
@@ -265,7 +266,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         "threads_per_rank": plan.threads_per_rank,
         "hosts": hosts,
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
-        "ranks_reused": bool(dist_cfg.get("reuse_ranks", True)),
+        "ranks_reused": bool(dist_cfg["reuse_ranks"]),
         "launch_retries": retries,
         "launch_s": launch_s,
         "rank_wall_s": max(float(r.get("wall_s", 0.0)) for r in rank_results),
@@ -277,12 +278,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
     assert data_path is not None  # a training point always has its prepared dataset
     data = load(data_path)  # once: for the serial reference and for counting FLOPs
     serial = None
-    deterministic = bool(cfg["train"].get("deterministic", True)) and float(cfg["model"].get("dropout", 0.0)) == 0.0
-    if dist_cfg.get("serial_check", True) and deterministic:
-        serial = serial_comparison(spec, data, out_dir, float(dist_cfg.get("tolerance", 1e-4)))
+    deterministic = bool(setting(cfg["train"], TrainConf, "deterministic")) and \
+        float(setting(cfg["model"], ModelConf, "dropout")) == 0.0
+    if dist_cfg["serial_check"] and deterministic:
+        serial = serial_comparison(spec, data, out_dir, float(dist_cfg["tolerance"]))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
-    peak = bool(cfg["train"].get("peak", True))
+    peak = bool(setting(cfg["train"], TrainConf, "peak"))
     add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result
 

@@ -116,3 +116,31 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
                            efficiency_ci_high=efficiency(s_hi, n, scaling))
             out.append(rec)
     return pd.DataFrame(out)
+
+
+def derive_scaling(df: pd.DataFrame) -> pd.DataFrame:
+    """The level's derived rows (d5pipe.levels.stage.Level.derive) from its rows ``df`` of one run:
+    each training point's ``speedup`` and ``efficiency`` against the 1-rank point of its
+    configuration (CI from both times' CIs), as metrics of the point -- timings (ratios of
+    timings), so the report's scaling figures are data in results.parquet too. Nothing when the
+    records carry them already or the run does not sweep ranks."""
+    l3 = df
+    empty = df.iloc[:0]
+    if l3.empty or RANKS_COLUMN not in df.columns or {"speedup", "efficiency"} & set(l3["metric"]):
+        return empty
+    table = scaling_table(l3, TIME_METRIC)
+    if table.empty or "point_id" not in table.columns:
+        return empty
+    timed = l3[l3["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
+    new = []
+    for metric in ("speedup", "efficiency"):
+        t = table.dropna(subset=[metric]).drop_duplicates("point_id").set_index("point_id")
+        ids = timed.index.intersection(t.index)
+        if ids.empty:
+            continue
+        rows = timed.loc[ids].copy()
+        rows["metric"], rows["value"] = metric, t.loc[ids, metric].astype(float)
+        rows["ci_low"], rows["ci_high"] = t.loc[ids, f"{metric}_ci_low"].astype(float), t.loc[ids, f"{metric}_ci_high"].astype(float)
+        rows["unit"], rows["kind"], rows["text"] = "", "timing", None  # ratios of timings are timings
+        new.append(rows.reset_index())
+    return pd.concat(new, ignore_index=True) if new else empty

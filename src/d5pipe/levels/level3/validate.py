@@ -6,26 +6,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
 
+SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "strategy")
+"""The plug-in slots a level-3 point uses (d5pipe.levels.targets.SLOTS)."""
+
 
 def check_distributed(dist: Mapping[str, Any]) -> None:
     """Cross-field checks of a resolved ``distributed`` section."""
-    ranks = dist.get("ranks", 1)
-    nodes = dist.get("nodes", 1)
+    ranks = setting(dist, DistributedConf, "ranks")
+    nodes = setting(dist, DistributedConf, "nodes")
     if isinstance(ranks, int) and isinstance(nodes, int) and nodes > 1 and (nodes > ranks or ranks % nodes):
         raise D5PipeError(f"config error: key 'distributed.nodes': {nodes} nodes cannot share "
                           f"distributed.ranks={ranks} evenly (ranks per node = ranks / nodes)")
-    if (dist.get("benchmark", "train") == "train" and dist.get("scaling", "strong") == "strong"
+    if (setting(dist, DistributedConf, "benchmark") == "train" and setting(dist, DistributedConf, "scaling") == "strong"
             and isinstance(ranks, int) and ranks > 0):
-        global_batch = dist.get("global_batch", 64)
+        global_batch = setting(dist, DistributedConf, "global_batch")
         if isinstance(global_batch, int) and global_batch % ranks:
             raise D5PipeError(f"config error: key 'distributed.global_batch': {global_batch} is not "
                               f"divisible by distributed.ranks={ranks} (strong scaling)")
-    if dist.get("launcher") == "torchrun" and dist.get("backend", "ddp") != "ddp":
+    if dist.get("launcher") == "torchrun" and setting(dist, DistributedConf, "backend") != "ddp":
         raise D5PipeError(f"config error: key 'distributed.launcher': torchrun cannot start backend "
                           f"{dist.get('backend')!r} (it needs MPI ranks); use mpirun, srun or auto")
     device = dist.get("device")
@@ -35,13 +41,18 @@ def check_distributed(dist: Mapping[str, Any]) -> None:
 
 def check_point(cfg: Mapping[str, Any]) -> None:
     """One level-3 point's resolved config (``model``, ``dataset``, ``train``, ``distributed``)."""
-    check_slots(cfg, "level3")
+    check_slots(cfg, SLOTS)
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
-    check_device_name(section(cfg, "train").get("device", "cpu"), "train.device")
+    check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
     check_distributed(section(cfg, "distributed"))
 
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets a level3 point uses (its code hash covers them)."""
-    return _used(cfg, "level3")
+    return _used(cfg, SLOTS)
+
+
+def check_targets(cfg: Mapping[str, Any]) -> None:
+    """The plug-in registries and selectors against the runner's allow-list; nothing imported."""
+    check_slots(cfg, SLOTS)

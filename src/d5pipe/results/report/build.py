@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from d5pipe.core.atomic import write_text
-from d5pipe.core.stages import STAGES, load_target
+from d5pipe.levels.registry import STAGES
 from d5pipe.results.report.blocks import Report, Section
 from d5pipe.results.report.html import render_html
+from d5pipe.results.report.levels import SECTIONS
+from d5pipe.results.report.levels.common import generic
 from d5pipe.results.report.loader import RunData, report_data
 from d5pipe.results.report.markdown import render_markdown
 from d5pipe.results.report.node_section import node_variability
@@ -27,7 +29,8 @@ def build_sections(data: RunData) -> Report:
     sections.append(overview(data))
     for stage in data.stages:
         entry = STAGES.get(stage)
-        level = load_target(entry.report)(data) if entry is not None else Section(stage, stage)
+        make = SECTIONS.get(stage)
+        level = make(data) if make is not None else generic(data, stage, entry.title if entry else stage)
         level.subsections.append(stage_table(data, stage))
         sections.append(level)
     nodes = node_variability(data)

@@ -13,20 +13,18 @@ import re
 
 import pandas as pd
 
-from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, Factor, policy_of
-from d5pipe.results.report import plots
+from d5pipe.levels.registry import STAGES
+from d5pipe.levels.stage import Factor
+from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, policy_of
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.frames import MAX_TABLE_ROWS
 from d5pipe.results.report.loader import RunData
+from d5pipe.results.report.plots import speedups
 from d5pipe.results.report.units import natural_key, number, quantity
 
 MAX_FIGURE_PAIRS = 40
 SECTION_PREFIX = re.compile(r"[\w-]+\.(?=[\w-]+=)")
-NOT_EXPRESSIBLE = {
-    "level0": "The custom operators (operators.custom) are not compared with the built-ins they "
-              "re-implement: nothing in the config or the operator spec names that built-in yet.",
-}
-"""Shown when the run has custom operators."""
+
 
 
 def _short(context: str) -> str:
@@ -73,8 +71,8 @@ def _verdict(r: pd.Series) -> str:
     return text
 
 
-def _why_none(data: RunData, factor: Factor) -> str:
-    rows = data.stage_rows(factor.stage)
+def _why_none(data: RunData, stage: str, factor: Factor) -> str:
+    rows = data.stage_rows(stage)
     rows = rows[rows["status"] == "ok"]
     values = sorted({str(v) for v in rows[factor.column].dropna()}, key=natural_key) \
         if factor.column in rows.columns else []
@@ -88,7 +86,7 @@ def _why_none(data: RunData, factor: Factor) -> str:
 
 def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section | None]:
     """(notes for the level section, the side-by-side subsection or None) of ``stage``."""
-    factors = [f for f in FACTORS if f.stage == stage]
+    factors = [f for s, f in FACTORS if s == stage]
     if not factors:
         return [], None
     swept = [f for f in factors if f.column in data.results.columns
@@ -96,11 +94,9 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     factor = (swept or factors)[0]  # the level's compared factor that this run sweeps
     pairs = data.comparisons[data.comparisons["stage"] == stage] if not data.comparisons.empty else data.comparisons
     pairs = pairs[pairs["factor"] == factor.column] if not pairs.empty else pairs
-    operators = data.config.get("operators")
-    has_custom = isinstance(operators, dict) and bool(operators.get("custom"))
-    extra = NOT_EXPRESSIBLE.get(stage) if has_custom else None
+    extra = STAGES[stage].uncompared_note(data.config) if stage in STAGES else ""
     if pairs.empty:
-        notes: list[Block] = [Text(f"Side by side ({factor.title}): {_why_none(data, factor)}", "note")]
+        notes: list[Block] = [Text(f"Side by side ({factor.title}): {_why_none(data, stage, factor)}", "note")]
         if extra:
             notes.append(Text(extra, "note"))
         return notes, None
@@ -152,7 +148,7 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     if int((~not_compared).sum()) > MAX_FIGURE_PAIRS:
         caption += f" First {MAX_FIGURE_PAIRS} of {int((~not_compared).sum())} compared pairs drawn."
     if not shown.empty:
-        blocks.append(Figure(plots.speedups(frame), f"speedup vs {base}", caption))
+        blocks.append(Figure(speedups(frame), f"speedup vs {base}", caption))
     if extra:
         blocks.append(Text(extra, "note"))
     return [], Section(f"compare-{stage}", f"{stage}: {factor.title} side by side", blocks)

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from d5pipe.results.report import plots
 from d5pipe.results.report.blocks import Block, Figure, Table, Text
 from d5pipe.results.report.frames import metric_frame, wide_table
 from d5pipe.results.report.loader import RunData
+from d5pipe.results.report.plots import Ideal, metric_vs_axis
 
 Layout = tuple[str, bool, list[str], list[str]]
 """(x axis, x is numeric, series axes, facet axes) from frames.choose_layout."""
@@ -22,7 +22,7 @@ def unit_of(rows: pd.DataFrame, metric: str) -> str:
 
 def figure(
     rows: pd.DataFrame, metric: str, layout: Layout, *,
-    band: bool = False, ideal: plots.Ideal = None, logy: bool = False, title: str = "",
+    band: bool = False, ideal: Ideal = None, logy: bool = False, title: str = "",
 ) -> list[Block]:
     """``metric`` against the layout's x axis, error bars from the recorded 95% CIs."""
     x, numeric, series, facets = layout
@@ -34,7 +34,7 @@ def figure(
                      "note")]
     xs = frame["x"].astype(float) if numeric else None
     logx = bool(numeric and xs is not None and (xs > 0).all() and xs.max() / xs.min() >= 8)
-    png, left_out = plots.metric_vs_axis(
+    png, left_out = metric_vs_axis(
         frame, xlabel=x, ylabel=metric, numeric_x=numeric, logx=logx, logy=logy, band=band, ideal=ideal,
         unit=unit_of(rows, metric),
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from d5pipe.core.stages import NODE_AXIS
+from d5pipe.levels.registry import NODE_AXIS
 from d5pipe.results.columns import axis_columns
 from d5pipe.results.report.blocks import Block, Section, Table, Text
 from d5pipe.results.report.frames import fmt_plain

@@ -1,0 +1,44 @@
+"""Level 0 declares itself (d5pipe.levels.stage.Level): operators, their schema, checks, cost,
+compared factor. Torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from d5pipe.core.fields import setting
+from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
+from d5pipe.levels.level0 import validate
+from d5pipe.levels.level0.schema import OperatorsConf
+from d5pipe.levels.stage import Factor, Level
+
+
+def cost(cfg: Mapping[str, Any]) -> float:
+    """One timed call site; ``impl: compile`` adds a compilation (the machine peak is measured once
+    per shard, not per point)."""
+    impl = setting(cfg.get("operators"), OperatorsConf, "impl")
+    return POINT_FIXED_S + timed_s(cfg, 1) + (COMPILE_S if impl == "compile" else 0.0)
+
+
+def runner() -> Any:
+    """The point runner (imports torch)."""
+    from d5pipe.levels.level0.point import run_point
+
+    return run_point
+
+
+def uncompared(config: Mapping[str, Any]) -> str:
+    operators = config.get("operators")
+    if isinstance(operators, dict) and operators.get("custom"):
+        return ("The custom operators (operators.custom) are not compared with the built-ins they re-implement: "
+                "nothing in the config or the operator spec names that built-in yet.")
+    return ""
+
+
+LEVEL = Level(
+    name="level0", title="L0 operators", sections=("operators", "timer", "placement"),
+    schemas={"operators": OperatorsConf}, check_point=validate.check_point, cost=cost, runner=runner,
+    used_targets=validate.used_targets, check_targets=validate.check_targets, factors=(Factor("operators.impl", "eager", ("time",), "implementations"),),
+    uncompared_note=uncompared,
+    check_reads=("operators.op", "operators.custom", "operators.allowed_prefixes", "operators.device", "timer"),
+)

@@ -1,0 +1,100 @@
+"""What a level says about itself: the contract every ``levels/levelN/stage.py`` fills in. Torch-free.
+
+A level is one unit. Its package declares, in one :class:`Level` value, everything the layers
+above need to know: its config sections and their schemas, the check of one point, its plug-in
+slots, its cost model, its comparison factors and quality metrics, what it derives from its
+records, what it needs installed, and its point runner. d5pipe.levels.registry collects the
+declarations; nothing outside a level's own package spells its name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from d5pipe.core.outcome import PointOutcome
+    from d5pipe.levels.contract import PointContext
+
+PointConfig = Mapping[str, Any]
+"""One point's resolved config: the level's sections as plain data (d5pipe.plan.point_config)."""
+
+
+@dataclass(frozen=True)
+class Factor:
+    """A compared factor of a level: its axis, its baseline and the timings compared (the
+    side-by-side tables of d5pipe.results.comparisons)."""
+
+    column: str
+    baseline: str | None
+    """The declared baseline value; None: the first value of the sweep, else :attr:`fallback`."""
+    metrics: tuple[str, ...]
+    title: str
+    fallback: str = ""
+    quality: str = ""
+    """The metric that says what the speed bought (shown for both sides); empty: none."""
+
+
+def _no_targets(cfg: PointConfig) -> list[tuple[str, str]]:
+    return []
+
+
+def _no_files(cfg: PointConfig) -> dict[str, str]:
+    return {}
+
+
+def _no_needs(cfg: PointConfig) -> list[tuple[str, str]]:
+    return []
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the pipeline, as its package declares it."""
+
+    name: str
+    """Stage name used in configs, plan files, record paths and result rows."""
+    title: str
+    """Human title (report headings, ``d5pipe plan``)."""
+    sections: tuple[str, ...]
+    """Config sections a point of this level reads; its point ID hashes exactly these (``placement``
+    only where it differs from its default)."""
+    schemas: Mapping[str, type]
+    """The config sections this level owns -> their schema dataclasses (shared sections such as
+    ``model`` or ``timer`` are owned by d5pipe.levels.schema and d5pipe.measure)."""
+    check_point: Callable[[PointConfig], None]
+    """The torch-free check of one resolved point config, run by ``d5pipe plan`` for every point."""
+    cost: Callable[[PointConfig], float]
+    """Expected seconds of work of one point (d5pipe.plan.build sizes shards with it)."""
+    runner: Callable[[], Callable[[PointContext], PointOutcome]]
+    """The function that measures one point in a shard job, imported when asked (torch)."""
+    check_reads: tuple[str, ...] | None = None
+    """The keys (or whole sections) :attr:`check_point`, :attr:`used_targets` and
+    :attr:`identity_files` read: the planner runs them once per distinct combination of those
+    keys' swept values (d5pipe.plan.stage_points). None: they may read anything (every point)."""
+    used_targets: Callable[[PointConfig], list[tuple[str, str]]] = _no_targets
+    """``(key, dotted path)`` of the user targets a point uses: its code hash covers them."""
+    check_targets: Callable[[Mapping[str, Any]], None] = lambda config: None
+    """The level's plug-in registries and selectors of a whole config against the runner's
+    allow-list, nothing imported (a bundle's config, before ``reproduce`` or ``ab`` runs it)."""
+    factors: tuple[Factor, ...] = ()
+    """What its side-by-side tables compare."""
+    derive: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    """New result rows from the level's rows of one run (level 3: speedup and efficiency against
+    the 1-rank point), computed once by d5pipe.results.run_results."""
+    parallel_axis: str = ""
+    """The axis that counts parallel workers (a speedup above it is implausible)."""
+    requires: Callable[[PointConfig], list[tuple[str, str]]] = _no_needs
+    """``(setting, Python package)`` a point needs installed (``d5pipe plan`` names what is missing)."""
+    identity_files: Callable[[PointConfig], dict[str, str]] = _no_files
+    """``{"file:<path>": sha256}`` of files whose content is part of a point's identity."""
+    needs_data: bool = False
+    """Points read a prepared dataset (``data/<key>.npz``, made by ``prepare_data``)."""
+    tasks_from_ranks: bool = False
+    """A shard's SLURM job gets one task per rank (the most ranks in the shard): no job arrays."""
+    recipes: bool = False
+    """Acceptance recipes (``recipe.acceptance``) judge this level's points by default."""
+    uncompared_note: Callable[[Mapping[str, Any]], str] = field(default=lambda config: "")
+    """A note for the side-by-side section when the run has something that cannot be compared."""

@@ -1,0 +1,149 @@
+"""One stage's points, fast: what depends on a sweep's distinct values is computed once per value.
+
+A 100,000-point grid is mostly the same config with a few axes set. So, per stage:
+
+* each axis value is normalised once (d5pipe.core.canonical.normalise), not once per point;
+* the point check, the user targets and the identity files of a point depend only on the keys its
+  level says they read (``check_reads`` of d5pipe.levels.stage.Level): they run once per distinct
+  combination of the swept values of those keys (every point when a level does not say);
+* a point's ID hashes the canonical JSON of ``{stage, config}``; that text is the stage base's with
+  the axis values at known places, so it is built from a template (:class:`IdTemplate`) by joining
+  the values' canonical JSON, the same bytes d5pipe.core.canonical.canonical_json gives;
+* the dataset key depends only on the ``dataset`` axes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from d5pipe.core.canonical import canonical_json, digest, normalise
+from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.stage import Level
+from d5pipe.plan.point_config import REPEAT_AXIS, set_dotted
+
+_MARK = "@@d5pipe-axis-{}@@"
+
+
+class IdTemplate:
+    """The canonical JSON of ``{"stage": ..., "config": base}`` with one hole per axis (and one for
+    the repetition index when ``repeat``): :meth:`text` fills the holes with the canonical JSON of
+    a point's values."""
+
+    def __init__(self, stage: str, base: dict[str, Any], axes: Sequence[str], repeat: bool) -> None:
+        keys = [*axes, *([REPEAT_AXIS] if repeat else [])]
+        cfg = base
+        for i, key in enumerate(keys):
+            cfg = set_dotted(cfg, key, _MARK.format(i))
+        text = canonical_json({"stage": stage, "config": cfg}, normalised=True)
+        self.parts: list[str] = []
+        self.holes: list[int] = []
+        rest = text
+        while True:
+            found = [(rest.find(f'"{_MARK.format(i)}"'), i) for i in range(len(keys))]
+            found = [(pos, i) for pos, i in found if pos >= 0]
+            if not found:
+                self.parts.append(rest)
+                break
+            pos, i = min(found)
+            self.parts.append(rest[:pos])
+            self.holes.append(i)
+            rest = rest[pos + len(_MARK.format(i)) + 2:]
+        self.ok = sorted(self.holes) == list(range(len(keys)))
+
+    def text(self, values: Sequence[str]) -> str:
+        """The canonical JSON with ``values`` (canonical JSON texts, in axis order) in the holes."""
+        out = [self.parts[0]]
+        for hole, part in zip(self.holes, self.parts[1:]):
+            out.append(values[hole])
+            out.append(part)
+        return "".join(out)
+
+
+def nested_axes(axes: Sequence[str]) -> bool:
+    """Whether one axis lies inside another (``a.b`` and ``a.b.c``): no template then."""
+    return any(b.startswith(a + ".") for a in axes for b in axes if a != b)
+
+
+def reads_key(key: str, reads: Sequence[str]) -> bool:
+    return any(key == r or key.startswith(r + ".") for r in reads)
+
+
+class StagePoints:
+    """The checked points of one stage, with what their IDs, costs and datasets need."""
+
+    def __init__(self, level: Level, base: dict[str, Any], axes: tuple[str, ...],
+                 points: Sequence[tuple[Any, ...]], code_cache: Any) -> None:
+        self.level, self.base, self.axes, self.points = level, base, axes, list(points)
+        canon: dict[int, tuple[Any, str]] = {}
+        self.values: list[tuple[Any, ...]] = []
+        self.texts: list[tuple[str, ...]] = []
+        for values in self.points:
+            norm, text = [], []
+            for v in values:
+                hit = canon.get(id(v))
+                if hit is None:
+                    n = normalise(v)
+                    hit = canon[id(v)] = (n, canonical_json(n, normalised=True))
+                norm.append(hit[0])
+                text.append(hit[1])
+            self.values.append(tuple(norm))
+            self.texts.append(tuple(text))
+        self._keep = list(canon)  # the ids above stay valid while the values live
+        reads = level.check_reads
+        self.check_idx = list(range(len(axes))) if reads is None else \
+            [i for i, a in enumerate(axes) if reads_key(a, reads)]
+        self.code: list[dict[str, str]] = []
+        checked: dict[tuple[str, ...], dict[str, str]] = {}
+        for values, texts in zip(self.values, self.texts):
+            key = tuple(texts[i] for i in self.check_idx)
+            code = checked.get(key)
+            if code is None:
+                cfg = self.config(values)
+                try:
+                    level.check_point(cfg)
+                    code = {**_code_of(level, cfg, code_cache), **level.identity_files(cfg)}
+                except D5PipeError as exc:
+                    raise _point_error(level.name, dict(zip(axes, values)), exc) from None
+                checked[key] = code
+            self.code.append(code)
+        fast = not nested_axes(axes) and REPEAT_AXIS not in axes
+        self.templates = {rep: IdTemplate(level.name, base, axes, rep) for rep in (False, True)} if fast else {}
+
+    def config(self, values: Sequence[Any]) -> dict[str, Any]:
+        cfg = self.base
+        for k, v in zip(self.axes, values):
+            cfg = set_dotted(cfg, k, v)
+        return cfg
+
+    def point_id(self, k: int, rep: int, prefix: str) -> str:
+        """The ID of point ``k``'s repetition ``rep`` (d5pipe.plan.build.point_id, faster)."""
+        code = self.code[k]
+        template = self.templates.get(rep > 0)
+        if code or template is None or not template.ok:
+            cfg = self.config(self.values[k])
+            if rep:
+                cfg = {**cfg, REPEAT_AXIS: rep}
+            data: dict[str, Any] = {"stage": self.level.name, "config": cfg}
+            if code:
+                data["code"] = dict(code)
+            return f"{prefix}-{digest(data, 12, normalised=True)}"
+        texts = [*self.texts[k], str(rep)] if rep else list(self.texts[k])
+        h = hashlib.sha256(template.text(texts).encode("ascii")).hexdigest()[:12]
+        return f"{prefix}-{h}"
+
+
+def _code_of(level: Level, cfg: dict[str, Any], cache: Any) -> dict[str, str]:
+    """Module -> source hash of the user targets ``cfg`` uses (allow-list checked by check_point)."""
+    code: dict[str, str] = {}
+    for _key, path in level.used_targets(cfg):
+        mc = cache.of(path)
+        if mc is not None:
+            code[mc.module] = mc.sha256
+    return code
+
+
+def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:
+    where = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))

@@ -1,0 +1,67 @@
+"""The level-3 section: time per step, speedup and efficiency against the ranks, bus bandwidth."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from d5pipe.levels.level3.stage import LEVEL
+from d5pipe.results.report.blocks import Block, Section, Table, Text
+from d5pipe.results.report.figures import figure
+from d5pipe.results.report.frames import (
+    choose_layout,
+    find_metric,
+    fmt_plain,
+    fmt_value,
+    label_of,
+    metric_names,
+    varying_axes,
+    wide_table,
+)
+from d5pipe.results.report.levels.common import finish, upper_bounds
+from d5pipe.results.report.loader import RunData
+
+
+def _base_case(rows: pd.DataFrame, metric: str, x: str, groups: list[str]) -> Text | None:
+    """The speedup base case (smallest x) and its absolute time, per series."""
+    m = rows[(rows["metric"] == metric) & (rows["status"] == "ok") & rows["value"].notna()]
+    if m.empty or x not in m:
+        return None
+    base = m[m[x] == m[x].min()]
+    parts = [f"{label_of(r, groups) if groups else 'all'}: {fmt_value(r['value'], r['ci_low'], r['ci_high'], r['unit'])}"
+             for _, r in base.head(12).iterrows()]
+    return Text(f"Speedup base case {x}={fmt_plain(m[x].min())}, {metric}: " + "; ".join(parts), "note")
+
+
+def section(data: RunData) -> Section:
+    rows = data.stage_rows(LEVEL.name)
+    blocks: list[Block] = []
+    time_m = find_metric(rows, ["time_per_step_s", "time_per_step"], prefix="time_per_step")
+    names = metric_names(rows)  # speedup and efficiency: derived once by the level (d5pipe.results.run_results)
+    # ranks on x, one series per backend; other varying axes (e.g. message size) become panels
+    layout = choose_layout(rows, ["distributed.ranks"], ["distributed.backend"])
+    if time_m:
+        base = _base_case(rows, time_m, layout[0], layout[2] + layout[3])
+        if base is not None:
+            blocks.append(base)
+        blocks += figure(rows, time_m, layout, band=True)
+    notes_at = None
+    if "speedup" in names:
+        blocks += figure(rows, "speedup", layout, band=True, ideal="linear")
+        notes_at = len(blocks)  # superlinear speedup, oversubscription: right under the speedup figure
+    if "efficiency" in names:
+        blocks += figure(rows, "efficiency", layout, band=True, ideal="one")
+    if "speedup" in names:  # the figures' values as a table
+        scaled = rows[rows["metric"].isin(["speedup", "efficiency"])]
+        metrics = [m for m in ("speedup", "efficiency") if m in names]
+        axes = [a for a in ("distributed.backend", "distributed.scaling", *varying_axes(scaled, repeat=True))
+                if a in scaled.columns and scaled[a].notna().any()]
+        cols, body, _ = wide_table(scaled, metrics, list(dict.fromkeys(axes)))
+        blocks.append(Table(cols[1:], [r[1:] for r in body],
+                            "Speedup and efficiency against the 1-rank point of the same configuration "
+                            "(value [95% CI]), as in the figures above"))
+    busbw = find_metric(rows, ["busbw_GBps", "busbw"], prefix="busbw")
+    if busbw:
+        bw_layout = choose_layout(rows, ["distributed.message_bytes"], ["distributed.backend"])
+        blocks += figure(rows, busbw, bw_layout, title="bus bandwidth")
+    blocks += upper_bounds(rows, [("samples_per_s", "")])
+    return finish(data, LEVEL.name, LEVEL.title, blocks, notes_at)
