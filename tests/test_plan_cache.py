@@ -43,7 +43,8 @@ def test_a_stored_plan_comes_back_equal_for_the_same_config(tmp_path: Path) -> N
     again = cache.load(tmp_path, json.loads(json.dumps(config)))
     assert again is not None
     _same(plan, again)
-    assert again.stages["level0"].params[0] == (8, "float32")  # tuples, as the planner makes them
+    first = again.stages["level0"].params[0]
+    assert isinstance(first, tuple) and first in plan.stages["level0"].params  # tuples, as the planner makes them
 
 
 @pytest.mark.parametrize("change", [

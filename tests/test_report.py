@@ -160,7 +160,10 @@ def test_natural_numeric_order_and_integer_axes(full_report: tuple[str, str]) ->
     head, rows = tables(l1.group(0))[0]
     batches = list(dict.fromkeys(r[head.index("level1.batch_size")] for r in rows))
     assert batches == ["8", "16", "64"]
-    lrs = list(dict.fromkeys(r[1] for r in tables(section(html, "level2"))[0][1]))
+    l2 = re.search(r'<section id="table-level2".*?</table>', html, re.S)
+    assert l2 is not None
+    head, rows = tables(l2.group(0))[0]
+    lrs = list(dict.fromkeys(r[head.index("train.lr")] for r in rows))
     assert lrs == ["0.001", "0.003", "0.01"]
 
 

@@ -117,7 +117,9 @@ def test_report_renders_and_is_not_blank(tmp_path: Path) -> None:
     red = (rgb[..., 0] > 240) & (rgb[..., 0] - rgb[..., 1] > 12) & (rgb[..., 0] - rgb[..., 2] > 12)
     band = red[int(top):int(bottom)]
     assert band.mean() > 0.01, f"no red failure rows in the Failures band ({band.mean():.2%})"
-    assert band.mean() > 3 * red[int(bottom):].mean()
+    # failing rows concentrate there (a level's side-by-side answers come next and list, in red, the
+    # pairs a failed point could not join)
+    assert band.mean() > red[int(bottom):].mean()
 
 
 WIDTH_SCRIPT = (

@@ -120,11 +120,15 @@ def test_identical_rerun_is_reproduced(bundle_dir: Path, tmp_path: Path) -> None
     verdict = reproduce(bundle_dir, tmp_path / "out", False, copying_rerun())
     assert verdict.status == "reproduced" and verdict.exit_code == 0, verdict.failures
     report = json.loads((tmp_path / "out" / "reproduce.json").read_text())
-    assert report["schema_version"] == 1 and report["status"] == "reproduced" and report["reproduced"] is True
+    assert report["schema_version"] == 2 and report["status"] == "reproduced" and report["reproduced"] is True
     assert len(report["points"]) == 3
     metrics = {m["metric"]: m for m in report["points"][0]["metrics"]}
-    assert metrics["time"]["verdict"] == "reproduced" and metrics["time"]["p_value"] == pytest.approx(1.0)
-    assert metrics["device"]["verdict"] == "not_compared"
+    timings = {t["metric"]: t for t in report["points"][0]["timings"]}
+    # the same values on both sides: a ratio of 1, never a change (equivalent when the repetitions'
+    # spread fits the margin, else undecided: two separate runs are compared unpaired)
+    assert timings["time"]["verdict"] in ("equivalent", "inconclusive") and timings["time"]["ratio"] == pytest.approx(1.0)
+    assert "time" not in metrics and metrics["device"]["verdict"] == "not_compared"
+    assert report["timing"]["changed"] == 0
     assert report["environment"]["reference_hash"] == report["environment"]["current_hash"]
 
 

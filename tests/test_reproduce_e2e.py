@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -135,7 +136,9 @@ def test_reproduce_archive_reproduces_every_deterministic_metric(
     assert sum(counts[v] for v in ("changed", "inconclusive", "equivalent", "not_compared")) == len(tested) >= 5
     for pt, t in timings:
         assert t["verdict"] in ("changed", "equivalent", "inconclusive"), (pt, t)  # never "reproduced"
-        assert t["p_value"] is not None and "over 3/3 repetitions" in t["text"], (pt, t)
+        # three repetitions a side, less any outlier repetition left out (named in the text)
+        assert t["p_value"] is not None and re.search(r"over [23]/[23] repetitions", t["text"]), (pt, t)
+        assert ("left out:" in t["text"]) == bool(t["outliers"]), (pt, t)
     slowed = {t["metric"]: t for pt, t in timings if pt.startswith("level0/throttled")}
     for name in ("time", "gflops", "gbps"):  # the rates follow the time: the same test, shown once
         t = slowed[name]
@@ -234,11 +237,15 @@ def test_slowdown_fails_compare_threshold_and_strict_reproduce(published: tuple[
 
 @pytest.mark.slow
 def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
-    """The shipped quickstart (all four levels), run and reproduced on the same machine: exit 0.
+    """The shipped quickstart (all four levels; one repetition here), run and reproduced on the same
+    machine: exit 0.
     Level 3's speedup and efficiency are ratios of timings and are compared as timings, never as
     exact numbers; no timing is called reproduced unless shown equivalent."""
     run = tmp_path / "quickstart"
-    _ok(cli("run", "quickstart", "--out", str(run)))
+    # one repetition keeps the suite's time (the full shipped quickstart: README, "Reproducing");
+    # the verdicts of its checks are the original's business, not the reproduction's
+    first = cli("run", "quickstart", "repetitions=1", "--out", str(run))
+    assert first.returncode in (0, 3), first.stdout[-3000:] + first.stderr[-3000:]
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")
     assert report["status"] == "reproduced" and report["failures"] == []

@@ -2,7 +2,8 @@
 
 One heading per configuration, configurations with a change first, then the undecided ones; under
 it one line per timing (repetitions folded in: each side's geometric mean and count, the change
-with its 95% CI, the verdict), changed and inconclusive first; timings that follow another are
+with its 95% CI, the verdict; an inconclusive one with the repetitions per side that would decide it), changed and
+inconclusive first; timings that follow another are
 named on one line; outlier repetitions on their own line; the other metrics collapsed into one
 line when they agree in every repetition, listed when they do not. The last line counts the
 verdicts.
@@ -15,6 +16,7 @@ from typing import Any
 
 from d5pipe.results.compare import PointComparison, RunComparison
 from d5pipe.results.metric_compare import Comparison
+from d5pipe.results.repetition_values import MAX_NEEDED
 from d5pipe.results.report.units import natural_key, quantity
 from d5pipe.results.timing_compare import TimingComparison
 
@@ -59,7 +61,9 @@ def _verdict(t: TimingComparison) -> str:
     if t.verdict == "equivalent":
         return f"equivalent (within x{1 + t.margin:g})"
     if t.verdict == "inconclusive":
-        return "inconclusive" + (f" (~{t.needed} repetitions/side would decide)" if t.needed else "")
+        if not t.needed:
+            return "inconclusive"
+        return f"inconclusive (needs {'>' if t.needed >= MAX_NEEDED else '~'}{t.needed}/side)"
     if t.verdict == "not_compared":
         return f"not compared: {t.reason}" if t.reason else "not compared"
     return t.label()

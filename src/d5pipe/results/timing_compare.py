@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 from d5pipe.measure import compare_defaults
 from d5pipe.results.repetition_values import (
+    MAX_NEEDED,
     OUTLIER_K,
     Outlier,
     Side,
@@ -194,7 +195,8 @@ class TimingComparison:
         if self.verdict == "equivalent":
             parts.append(f"CI within x{1 + self.margin:g}")
         if self.verdict == "inconclusive" and self.needed is not None:
-            parts.append(f"~{self.needed} repetitions per side would decide a {self.margin:.0%} change")
+            about = ">" if self.needed >= MAX_NEEDED else "~"
+            parts.append(f"{about}{self.needed} repetitions per side would decide a {self.margin:.0%} change")
         if self.outliers:
             parts.append("left out: " + ", ".join(o.text(self.unit) for o in self.outliers))
         if self.reason:

@@ -251,7 +251,7 @@ class RunDir:
         there is none)."""
         try:
             data = self._parse(self.repetitions_path, json.load)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no run directory (yet), or --out is a file
             return {}
         except json.JSONDecodeError as exc:
             raise D5PipeError(f"{self.repetitions_path}: invalid JSON ({exc.msg})") from exc
@@ -265,7 +265,7 @@ class RunDir:
         """How many times the until-decided mode may decide this run's comparisons (1 without it)."""
         try:
             data = self._parse(self.repetitions_path, json.load)
-        except (FileNotFoundError, json.JSONDecodeError):
+        except (OSError, json.JSONDecodeError):
             return 1
         value = data.get("looks", 1) if isinstance(data, dict) else 1
         return int(value) if isinstance(value, int) and value >= 1 else 1
