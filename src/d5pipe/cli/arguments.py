@@ -16,15 +16,29 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A number > 0 (``--timeout`` seconds)."""
+def _number(text: str, low: float, high: float, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be > 0")
+    if not low < value < high:
+        raise argparse.ArgumentTypeError(f"{value:g} must be {what}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A number > 0 (``--timeout`` seconds)."""
+    return _number(text, 0.0, float("inf"), "> 0")
+
+
+def fraction(text: str) -> float:
+    """A level between 0 and 1 (``--alpha``)."""
+    return _number(text, 0.0, 1.0, "between 0 and 1")
+
+
+def percent(text: str) -> float:
+    """A percentage above 0 (``--margin``)."""
+    return _number(text, 0.0, 1000.0, "a percentage above 0")
 
 
 ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "
@@ -50,12 +64,17 @@ def apply_allow(prefixes: list[str]) -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) if e else e for e in entries.split(os.pathsep))
 
 
-def add_until_decided_arguments(p: argparse.ArgumentParser) -> None:
-    """``--until-decided``, ``--budget``, ``--max-repetitions`` (``run`` and ``plan``)."""
-    p.add_argument("--until-decided", action="store_true",
-                   help="after the run, measure more repetitions of both sides of every inconclusive "
-                        "side-by-side pair until each is decided or the budget is spent")
+def add_until_decided_arguments(p: argparse.ArgumentParser, on: bool = False) -> None:
+    """``--until-decided``, ``--budget``, ``--max-repetitions`` (``run`` and ``plan``: off unless
+    asked; ``ab``: ``on``, ``--no-until-decided`` turns it off)."""
+    what = ("measure more repetitions of every configuration with an inconclusive comparison until each "
+            "is decided or the budget is spent")
+    if on:
+        p.add_argument("--until-decided", action=argparse.BooleanOptionalAction, default=True,
+                       help=what + " (default; --no-until-decided: the given repetitions only)")
+    else:
+        p.add_argument("--until-decided", action="store_true", help=what)
     p.add_argument("--budget", type=positive_float, default=600.0, metavar="S",
-                   help="--until-decided: no new round after S seconds in all (default 600)")
+                   help="until decided: no new round after S seconds in all (default 600)")
     p.add_argument("--max-repetitions", type=positive_int, default=20,
-                   help="--until-decided: at most this many repetitions per configuration (default 20)")
+                   help="until decided: at most this many repetitions per configuration (default 20)")

@@ -13,7 +13,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from d5pipe.cli.arguments import add_allow_argument, apply_allow, positive_float, positive_int
+from d5pipe.cli.arguments import add_allow_argument, add_until_decided_arguments, apply_allow, positive_int
 from d5pipe.cli.cmd_compare import (
     REGRESSION_EXIT,
     add_policy_arguments,
@@ -33,13 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="draws which side starts each pair of shards")
     parser.add_argument("--no-interleave", action="store_true",
                         help="run the sides at the same time without taking turns (for comparison only)")
-    parser.add_argument("--until-decided", action=argparse.BooleanOptionalAction, default=True,
-                        help="add repetitions to configurations with an inconclusive timing until decided "
-                             "(default; --no-until-decided: the given repetitions only)")
-    parser.add_argument("--budget", type=positive_float, default=600.0, metavar="S",
-                        help="until decided: no new round after S seconds in all (default 600)")
-    parser.add_argument("--max-repetitions", type=positive_int, default=20,
-                        help="--until-decided: at most this many repetitions per configuration (default 20)")
+    add_until_decided_arguments(parser, on=True)
     parser.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for side A's jobs only (repeatable)")
     parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",

@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from d5pipe.cli.arguments import fraction, percent
 from d5pipe.core.atomic import write_json
 from d5pipe.provenance.bundle import opened_bundle
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
@@ -26,31 +27,11 @@ INCONCLUSIVE_EXIT = 5
 """``--fail-on-inconclusive``: a timing could be shown neither changed nor equivalent."""
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a level between 0 and 1, got {text}")
-    return value
-
-
-def _percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
-    if not 0 < value < 1000:
-        raise argparse.ArgumentTypeError(f"expected a percentage above 0, got {text}")
-    return value
-
-
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``compare``, ``reproduce`` and ``ab``: how timings and numbers are judged."""
-    parser.add_argument("--alpha", type=_fraction, default=DEFAULT_ALPHA,
+    parser.add_argument("--alpha", type=fraction, default=DEFAULT_ALPHA,
                         help=f"level of the test for a change, over all timings together (default {DEFAULT_ALPHA})")
-    parser.add_argument("--margin", type=_percent, default=100 * DEFAULT_MARGIN, metavar="PCT",
+    parser.add_argument("--margin", type=percent, default=100 * DEFAULT_MARGIN, metavar="PCT",
                         help="equivalence margin: a timing whose whole 95%% CI lies within a factor 1+PCT/100 "
                              f"either way is equivalent (default {100 * DEFAULT_MARGIN:g})")
     parser.add_argument("--correction", choices=["holm", "bh", "none"], default=DEFAULT_CORRECTION,

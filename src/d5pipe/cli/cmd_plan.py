@@ -54,7 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def until_decided_cost(plan: Plan, budget_s: float, max_repetitions: int) -> str:
     """What ``--until-decided`` may add: more repetitions of the configurations of undecided
     side-by-side pairs, at most ``max_repetitions`` each, no new round after ``budget_s``."""
-    reps = int(plan.config.get("repetitions", 1) or 1)
+    from d5pipe.config.schema import RootConf
+    from d5pipe.core.fields import setting
+
+    reps = int(setting(plan.config, RootConf, "repetitions"))
     per_rep = sum(sum(sp.costs) for sp in plan.stages.values()) / max(1, reps)
     worst = per_rep * max(0, max_repetitions - reps)
     return (f"until decided: up to {max_repetitions} repetitions of each configuration of an undecided "

@@ -32,8 +32,11 @@ _UNUSABLE = ("down", "drain", "fail", "maint", "unk", "no_respond", "power")
 
 
 def node_of(config: Mapping[str, Any]) -> int:
-    """The ``placement.node`` of a resolved point config (0 without a placement)."""
-    return int((config.get("placement") or {}).get("node", 0) or 0)
+    """The ``placement.node`` of a resolved point config (the schema's default without a placement)."""
+    from d5pipe.config.schema import PlacementConf  # the schema only where a node is asked for
+    from d5pipe.core.fields import setting
+
+    return int(setting(config.get("placement"), PlacementConf, "node"))
 
 
 @lru_cache(maxsize=8)

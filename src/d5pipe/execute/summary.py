@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from d5pipe.config.schema import ExecutorConf, RootConf
+from d5pipe.core.fields import setting
 from d5pipe.plan.build import Plan
 from d5pipe.rundir.plan_files import existing_records
 
@@ -70,9 +72,9 @@ def _submissions(plan: Plan, stage: str, jobs: int) -> int:
         return 0
     from d5pipe.execute.placement import placed_stages
 
-    if jobs <= 1 or not ex.get("arrays", True) or STAGES[stage].tasks_from_ranks or stage in placed_stages(plan):
+    if jobs <= 1 or not setting(ex, ExecutorConf, "arrays") or STAGES[stage].tasks_from_ranks or stage in placed_stages(plan):
         return jobs
-    return math.ceil(jobs / int(ex.get("array_limit", 1000) or 1000))
+    return math.ceil(jobs / int(setting(ex, ExecutorConf, "array_limit")))
 
 
 def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
@@ -101,7 +103,7 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
     other = {"prepare_data": len(plan.datasets), "report": 1}
     slurm = (plan.config.get("executor") or {}).get("name") == "slurm"
     return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm,
-                       repetitions=int(plan.config.get("repetitions", 1) or 1))
+                       repetitions=int(setting(plan.config, RootConf, "repetitions")))
 
 
 def format_summary(s: PlanSummary) -> str:

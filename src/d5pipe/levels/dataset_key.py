@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from d5pipe.core.canonical import digest
-from d5pipe.core.fields import conf_from_dict
+from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.levels.schema import DATASET_NAMES as SCHEMA_DATASET_NAMES
 from d5pipe.levels.schema import DatasetConf, check_dataset
 
@@ -59,7 +59,7 @@ dataset (:data:`LAZY_DATASET_NAMES`) (tested)."""
 
 def is_lazy(dataset_cfg: dict[str, Any]) -> bool:
     """Whether ``dataset_cfg`` names a generated dataset (nothing materialised; LazySamples)."""
-    return str((dataset_cfg or {}).get("name", "digits")) in LAZY_DATASET_NAMES
+    return str(setting(dataset_cfg, DatasetConf, "name")) in LAZY_DATASET_NAMES
 
 
 def resolve(dataset_cfg: dict[str, Any]) -> DatasetConf:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.fields import at_least, between, items_at_least
+from d5pipe.core.fields import at_least, between, items_at_least, setting
 
 ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
 """Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
@@ -105,7 +105,7 @@ def model_requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def check_model(model: Mapping[str, Any], where: str = "model") -> None:
     """Cross-field checks of a resolved ``model`` section (user models: d5pipe.levels.targets)."""
-    dropout = model.get("dropout", 0.0)
+    dropout = setting(model, ModelConf, "dropout")
     if isinstance(dropout, (int, float)) and dropout >= 1.0:
         raise D5PipeError(f"{where}.dropout: {dropout} must be below 1")
     if model.get("name") == "transformer":
@@ -128,7 +128,7 @@ def check_dataset(dataset: Mapping[str, Any], where: str = "dataset") -> None:
     if len(shape) not in (0, 3):
         raise D5PipeError(f"{where}.image_shape: {list(shape)} must be empty or [C, H, W]")
     if dataset.get("name") == "synthetic":
-        n, classes = dataset.get("n_samples", 2048), dataset.get("n_classes", 10)
+        n, classes = setting(dataset, DatasetConf, "n_samples"), setting(dataset, DatasetConf, "n_classes")
         if isinstance(n, int) and isinstance(classes, int) and n < 2 * classes:
             raise D5PipeError(f"{where}.n_samples: synthetic needs n_samples >= 2 x n_classes, "
                               f"got n_samples={n}, n_classes={classes}")

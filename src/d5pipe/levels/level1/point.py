@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe.core.fields import conf_from_dict
+from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
@@ -46,6 +46,7 @@ from d5pipe.levels.device import require_device, synchronize, torch_dtype
 from d5pipe.levels.level1 import output_check
 from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
+from d5pipe.levels.schema import ModelConf
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory
@@ -90,7 +91,7 @@ def network_seed(config: dict[str, Any]) -> int:
     from d5pipe.core.seeds import derive_seed
 
     identity = canonical_json({"model": config.get("model") or {}, "dataset": config.get("dataset") or {}})
-    return derive_seed(int(config.get("seed", 0) or 0), "level1-network:" + identity)
+    return derive_seed(int(config["seed"]), "level1-network:" + identity)
 
 
 def _build(ctx: PointContext, data: Dataset, name: str | None = None) -> nn.Module:
@@ -115,9 +116,9 @@ def _prepare_model(
             reference = _build(ctx, data, reference_name)
             output_check.align_to_reference(model, reference)
         check = output_check.prepare(model.to(dtype=dtype), reference, dtype,
-                                     reference_name or str(model_cfg.get("name", "mlp")))
+                                     reference_name or str(setting(model_cfg, ModelConf, "name")))
     x, y = input_batch(data, conf.batch_size)
-    model_name = model_cfg.get("name", "mlp")
+    model_name = setting(model_cfg, ModelConf, "name")
     try:
         check_input_kind(str(model_name), not x.is_floating_point())
     except UnsupportedInput as exc:

@@ -57,7 +57,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe.core.fields import conf_from_dict
+from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
@@ -71,6 +71,7 @@ from d5pipe.levels.level2.train_loop import StepLog, evaluate, make_loader, trai
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler as build_scheduler
+from d5pipe.levels.schema import ModelConf
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.peak import flops_peak
@@ -83,7 +84,7 @@ METRICS_SPLIT_BYTES = 1 << 30
 def _check_generated(cfg: dict[str, Any], conf: TrainConf, data: Dataset) -> None:
     """Skip, before training, what the data cannot give: token ids to a float-feature model (or the
     reverse), and on a generated dataset what the module docstring lists."""
-    model_name = str((cfg.get("model") or {}).get("name", "mlp"))
+    model_name = str(setting(cfg.get("model"), ModelConf, "name"))
     try:
         check_input_kind(model_name, not data.x_train.dtype.is_floating_point)
     except UnsupportedInput as exc:

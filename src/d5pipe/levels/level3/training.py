@@ -21,11 +21,13 @@ import numpy as np
 import torch
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import setting
+from d5pipe.levels.level3.schema import DistributedConf
 
 
 def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
     """``(global_batch, per_rank_batch)``: ``strong`` fixes the global batch, ``weak`` the per-rank."""
-    scaling = dist_cfg.get("scaling", "strong")
+    scaling = setting(dist_cfg, DistributedConf, "scaling")
     if scaling == "strong":
         global_batch = int(dist_cfg["global_batch"])
         if global_batch % ranks != 0:
