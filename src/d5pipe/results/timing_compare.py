@@ -112,12 +112,6 @@ class Policy:
                 f"equivalent: the whole CI within x{1 + self.margin:g} either way")
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class TimingComparison:
     """One timing, A (reference, baseline) against B (candidate, variant)."""
@@ -218,30 +212,6 @@ class TimingComparison:
         }
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _raw(metric: str, unit: str, a: Side, b: Side, policy: Policy, paired: bool,
          lower: bool | None) -> tuple[TimingComparison, LogValues | None]:
     """A comparison before the family's test: outliers and the log values to test."""
@@ -274,8 +244,6 @@ def _raw(metric: str, unit: str, a: Side, b: Side, policy: Policy, paired: bool,
     return base, LogValues([math.log(v) for v in va], [math.log(v) for v in vb])
 
 
-
-
 @dataclass(frozen=True)
 class Item:
     """One timing to compare within a family."""
@@ -287,8 +255,6 @@ class Item:
     lower_is_better: bool | None = None
     """None: from the unit (:func:`lower_is_better`)."""
     derived_from: str = ""
-
-
 
 
 def compare_family(items: Sequence[Item], policy: Policy | None = None,
@@ -349,9 +315,5 @@ def compare_one(metric: str, unit: str, a: Sequence[float], b: Sequence[float],
                 policy: Policy | None = None, paired: bool = False) -> TimingComparison:
     """One timing on its own (a family of one)."""
     return compare_family([Item(metric, unit, Side.of(a), Side.of(b))], policy, paired)[0]
-
-
-
-
 
 
