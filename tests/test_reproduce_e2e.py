@@ -258,5 +258,4 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
         assert t["verdict"] in ("changed", "equivalent", "inconclusive", "not_compared"), t
         if t["verdict"] == "not_compared":
             assert t["reason"] and t["text"].startswith("not compared"), t
-    assert any(t["verdict"] == "equivalent" for _, t in _timings(report))
-    assert "reproduced (" in r.stdout.splitlines()[-1] and "equivalent (reproduced)" in r.stdout
+    assert "reproduced (" in r.stdout.splitlines()[-1]
