@@ -31,11 +31,14 @@ def unavailable(plan: Any, installed: Callable[[str], bool] = _installed) -> lis
         level = STAGES[stage]
         base = stage_base(plan.config, stage)
         seen: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+        # the repetition index is the last axis when present: a configuration's repetitions share it
+        n = len(sp.axes) - (REPEAT_AXIS in sp.axes)
+        assert REPEAT_AXIS not in sp.axes[:n]
         for params in sp.params:
-            key = tuple(v for a, v in zip(sp.axes, params) if a != REPEAT_AXIS)
+            key = params[:n]
             needs = seen.get(key)
             if needs is None:
-                needs = seen[key] = level.requires(point_config(base, dict(zip(sp.axes, params))))
+                needs = seen[key] = level.requires(point_config(base, dict(zip(sp.axes[:n], key))))
             for what, package in needs:
                 if not installed(package):
                     counts[(what, package)] += 1

@@ -208,15 +208,15 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
     max_jobs = int(setting(shards_cfg, ShardsConf, "max_jobs_per_stage"))
     stages: dict[str, StagePlan] = {}
     datasets: dict[str, dict[str, Any]] = {}
-    all_seeds: list[tuple[str, int]] = []
     from d5pipe.core.allowlist import allow_list
     from d5pipe.core.code_hash import CodeCache
 
     code_cache = CodeCache(allow_list())
     for stage in config["stages"]:
         stages[stage] = _stage_plan(STAGES[stage], config, axes, points, reps, more, code_cache, datasets,
-                                    all_seeds, (pps, target_s, max_jobs))
-    check_unique(all_seeds)
+                                    (pps, target_s, max_jobs))
+    if len({seed for sp in stages.values() for seed in sp.seeds}) != sum(len(sp.seeds) for sp in stages.values()):
+        check_unique((f"{name}/{pid}", seed) for name, sp in stages.items() for pid, seed in zip(sp.point_ids, sp.seeds))
     return Plan(
         experiment=str(config["name"]),
         root_seed=root,
@@ -232,7 +232,7 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
 
 def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], points: list[tuple[Any, ...]],
                 reps: int, more: Mapping[str, int], code_cache: Any, datasets: dict[str, dict[str, Any]],
-                all_seeds: list[tuple[str, int]], sizing: tuple[int, float, int]) -> StagePlan:
+                sizing: tuple[int, float, int]) -> StagePlan:
     """One stage's points (checked, d5pipe.plan.stage_points), repetitions, seeds, costs, shards."""
     stage, root = entry.name, int(config["seed"])
     keep = [a for a in axes if a.split(".", 1)[0] in set(entry.sections)]
@@ -252,6 +252,9 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
     groups: list[int] = []
     planned: list[tuple[Any, ...]] = []
     sizes = node_groups(sub_axes, sub_points)
+    # what a configuration's repetitions share is computed once per configuration: its cost,
+    # dataset key and user modules (a repetition differs in its ID and seed alone)
+    per_k: list[tuple[float, str, tuple[str, ...]] | None] = [None] * len(sub_points)
     # repetition-major: every point once, then every point again (in other shards, so other
     # processes, later in time); within a repetition and node, in a seeded random order
     for rep in range(max(counts, default=reps)):
@@ -264,16 +267,20 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
             random.Random(f"{root}/{stage}/{rep}").shuffle(order)
             groups.append(len(order))
             for k in order:
-                cfg = sp.config(sp.values[k])
+                shared = per_k[k]
+                if shared is None:
+                    cfg = sp.config(sp.values[k])
+                    shared = per_k[k] = (
+                        entry.cost(cfg),
+                        _dataset_key(entry, cfg, tuple(sp.texts[k][i] for i in data_idx), dcache, datasets),
+                        tuple(sorted(m for m in sp.code[k] if not m.startswith("file:"))))
                 pid = first_ids[k] if rep == 0 else sp.point_id(k, rep, prefixes[k])
                 planned.append((*sub_points[k], rep))
-                mods.append(tuple(sorted(m for m in sp.code[k] if not m.startswith("file:"))))
+                costs.append(shared[0])
+                dkeys.append(shared[1])
+                mods.append(shared[2])
                 ids.append(pid)
-                costs.append(entry.cost(cfg))
-                seed = point_seed(root, stage, pid)
-                seeds.append(seed)
-                all_seeds.append((f"{stage}/{pid}", seed))
-                dkeys.append(_dataset_key(entry, cfg, tuple(sp.texts[k][i] for i in data_idx), dcache, datasets))
+                seeds.append(point_seed(root, stage, pid))
     if max(counts, default=reps) > 1:
         out_axes, out_points = (*sub_axes, REPEAT_AXIS), planned
     else:
