@@ -94,7 +94,7 @@ def sequential(work: Path, case: str, i: int, extra: list[str]) -> tuple[list[di
 
 
 def interleaved(work: Path, case: str, i: int, extra: list[str], until: bool,
-                margin: float | None = None) -> tuple[list[dict[str, object]], float]:
+                margin: float | None = None, budget: float = BUDGET_S) -> tuple[list[dict[str, object]], float]:
     run, ca, cb, over_b = CASES[case]
     side, side_b = work / f"{case}-side", work / f"{case}-side-b"
     if not side.exists():
@@ -107,7 +107,7 @@ def interleaved(work: Path, case: str, i: int, extra: list[str], until: bool,
     args = ["ab", str(side), str(side_b if over_b else side), "--out", str(out), "--seed", str(i)]
     if ca is not None:
         args += ["--env-a", f"D5PIPE_BENCH_CALLS={ca}", "--env-b", f"D5PIPE_BENCH_CALLS={cb}"]
-    args += ["--budget", str(BUDGET_S)] if until else ["--no-until-decided"]
+    args += ["--budget", f"{budget:g}"] if until else ["--no-until-decided"]
     if margin:
         args += ["--margin", str(margin)]
     r = d5pipe(*args, env=_env())
@@ -149,6 +149,7 @@ def main() -> int:
                          "until-decided (d5pipe ab)")
     ap.add_argument("--repetitions", type=int, default=None, help="override the shipped repetitions")
     ap.add_argument("--keep", type=Path, default=None, help="keep the runs here")
+    ap.add_argument("--budget", type=float, default=BUDGET_S, help="until-decided budget per pair, seconds")
     args = ap.parse_args()
     extra = [f"repetitions={args.repetitions}"] if args.repetitions else []
     lines = []
@@ -157,8 +158,6 @@ def main() -> int:
         work.mkdir(parents=True, exist_ok=True)
         for case in args.cases.split(","):
             modes = args.modes.split(",")
-            if case.startswith("threads"):  # two pairs tell; no until-decided (a 1.6x change decides at once)
-                modes = [m for m in modes if m != "until-decided"]
             for mode in modes:
                 results = []
                 margin = UNTIL_MARGIN.get(case) if mode == "until-decided" else None
@@ -166,8 +165,11 @@ def main() -> int:
                     if mode == "sequential":
                         results.append(sequential(work, case, i, extra))
                     else:
-                        results.append(interleaved(work, case, i, extra, until=mode == "until-decided", margin=margin))
-                lines.append(summarize(case, mode + (f" --margin {margin:g}" if margin else ""), results))
+                        results.append(interleaved(work, case, i, extra, until=mode == "until-decided", margin=margin,
+                                                   budget=args.budget))
+                label = mode + (f" --margin {margin:g}" if margin else "") + \
+                    (f" --budget {args.budget:g}" if mode == "until-decided" and args.budget != BUDGET_S else "")
+                lines.append(summarize(case, label, results))
                 print(lines[-1], flush=True)
     print("\n".join(["== bench_compare_power", *lines]))
     return 0
