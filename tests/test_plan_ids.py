@@ -10,7 +10,7 @@ import pytest
 
 from d5pipe import D5PipeError
 from d5pipe.config.validate import check_sweep
-from d5pipe.core.seeds import check_unique, derive_seed, point_seed
+from d5pipe.core.seeds import all_distinct, check_unique, derive_seed, point_seed
 from d5pipe.plan.build import build_plan, point_id
 
 
@@ -81,9 +81,33 @@ def test_seeds_derived_and_unique() -> None:
     assert derive_seed(1, "x") != derive_seed(2, "x") != derive_seed(1, "y")
     plan = build_plan(_cfg())
     sp = plan.stages["level0"]
-    assert sp.seeds == [point_seed(7, "level0", p) for p in sp.point_ids]
+    assert list(sp.seeds) == [point_seed(7, "level0", p) for p in sp.point_ids]
     with pytest.raises(D5PipeError, match="seed collision"):
         check_unique([("a", 1), ("b", 1)])
+
+
+def test_all_distinct_finds_a_repeated_seed_in_any_group() -> None:
+    import random
+
+    rng = random.Random(3)
+    seeds = [rng.getrandbits(63) for _ in range(50_000)]
+    assert all_distinct(seeds) and all_distinct(seeds[:10], seeds[10:])
+    assert not all_distinct(seeds, [seeds[123]])
+    assert not all_distinct(seeds[:20_000] + [seeds[7]] + seeds[20_000:])
+    near = seeds[0] ^ 1  # the same bucket (top bits), another seed: distinct
+    assert all_distinct([seeds[0], near]) and not all_distinct([seeds[0], near, seeds[0]])
+
+
+def test_planned_points_read_like_lists() -> None:
+    plan = build_plan({**_cfg(), "repetitions": 2})
+    sp = plan.stages["level0"]
+    params = list(sp.params)
+    assert len(params) == 6 and all(isinstance(p, tuple) and len(p) == 2 for p in params)
+    assert sp.params == params and params == sp.params and sp.params[1:3] == params[1:3]
+    assert sp.params[-1] == params[-1] and params[0] in sp.params
+    assert sorted(p[-1] for p in params) == [0, 0, 0, 1, 1, 1]  # the repetition index, last
+    assert list(sp.costs) == [sp.costs[i] for i in range(6)] and sp.datasets == [""] * 6
+    assert sp.modules == [()] * 6 and sp.costs != [0.0] * 6
 
 
 def test_seeds_unique_over_100k_points() -> None:

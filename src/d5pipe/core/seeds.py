@@ -14,7 +14,8 @@ point records; :func:`check_unique` rejects a sweep whose seeds collide.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Sequence
 
 from d5pipe.core.errors import D5PipeError
 
@@ -30,6 +31,39 @@ def derive_seed(parent: int, label: str) -> int:
 def point_seed(root: int, stage: str, point_id: str) -> int:
     return derive_seed(root, f"{stage}/{point_id}")
 
+
+def point_seeds(root: int, stage: str, point_ids: Iterable[str]) -> list[int]:
+    """:func:`point_seed` of many points of one stage (the shared start of the hashed text is
+    hashed once)."""
+    start = hashlib.sha256(f"{int(root)}:{stage}/".encode())
+    out = []
+    for pid in point_ids:
+        h = start.copy()
+        h.update(pid.encode())
+        out.append(int.from_bytes(h.digest()[:8], "big") & SEED_MASK)
+    return out
+
+
+def all_distinct(*groups: Sequence[int]) -> bool:
+    """Whether no two seeds of ``groups`` (63-bit) are equal, in a few MB whatever their number:
+    a first pass marks each seed's bucket (its top 24 bits) in a bitmap, and a second one compares
+    exactly only the seeds of buckets marked twice."""
+    once, twice = bytearray(1 << 21), bytearray(1 << 21)
+    for v in itertools.chain.from_iterable(groups):
+        b = v >> 39
+        byte, bit = b >> 3, 1 << (b & 7)
+        if once[byte] & bit:
+            twice[byte] |= bit
+        else:
+            once[byte] |= bit
+    seen: set[int] = set()
+    for v in itertools.chain.from_iterable(groups):
+        b = v >> 39
+        if twice[b >> 3] & (1 << (b & 7)):
+            if v in seen:
+                return False
+            seen.add(v)
+    return True
 
 
 def check_unique(seeds: Iterable[tuple[str, int]]) -> None:

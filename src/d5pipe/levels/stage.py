@@ -98,3 +98,8 @@ class Level:
     """Acceptance recipes (``recipe.acceptance``) judge this level's points by default."""
     uncompared_note: Callable[[Mapping[str, Any]], str] = field(default=lambda config: "")
     """A note for the side-by-side section when the run has something that cannot be compared."""
+
+    @property
+    def has_requirements(self) -> bool:
+        """Whether some point may need a package (:attr:`requires` is not the level's no-op)."""
+        return self.requires is not _no_needs

@@ -29,6 +29,8 @@ def unavailable(plan: Any, installed: Callable[[str], bool] = _installed) -> lis
     counts: Counter[tuple[str, str]] = Counter()
     for stage, sp in plan.stages.items():
         level = STAGES[stage]
+        if not level.has_requirements:
+            continue
         base = stage_base(plan.config, stage)
         seen: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
         # the repetition index is the last axis when present: a configuration's repetitions share it

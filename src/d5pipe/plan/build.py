@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Mapping
+from array import array
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +23,12 @@ from d5pipe.config.schema import RootConf, ShardsConf
 from d5pipe.core.canonical import digest, normalise
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
-from d5pipe.core.seeds import check_unique, point_seed
+from d5pipe.core.seeds import all_distinct, check_unique, point_seeds
 from d5pipe.levels.registry import NODE_AXIS, STAGES
 from d5pipe.levels.stage import Level
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost
 from d5pipe.plan.point_config import REPEAT_AXIS, stage_base
-from d5pipe.plan.stage_points import StagePoints
+from d5pipe.plan.stage_points import Gathered, PrefixesOf, RepeatedPoints, StagePoints
 from d5pipe.plan.sweep import expand, project
 
 PLAN_SCHEMA_VERSION = 1
@@ -38,15 +39,17 @@ class StagePlan:
     stage: str
     axes: tuple[str, ...]
     point_ids: list[str]
-    params: list[tuple[Any, ...]]
-    seeds: list[int]
+    params: Sequence[tuple[Any, ...]]
+    """Per point, its values on :attr:`axes` (a list, or d5pipe.plan.stage_points.RepeatedPoints)."""
+    seeds: Sequence[int]
+    """Per point, its seed (an ``array('q')`` from the planner: 8 bytes a point)."""
     bounds: list[int]
     """Shard boundaries: shard ``i`` holds points ``bounds[i]`` to ``bounds[i + 1] - 1``."""
-    datasets: list[str] = field(default_factory=list)
+    datasets: Sequence[str] = field(default_factory=list)
     """Per point, the dataset key it needs ("" for stages without data)."""
-    modules: list[tuple[str, ...]] = field(default_factory=list)
+    modules: Sequence[tuple[str, ...]] = field(default_factory=list)
     """Per point, the user modules whose code its ID includes (empty for built-ins only)."""
-    costs: list[float] = field(default_factory=list)
+    costs: Sequence[float] = field(default_factory=list)
     """Per point, its expected seconds of work (its level's ``cost``, d5pipe.levels.stage.Level)."""
 
     @property
@@ -104,21 +107,45 @@ def dataset_key(dataset_cfg: dict[str, Any]) -> str:
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
 
 
-def readable_prefix(stage: str, params: dict[str, Any]) -> str:
-    parts = []
-    for k, v in params.items():
-        short = k.rsplit(".", 1)[-1]
-        if isinstance(v, str):
-            parts.append(v)
-        elif isinstance(v, bool):
-            parts.append(f"{short}{int(v)}")
-        elif isinstance(v, (int, float)):
-            parts.append(f"{short}{v}")
-        else:
-            parts.append(short)
-    clean = [_UNSAFE.sub("_", part).strip("_.") for part in parts]
-    text = "-".join(c for c in clean if c)[:48].rstrip("_-.")
+def _prefix_part(key: str, value: Any) -> str:
+    """One axis's part of a readable prefix (cleaned; "" when nothing readable is left)."""
+    short = key.rsplit(".", 1)[-1]
+    if isinstance(value, str):
+        part = value
+    elif isinstance(value, bool):
+        part = f"{short}{int(value)}"
+    elif isinstance(value, (int, float)):
+        part = f"{short}{value}"
+    else:
+        part = short
+    return _UNSAFE.sub("_", part).strip("_.")
+
+
+def _join_prefix(stage: str, parts: Sequence[str]) -> str:
+    text = "-".join(c for c in parts if c)[:48].rstrip("_-.")
     return text or stage
+
+
+def readable_prefix(stage: str, params: dict[str, Any]) -> str:
+    return _join_prefix(stage, [_prefix_part(k, v) for k, v in params.items()])
+
+
+def readable_prefixes(stage: str, axes: Sequence[str], points: Sequence[tuple[Any, ...]],
+                      texts: Sequence[tuple[str, ...]]) -> list[str]:
+    """:func:`readable_prefix` of every point, each axis value's part made once (keyed by the
+    value's canonical JSON ``texts``: 1 and 1.0 are one value, True and 1 are not)."""
+    cache: dict[tuple[int, str, type], str] = {}
+    out = []
+    for values, vtexts in zip(points, texts):
+        parts = []
+        for i, (v, t) in enumerate(zip(values, vtexts)):
+            key = (i, t, type(v))
+            part = cache.get(key)
+            if part is None:
+                part = cache[key] = _prefix_part(axes[i], v)
+            parts.append(part)
+        out.append(_join_prefix(stage, parts))
+    return out
 
 
 def repetition_config(cfg: dict[str, Any], rep: int) -> dict[str, Any]:
@@ -163,7 +190,7 @@ def node_groups(axes: tuple[str, ...], points: list[tuple[Any, ...]]) -> list[in
     return sizes
 
 
-def shard_bounds(costs: list[float], groups: list[int], pps: int, target_s: float, max_jobs: int) -> list[int]:
+def shard_bounds(costs: Sequence[float], groups: list[int], pps: int, target_s: float, max_jobs: int) -> list[int]:
     """Shard boundaries packed within each group (a shard never mixes nodes); ``max_jobs`` is
     shared out among the groups by their number of points."""
     bounds = [0]
@@ -215,7 +242,7 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
     for stage in config["stages"]:
         stages[stage] = _stage_plan(STAGES[stage], config, axes, points, reps, more, code_cache, datasets,
                                     (pps, target_s, max_jobs))
-    if len({seed for sp in stages.values() for seed in sp.seeds}) != sum(len(sp.seeds) for sp in stages.values()):
+    if not all_distinct(*(sp.seeds for sp in stages.values())):  # equal IDs give equal seeds too
         check_unique((f"{name}/{pid}", seed) for name, sp in stages.items() for pid, seed in zip(sp.point_ids, sp.seeds))
     return Plan(
         experiment=str(config["name"]),
@@ -239,22 +266,29 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
     sub_axes, sub_points = project(axes, points, keep)
     sub_points = by_node(sub_axes, sub_points)  # a shard runs on one node: its points are consecutive
     sp = StagePoints(entry, normalise(stage_base(config, stage)), sub_axes, sub_points, code_cache)
-    prefixes = [readable_prefix(stage, dict(zip(sub_axes, values))) for values in sub_points]
-    first_ids = [sp.point_id(k, 0, prefixes[k]) for k in range(len(sub_points))]
-    counts = [max(reps, int(more.get(f"{stage}/{pid}", 0))) for pid in first_ids]
+    first_ids = sp.point_ids(range(len(sub_points)), 0, readable_prefixes(stage, sub_axes, sub_points, sp.texts))
+    prefixes = PrefixesOf(first_ids)
+    counts = [max(reps, int(more.get(f"{stage}/{pid}", 0))) for pid in first_ids] if more else [reps] * len(first_ids)
     data_idx = [i for i, a in enumerate(sub_axes) if a.split(".", 1)[0] == "dataset"]
     dcache: dict[tuple[str, ...], str] = {}
-    ids: list[str] = []
-    seeds: list[int] = []
-    dkeys: list[str] = []
-    costs: list[float] = []
-    mods: list[tuple[str, ...]] = []
-    groups: list[int] = []
-    planned: list[tuple[Any, ...]] = []
-    sizes = node_groups(sub_axes, sub_points)
     # what a configuration's repetitions share is computed once per configuration: its cost,
     # dataset key and user modules (a repetition differs in its ID and seed alone)
-    per_k: list[tuple[float, str, tuple[str, ...]] | None] = [None] * len(sub_points)
+    cost_k: list[float] = []
+    dkey_k: list[str] = []
+    mods_k: list[tuple[str, ...]] = []
+    one: dict[float, float] = {}  # equal costs as one float object
+    for k in range(len(sub_points)):
+        cfg = sp.config(sp.values[k])
+        cost = entry.cost(cfg)
+        cost_k.append(one.setdefault(cost, cost))
+        dkey_k.append(_dataset_key(entry, cfg, tuple(sp.texts[k][i] for i in data_idx), dcache, datasets))
+        mods_k.append(tuple(sorted(m for m in sp.code[k] if not m.startswith("file:"))))
+    ids: list[str] = []
+    seeds = array("q")
+    groups: list[int] = []
+    planned_k = array("I")
+    planned_rep = array("I")
+    sizes = node_groups(sub_axes, sub_points)
     # repetition-major: every point once, then every point again (in other shards, so other
     # processes, later in time); within a repetition and node, in a seeded random order
     for rep in range(max(counts, default=reps)):
@@ -266,27 +300,19 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
                 continue
             random.Random(f"{root}/{stage}/{rep}").shuffle(order)
             groups.append(len(order))
-            for k in order:
-                shared = per_k[k]
-                if shared is None:
-                    cfg = sp.config(sp.values[k])
-                    shared = per_k[k] = (
-                        entry.cost(cfg),
-                        _dataset_key(entry, cfg, tuple(sp.texts[k][i] for i in data_idx), dcache, datasets),
-                        tuple(sorted(m for m in sp.code[k] if not m.startswith("file:"))))
-                pid = first_ids[k] if rep == 0 else sp.point_id(k, rep, prefixes[k])
-                planned.append((*sub_points[k], rep))
-                costs.append(shared[0])
-                dkeys.append(shared[1])
-                mods.append(shared[2])
-                ids.append(pid)
-                seeds.append(point_seed(root, stage, pid))
+            rep_ids = [first_ids[k] for k in order] if rep == 0 else sp.point_ids(order, rep, prefixes)
+            ids += rep_ids
+            seeds.extend(point_seeds(root, stage, rep_ids))
+            planned_k.extend(order)
+            planned_rep.extend([rep] * len(order))
+    out_points: Sequence[tuple[Any, ...]]
     if max(counts, default=reps) > 1:
-        out_axes, out_points = (*sub_axes, REPEAT_AXIS), planned
+        out_axes, out_points = (*sub_axes, REPEAT_AXIS), RepeatedPoints(sub_points, planned_k, planned_rep)
     else:
-        out_axes, out_points = sub_axes, [p[:-1] for p in planned]
-    if len(set(ids)) != len(ids):
+        out_axes, out_points = sub_axes, [sub_points[k] for k in planned_k]
+    if len(set(first_ids)) != len(first_ids):  # a repetition's ID hashes its configuration's and its index
         raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
+    costs, dkeys, mods = Gathered(cost_k, planned_k), Gathered(dkey_k, planned_k), Gathered(mods_k, planned_k)
     bounds = shard_bounds(costs, groups, *sizing)
     return StagePlan(stage, out_axes, ids, out_points, seeds, bounds, dkeys, mods, costs=costs)
 

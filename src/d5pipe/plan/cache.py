@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,13 @@ def cache_key(config: dict[str, Any], more: dict[str, int] | None = None) -> str
 
 def _stage_to_json(sp: StagePlan) -> dict[str, Any]:
     return {"axes": list(sp.axes), "point_ids": sp.point_ids, "params": [list(p) for p in sp.params],
-            "seeds": sp.seeds, "bounds": sp.bounds, "datasets": sp.datasets,
-            "modules": [list(m) for m in sp.modules], "costs": sp.costs}
+            "seeds": list(sp.seeds), "bounds": sp.bounds, "datasets": list(sp.datasets),
+            "modules": [list(m) for m in sp.modules], "costs": list(sp.costs)}
 
 
 def _stage_from_json(stage: str, d: dict[str, Any]) -> StagePlan:
     return StagePlan(stage, tuple(d["axes"]), list(d["point_ids"]), [tuple(p) for p in d["params"]],
-                     [int(s) for s in d["seeds"]], [int(b) for b in d["bounds"]], list(d["datasets"]),
+                     array("q", [int(s) for s in d["seeds"]]), [int(b) for b in d["bounds"]], list(d["datasets"]),
                      [tuple(m) for m in d["modules"]], [float(c) for c in d["costs"]])
 
 

@@ -15,7 +15,7 @@ A 100,000-point grid is mostly the same config with a few axes set. So, per stag
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from d5pipe.core.canonical import canonical_json, digest, normalise
@@ -78,7 +78,7 @@ class StagePoints:
         self.level, self.base, self.axes, self.points = level, base, axes, list(points)
         canon: dict[int, tuple[Any, str]] = {}
         self.values: list[tuple[Any, ...]] = []
-        self.texts: list[tuple[str, ...]] = []
+        self.texts = PointTexts(len(axes))
         for values in self.points:
             norm, text = [], []
             for v in values:
@@ -88,7 +88,8 @@ class StagePoints:
                     hit = canon[id(v)] = (n, canonical_json(n, normalised=True))
                 norm.append(hit[0])
                 text.append(hit[1])
-            self.values.append(tuple(norm))
+            # the point's own tuple when normalising changed nothing (ints, strings): no copy
+            self.values.append(values if all(n is v for n, v in zip(norm, values)) else tuple(norm))
             self.texts.append(tuple(text))
         self._keep = list(canon)  # the ids above stay valid while the values live
         reads = level.check_reads
@@ -134,6 +135,110 @@ class StagePoints:
         return f"{prefix}-{h}"
 
 
+    def point_ids(self, ks: Sequence[int], rep: int, prefixes: Sequence[str]) -> list[str]:
+        """:meth:`point_id` of points ``ks``'s repetition ``rep`` (``prefixes[k]``: point ``k``'s
+        readable prefix; or, given ``first_ids``, the IDs of repetition 0, whose prefix it is)."""
+        template = self.templates.get(rep > 0)
+        if template is None or not template.ok:
+            return [self.point_id(k, rep, prefixes[k]) for k in ks]
+        sha, code, fill = hashlib.sha256, self.code, template.text
+        columns = list(zip(self.texts.distinct, self.texts.positions))
+        tail = [str(rep)] if rep else []
+        out = []
+        for k in ks:
+            if code[k]:
+                out.append(self.point_id(k, rep, prefixes[k]))
+            else:
+                texts = [distinct[index[k]] for distinct, index in columns] + tail
+                out.append(f"{prefixes[k]}-{sha(fill(texts).encode('ascii')).hexdigest()[:12]}")
+        return out
+
+
+class PointTexts(Sequence[tuple[str, ...]]):
+    """Per point, the canonical JSON texts of its values, kept as one small index per axis and
+    point into that axis's distinct texts (a tuple is made when read)."""
+
+    def __init__(self, n_axes: int) -> None:
+        from array import array
+
+        self.distinct: list[list[str]] = [[] for _ in range(n_axes)]
+        self._where: list[dict[str, int]] = [{} for _ in range(n_axes)]
+        self.positions = [array("I") for _ in range(n_axes)]
+        self.n = 0
+
+    def append(self, texts: Sequence[str]) -> None:
+        for where, distinct, index, text in zip(self._where, self.distinct, self.positions, texts):
+            i = where.get(text)
+            if i is None:
+                i = where[text] = len(distinct)
+                distinct.append(text)
+            index.append(i)
+        self.n += 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(self.n))]
+        if k < 0:
+            k += self.n
+        if not 0 <= k < self.n:
+            raise IndexError(k)
+        return tuple([distinct[index[k]] for distinct, index in zip(self.distinct, self.positions)])
+
+
+class PrefixesOf(Sequence[str]):
+    """The readable prefixes of points, read off their first repetition's IDs (``<prefix>-<12 hex>``)
+    instead of kept beside them."""
+
+    def __init__(self, first_ids: Sequence[str]) -> None:
+        self.first_ids = first_ids
+
+    def __len__(self) -> int:
+        return len(self.first_ids)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [pid[:-13] for pid in self.first_ids[k]]
+        return self.first_ids[k][:-13]
+
+
+class RepeatedPoints(Sequence[tuple[Any, ...]]):
+    """A stage's planned points with the repetition index as the last value, made when read: point
+    ``i`` is ``(*configurations[ks[i]], reps[i])``. Two small integer arrays instead of one tuple
+    per planned point (a 100,000-configuration sweep in 3 repetitions plans 300,000)."""
+
+    def __init__(self, configurations: Sequence[tuple[Any, ...]], ks: Sequence[int], reps: Sequence[int]) -> None:
+        from array import array
+
+        self.configurations = configurations
+        self.ks = array("I", ks)
+        self.reps = array("I", reps)
+
+    def __len__(self) -> int:
+        return len(self.ks)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(*self.configurations[k], r) for k, r in zip(self.ks[i], self.reps[i])]
+        return (*self.configurations[self.ks[i]], self.reps[i])
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        conf = self.configurations
+        return ((*conf[k], r) for k, r in zip(self.ks, self.reps))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RepeatedPoints({list(self)!r})" if len(self) <= 8 else f"RepeatedPoints({len(self)} points)"
+
+
 def _code_of(level: Level, cfg: dict[str, Any], cache: Any) -> dict[str, str]:
     """Module -> source hash of the user targets ``cfg`` uses (allow-list checked by check_point)."""
     code: dict[str, str] = {}
@@ -147,3 +252,34 @@ def _code_of(level: Level, cfg: dict[str, Any], cache: Any) -> dict[str, str]:
 def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5PipeError:
     where = ", ".join(f"{k}={v!r}" for k, v in params.items())
     return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))
+
+
+class Gathered(Sequence[Any]):
+    """Per planned point, its configuration's value: ``values[ks[i]]`` (a configuration's
+    repetitions share their cost, dataset key and modules; one pointer each is not kept)."""
+
+    def __init__(self, values: Sequence[Any], ks: Sequence[int]) -> None:
+        self.values, self.ks = values, ks
+
+    def __len__(self) -> int:
+        return len(self.ks)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self.values[k] for k in self.ks[i]]
+        return self.values[self.ks[i]]
+
+    def __iter__(self) -> Iterator[Any]:
+        values = self.values
+        return (values[k] for k in self.ks)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Gathered({list(self)!r})" if len(self) <= 8 else f"Gathered({len(self)} values)"
+
