@@ -133,7 +133,7 @@ def readable_prefix(stage: str, params: dict[str, Any]) -> str:
 def readable_prefixes(stage: str, axes: Sequence[str], points: Sequence[tuple[Any, ...]],
                       texts: Sequence[tuple[str, ...]]) -> list[str]:
     """:func:`readable_prefix` of every point, each axis value's part made once (keyed by the
-    value's canonical JSON ``texts``: 1 and 1.0 are one value, True and 1 are not)."""
+    value's canonical JSON ``texts`` and its type: 1 and 1.0 hash alike but read differently)."""
     cache: dict[tuple[int, str, type], str] = {}
     out = []
     for values, vtexts in zip(points, texts):
