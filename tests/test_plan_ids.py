@@ -145,3 +145,18 @@ def test_planner_ids_equal_direct_ids() -> None:
     for pid, values in zip(plan.stages["level0"].point_ids, plan.stages["level0"].params):
         params = {"operators.size": values[0]}
         assert pid == point_id("level0", point_config(base, params), params)
+
+
+def test_planned_costs_equal_each_points_own_cost() -> None:
+    """A level's cost is computed once per distinct value of the keys it reads (Level.cost_reads):
+    with those keys and others swept, every planned point still costs what its own config costs."""
+    from d5pipe.levels.registry import STAGES
+    from d5pipe.plan.point_config import point_config, stage_base
+
+    cfg = _cfg(grid={"operators.size": [8, 16], "operators.impl": ["eager", "compile"],
+                     "timer.budget_s": [0.5, 2.0]})
+    cfg["repetitions"] = 2
+    sp = build_plan(cfg).stages["level0"]
+    base = stage_base(cfg, "level0")
+    own = [STAGES["level0"].cost(point_config(base, dict(zip(sp.axes[:-1], values[:-1])))) for values in sp.params]
+    assert list(sp.costs) == own and len(set(own)) == 4  # impl x budget: four costs, size reads none

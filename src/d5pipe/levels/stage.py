@@ -74,6 +74,9 @@ class Level:
     """The keys (or whole sections) :attr:`check_point`, :attr:`used_targets` and
     :attr:`identity_files` read: the planner runs them once per distinct combination of those
     keys' swept values (d5pipe.plan.stage_points). None: they may read anything (every point)."""
+    cost_reads: tuple[str, ...] | None = None
+    """The keys (or whole sections) :attr:`cost` reads: the planner computes it once per distinct
+    combination of those keys' swept values. None: it may read anything (every configuration)."""
     used_targets: Callable[[PointConfig], list[tuple[str, str]]] = _no_targets
     """``(key, dotted path)`` of the user targets a point uses: its code hash covers them."""
     check_targets: Callable[[Mapping[str, Any]], None] = lambda config: None

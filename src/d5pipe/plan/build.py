@@ -28,7 +28,7 @@ from d5pipe.levels.registry import NODE_AXIS, STAGES
 from d5pipe.levels.stage import Level
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost
 from d5pipe.plan.point_config import REPEAT_AXIS, stage_base
-from d5pipe.plan.stage_points import Gathered, PrefixesOf, RepeatedPoints, StagePoints
+from d5pipe.plan.stage_points import Gathered, PrefixesOf, RepeatedPoints, StagePoints, reading_axes
 from d5pipe.plan.sweep import expand, project
 
 PLAN_SCHEMA_VERSION = 1
@@ -269,20 +269,31 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
     first_ids = sp.point_ids(range(len(sub_points)), 0, readable_prefixes(stage, sub_axes, sub_points, sp.texts))
     prefixes = PrefixesOf(first_ids)
     counts = [max(reps, int(more.get(f"{stage}/{pid}", 0))) for pid in first_ids] if more else [reps] * len(first_ids)
-    data_idx = [i for i, a in enumerate(sub_axes) if a.split(".", 1)[0] == "dataset"]
-    dcache: dict[tuple[str, ...], str] = {}
-    # what a configuration's repetitions share is computed once per configuration: its cost,
-    # dataset key and user modules (a repetition differs in its ID and seed alone)
+    # what a configuration's repetitions share is computed once per configuration (a repetition
+    # differs in its ID and seed alone), and each once per distinct value of the axes it reads:
+    # its cost (the level's cost_reads), dataset key (the dataset axes) and user modules (its code)
+    cost_idx = reading_axes(sub_axes, entry.cost_reads)
+    data_idx = [i for i, a in enumerate(sub_axes) if a.split(".", 1)[0] == "dataset"] if entry.needs_data else []
+    positions = sp.texts.positions
+    costs_seen: dict[tuple[int, ...], float] = {}
+    one: dict[float, float] = {}  # equal costs as one float object
+    dcache: dict[tuple[int, ...], str] = {}
+    mods_seen: dict[int, tuple[str, ...]] = {}
     cost_k: list[float] = []
     dkey_k: list[str] = []
     mods_k: list[tuple[str, ...]] = []
-    one: dict[float, float] = {}  # equal costs as one float object
     for k in range(len(sub_points)):
-        cfg = sp.config(sp.values[k])
-        cost = entry.cost(cfg)
-        cost_k.append(one.setdefault(cost, cost))
-        dkey_k.append(_dataset_key(entry, cfg, tuple(sp.texts[k][i] for i in data_idx), dcache, datasets))
-        mods_k.append(tuple(sorted(m for m in sp.code[k] if not m.startswith("file:"))))
+        key = tuple([positions[i][k] for i in cost_idx])
+        cost = costs_seen.get(key)
+        if cost is None:
+            cost = entry.cost(sp.config(sp.values[k]))
+            cost = costs_seen[key] = one.setdefault(cost, cost)
+        cost_k.append(cost)
+        dkey_k.append(_dataset_key(entry, sp, k, tuple([positions[i][k] for i in data_idx]), dcache, datasets))
+        user = mods_seen.get(id(sp.code[k]))
+        if user is None:
+            user = mods_seen[id(sp.code[k])] = tuple(sorted(m for m in sp.code[k] if not m.startswith("file:")))
+        mods_k.append(user)
     ids: list[str] = []
     seeds = array("q")
     groups: list[int] = []
@@ -317,13 +328,14 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
     return StagePlan(stage, out_axes, ids, out_points, seeds, bounds, dkeys, mods, costs=costs)
 
 
-def _dataset_key(entry: Level, cfg: dict[str, Any], axis_texts: tuple[str, ...], cache: dict[tuple[str, ...], str],
+def _dataset_key(entry: Level, sp: StagePoints, k: int, axis_values: tuple[int, ...], cache: dict[tuple[int, ...], str],
                  datasets: dict[str, dict[str, Any]]) -> str:
-    """The point's dataset key ("" for a level without data), once per distinct dataset axes."""
+    """Point ``k``'s dataset key ("" for a level without data), once per distinct dataset axes."""
     if not entry.needs_data:
         return ""
-    key = cache.get(axis_texts)
+    key = cache.get(axis_values)
     if key is None:
-        key = cache[axis_texts] = dataset_key(cfg["dataset"])
-        datasets[key] = cfg["dataset"]
+        dataset = sp.config(sp.values[k])["dataset"]
+        key = cache[axis_values] = dataset_key(dataset)
+        datasets[key] = dataset
     return key

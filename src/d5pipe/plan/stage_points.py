@@ -51,6 +51,8 @@ class IdTemplate:
             self.holes.append(i)
             rest = rest[pos + len(_MARK.format(i)) + 2:]
         self.ok = sorted(self.holes) == list(range(len(keys)))
+        # the text before the first hole is the same for every point: hashed once, copied per point
+        self.head = hashlib.sha256(self.parts[0].encode("ascii"))
 
     def text(self, values: Sequence[str]) -> str:
         """The canonical JSON with ``values`` (canonical JSON texts, in axis order) in the holes."""
@@ -60,6 +62,16 @@ class IdTemplate:
             out.append(part)
         return "".join(out)
 
+    def hex12(self, values: Sequence[str]) -> str:
+        """The first 12 hex digits of the sha256 of :meth:`text` (its head hashed once)."""
+        out = []
+        for hole, part in zip(self.holes, self.parts[1:]):
+            out.append(values[hole])
+            out.append(part)
+        h = self.head.copy()
+        h.update("".join(out).encode("ascii"))
+        return h.hexdigest()[:12]
+
 
 def nested_axes(axes: Sequence[str]) -> bool:
     """Whether one axis lies inside another (``a.b`` and ``a.b.c``): no template then."""
@@ -68,6 +80,11 @@ def nested_axes(axes: Sequence[str]) -> bool:
 
 def reads_key(key: str, reads: Sequence[str]) -> bool:
     return any(key == r or key.startswith(r + ".") for r in reads)
+
+
+def reading_axes(axes: Sequence[str], reads: Sequence[str] | None) -> list[int]:
+    """The indices of the axes that lie under ``reads`` (every axis when None)."""
+    return list(range(len(axes))) if reads is None else [i for i, a in enumerate(axes) if reads_key(a, reads)]
 
 
 class StagePoints:
@@ -92,9 +109,7 @@ class StagePoints:
             self.values.append(values if all(n is v for n, v in zip(norm, values)) else tuple(norm))
             self.texts.append(tuple(text))
         self._keep = list(canon)  # the ids above stay valid while the values live
-        reads = level.check_reads
-        self.check_idx = list(range(len(axes))) if reads is None else \
-            [i for i, a in enumerate(axes) if reads_key(a, reads)]
+        self.check_idx = reading_axes(axes, level.check_reads)
         self.code: list[dict[str, str]] = []
         checked: dict[tuple[str, ...], dict[str, str]] = {}
         for values, texts in zip(self.values, self.texts):
@@ -131,8 +146,7 @@ class StagePoints:
                 data["code"] = dict(code)
             return f"{prefix}-{digest(data, 12, normalised=True)}"
         texts = [*self.texts[k], str(rep)] if rep else list(self.texts[k])
-        h = hashlib.sha256(template.text(texts).encode("ascii")).hexdigest()[:12]
-        return f"{prefix}-{h}"
+        return f"{prefix}-{template.hex12(texts)}"
 
 
     def point_ids(self, ks: Sequence[int], rep: int, prefixes: Sequence[str]) -> list[str]:
@@ -141,7 +155,7 @@ class StagePoints:
         template = self.templates.get(rep > 0)
         if template is None or not template.ok:
             return [self.point_id(k, rep, prefixes[k]) for k in ks]
-        sha, code, fill = hashlib.sha256, self.code, template.text
+        code, hex12 = self.code, template.hex12
         columns = list(zip(self.texts.distinct, self.texts.positions))
         tail = [str(rep)] if rep else []
         out = []
@@ -150,7 +164,7 @@ class StagePoints:
                 out.append(self.point_id(k, rep, prefixes[k]))
             else:
                 texts = [distinct[index[k]] for distinct, index in columns] + tail
-                out.append(f"{prefixes[k]}-{sha(fill(texts).encode('ascii')).hexdigest()[:12]}")
+                out.append(f"{prefixes[k]}-{hex12(texts)}")
         return out
 
 
@@ -177,6 +191,11 @@ class PointTexts(Sequence[tuple[str, ...]]):
 
     def __len__(self) -> int:
         return self.n
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        columns = list(zip(self.distinct, self.positions))
+        for k in range(self.n):
+            yield tuple([distinct[index[k]] for distinct, index in columns])
 
     def __getitem__(self, k: Any) -> Any:
         if isinstance(k, slice):

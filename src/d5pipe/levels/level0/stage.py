@@ -40,5 +40,6 @@ LEVEL = Level(
     schemas={"operators": OperatorsConf}, check_point=validate.check_point, cost=cost, runner=runner,
     used_targets=validate.used_targets, check_targets=validate.check_targets, factors=(Factor("operators.impl", "eager", ("time",), "implementations"),),
     uncompared_note=uncompared,
+    cost_reads=("operators.impl", "timer"),
     check_reads=("operators.op", "operators.custom", "operators.allowed_prefixes", "operators.device", "timer"),
 )
