@@ -33,6 +33,8 @@ import pandas as pd
 import pytest
 import torch
 
+from d5pipe.cli import cmd_reproduce
+from d5pipe.cli.main import build_parser
 from d5pipe.levels.level0.operators import MATMUL
 from tests.conftest import ROOT, TEST_CONF, d5pipe
 
@@ -216,20 +218,34 @@ def test_compare_two_real_runs(published: tuple[Path, Path],
 
 
 @pytest.mark.slow
-def test_slowdown_fails_compare_threshold_and_strict_reproduce(published: tuple[Path, Path], tmp_path: Path) -> None:
-    run = published[0]
+def test_slowdown_fails_compare_threshold_and_strict_reproduce(
+        published: tuple[Path, Path], reproduced: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    run, slow_rerun = published[0], reproduced[1]
+    for var in ("D5PIPE_ALLOW", "PYTHONPATH"):  # reproduce's --allow sets them in this process: restored after
+        monkeypatch.setenv(var, os.environ.get(var, ""))
     _ok(cli("compare", str(run), str(run), "--fail-on-regression", "5"))  # identical samples: p = 1
-    s = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "strict"), "--strict-timing", extra_env=SLOW),
-            code=3)
-    strict = _report(tmp_path / "strict")
+    # `reproduce --strict-timing` of the published run, judged on the real slowed re-run above (its
+    # measurements are copied in as this reproduction's re-run instead of being measured again)
+    def rerun(config_yaml: Path, out: Path) -> None:
+        shutil.copytree(slow_rerun, out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("reproduce.json"))
+
+    parser = build_parser("reproduce")
+    parser.set_defaults(rerun=rerun)
+    strict_out = tmp_path / "strict"
+    code = cmd_reproduce.main(parser.parse_intermixed_args([str(run), "--out", str(strict_out), "--strict-timing",
+                                                            "--allow", "tests.test_reproduce_e2e"]))
+    stdout = capsys.readouterr().out
+    assert code == 3, stdout
+    strict = _report(strict_out)
     assert strict["status"] == "not_reproduced" and strict["timing"]["policy"]["changed"] == "fail"
     assert any(f.startswith("level0/throttled") and " time: changed (slower)" in f for f in strict["failures"])
-    assert " time: changed (slower)" in s.stdout and "not reproduced" in s.stdout.splitlines()[-1]
+    assert " time: changed (slower)" in stdout and "not reproduced" in stdout.splitlines()[-1]
     assert all(m["verdict"] == "reproduced" for _, m in _comparisons(strict) if m["kind"] in EXACT_KINDS)
     assert all(": changed (" in f for f in strict["failures"]), "only timings may differ"
     # compare on the same two runs: exit 0 without a threshold; 4 with one, naming the slowed timing.
-    _ok(cli("compare", str(run), str(tmp_path / "strict")))
-    c = _ok(cli("compare", str(run), str(tmp_path / "strict"), "--fail-on-regression", "5"), code=4)
+    _ok(cli("compare", str(run), str(strict_out)))
+    c = _ok(cli("compare", str(run), str(strict_out), "--fail-on-regression", "5"), code=4)
     assert c.stdout.splitlines()[-1].startswith("compare: ") and "changed (" in c.stdout
     lines = [ln for ln in c.stderr.splitlines() if ln.startswith("regression: level0/throttled")]
     assert any(" time:" in ln for ln in lines), c.stderr
