@@ -8,7 +8,7 @@ STAMP := $(VENV)/.d5pipe-installed
 TEST_STAMP := $(VENV)/.d5pipe-test-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast install install-test system-deps horovod bench lint clean
+.PHONY: run test test-fast install install-test build-tools system-deps horovod bench lint clean
 
 # Python environment: torch (CPU wheel, pinned) first, then d5pipe, its dependencies and the level-1
 # runtimes and the model zoo (the `frameworks` extra: ONNX Runtime, OpenVINO, transformers).
@@ -23,13 +23,22 @@ install: $(STAMP)
 
 # Test-only dependencies: MPI (PyPI Open MPI + mpi4py), Horovod (built against this torch),
 # Debian's Slurm + munge (the tests start a local cluster) and Chromium (report screenshots).
+# The Debian packages (Slurm, MariaDB, Chromium: mostly download and unpack) install in the
+# background while pip and the Horovod build (mostly compiling) run; Horovod's compilers first.
 $(TEST_STAMP): $(STAMP) scripts/install_horovod.sh tests/cluster/install.sh
-	$(PIP) install -q -e '.[mpi,test]'
-	$(MAKE) system-deps
-	bash scripts/install_horovod.sh $(VENV)
+	$(MAKE) -s build-tools
+	@log=$$(mktemp); $(MAKE) -s system-deps >"$$log" 2>&1 & apt=$$!; \
+	  $(PIP) install -q -e '.[mpi,test]' && bash scripts/install_horovod.sh $(VENV); rc=$$?; \
+	  wait $$apt; arc=$$?; echo "== system packages (apt, in the background)"; cat "$$log"; rm -f "$$log"; \
+	  [ $$rc -eq 0 ] && [ $$arc -eq 0 ]
 	touch $(TEST_STAMP)
 
 install-test: $(TEST_STAMP)
+
+build-tools:
+	@missing=""; for t in cmake g++ make; do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	  if [ -n "$$missing" ]; then $(SUDO) apt-get update -qq && \
+	    $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends$$missing >/dev/null; fi
 
 system-deps:
 	@if ! command -v chromium >/dev/null; then \
