@@ -15,6 +15,7 @@ A 100,000-point grid is mostly the same config with a few axes set. So, per stag
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -51,25 +52,23 @@ class IdTemplate:
             self.holes.append(i)
             rest = rest[pos + len(_MARK.format(i)) + 2:]
         self.ok = sorted(self.holes) == list(range(len(keys)))
-        # the text before the first hole is the same for every point: hashed once, copied per point
+        # the text before the first hole is the same for every point: hashed once, copied per point;
+        # the rest is one %-format string, its values in the order of the holes (``%`` doubled)
         self.head = hashlib.sha256(self.parts[0].encode("ascii"))
+        self.rest = "".join("%s" + part.replace("%", "%%") for part in self.parts[1:])
 
     def text(self, values: Sequence[str]) -> str:
         """The canonical JSON with ``values`` (canonical JSON texts, in axis order) in the holes."""
-        out = [self.parts[0]]
-        for hole, part in zip(self.holes, self.parts[1:]):
-            out.append(values[hole])
-            out.append(part)
-        return "".join(out)
+        return self.parts[0] + self.rest % tuple([values[h] for h in self.holes])
 
     def hex12(self, values: Sequence[str]) -> str:
         """The first 12 hex digits of the sha256 of :meth:`text` (its head hashed once)."""
-        out = []
-        for hole, part in zip(self.holes, self.parts[1:]):
-            out.append(values[hole])
-            out.append(part)
+        return self.hex12_in_order(tuple([values[h] for h in self.holes]))
+
+    def hex12_in_order(self, values: tuple[str, ...]) -> str:
+        """:meth:`hex12` of ``values`` given in the order of the holes."""
         h = self.head.copy()
-        h.update("".join(out).encode("ascii"))
+        h.update((self.rest % values).encode("ascii"))
         return h.hexdigest()[:12]
 
 
@@ -155,16 +154,17 @@ class StagePoints:
         template = self.templates.get(rep > 0)
         if template is None or not template.ok:
             return [self.point_id(k, rep, prefixes[k]) for k in ks]
-        code, hex12 = self.code, template.hex12
-        columns = list(zip(self.texts.distinct, self.texts.positions))
-        tail = [str(rep)] if rep else []
+        code, hex12 = self.code, template.hex12_in_order
+        # per hole, the distinct texts of its axis and each point's index into them (the
+        # repetition's hole: one text, index 0 for every point)
+        columns = [*zip(self.texts.distinct, self.texts.positions), ([str(rep)], array("I", bytes(4 * len(code))))]
+        in_order = [columns[h] for h in template.holes]
         out = []
         for k in ks:
             if code[k]:
                 out.append(self.point_id(k, rep, prefixes[k]))
             else:
-                texts = [distinct[index[k]] for distinct, index in columns] + tail
-                out.append(f"{prefixes[k]}-{hex12(texts)}")
+                out.append(f"{prefixes[k]}-{hex12(tuple([distinct[index[k]] for distinct, index in in_order]))}")
         return out
 
 
@@ -173,8 +173,6 @@ class PointTexts(Sequence[tuple[str, ...]]):
     point into that axis's distinct texts (a tuple is made when read)."""
 
     def __init__(self, n_axes: int) -> None:
-        from array import array
-
         self.distinct: list[list[str]] = [[] for _ in range(n_axes)]
         self._where: list[dict[str, int]] = [{} for _ in range(n_axes)]
         self.positions = [array("I") for _ in range(n_axes)]
@@ -229,8 +227,6 @@ class RepeatedPoints(Sequence[tuple[Any, ...]]):
     per planned point (a 100,000-configuration sweep in 3 repetitions plans 300,000)."""
 
     def __init__(self, configurations: Sequence[tuple[Any, ...]], ks: Sequence[int], reps: Sequence[int]) -> None:
-        from array import array
-
         self.configurations = configurations
         self.ks = array("I", ks)
         self.reps = array("I", reps)
