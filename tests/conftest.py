@@ -28,6 +28,14 @@ if "D5PIPE_CACHE_DIR" not in os.environ:
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
+PLUGIN_FIXTURES = ROOT / "tests" / "plugin_fixtures"
+TESTING_OPS = "testing_ops"
+"""The deliberately broken operators (tests/plugin_fixtures/testing_ops.py): user code to d5pipe."""
+TESTING_OPS_ENV = {
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_FIXTURES), os.environ.get("PYTHONPATH")])),
+    "D5PIPE_ALLOW": ",".join(filter(None, [os.environ.get("D5PIPE_ALLOW"), TESTING_OPS])),
+}
+"""What a run of a config with those operators needs: the module on the path, allowed by the runner."""
 
 
 def d5pipe(*args: str, cwd: Path | None = None, timeout: float = 600,

@@ -21,7 +21,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from tests.conftest import TEST_CONF, d5pipe
+from tests.conftest import TEST_CONF, TESTING_OPS_ENV, d5pipe
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,7 @@ def wait_for(cond, ceiling_s: float, step_s: float = 0.1) -> bool:
 
 def test_a_point_that_exits_137_fails_alone_with_a_report(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    r = d5pipe("run", "faults", *FAULTS, "--out", str(run))
+    r = d5pipe("run", "faults", *FAULTS, "--out", str(run), env=TESTING_OPS_ENV)
     assert r.returncode == 3, r.stdout + r.stderr
     summary = r.stdout.strip().splitlines()[-1]
     assert "1 of 4 points did not pass (1 failed)" in summary and "report.html#failures" in summary
@@ -89,7 +89,7 @@ def test_fault_matrix_in_one_shard(tmp_path: Path) -> None:
     run = tmp_path / "run"
     r = d5pipe("run", "faults", *FAULTS, "--out", str(run),
                "sweep.grid.operators.op=[fault_raise,fault_exit137,fault_segv,fault_oom,fault_hang]",
-               "sweep.grid.operators.size=[32,16]")
+               "sweep.grid.operators.size=[32,16]", env=TESTING_OPS_ENV)
     assert r.returncode == 3, r.stdout + r.stderr
     by_op = {(rec["params"]["operators.op"], rec["params"]["operators.size"]): rec for rec in records(run).values()}
     assert len(by_op) == 10
@@ -107,7 +107,7 @@ def test_a_point_that_kills_its_shard_job_is_failed_after_max_attempts(tmp_path:
     run = tmp_path / "run"
     args = ["run", "faults", *FAULTS, "--out", str(run), "sweep.grid.operators.op=[fault_kill_shard]",
             "sweep.grid.operators.size=[16,32,40]", "shards.max_attempts=1"]
-    first = d5pipe(*args)
+    first = d5pipe(*args, env=TESTING_OPS_ENV)
     # the points run in a seeded random order: the killer and every point after it never ran
     order = [pt["params"]["operators.size"] for pt in json.loads((run / "plan" / "level0" / "s00000.json")
                                                                   .read_text())["points"]]
@@ -115,7 +115,7 @@ def test_a_point_that_kills_its_shard_job_is_failed_after_max_attempts(tmp_path:
     assert first.returncode == 3 and f"{never} never ran" in first.stdout, first.stdout + first.stderr
     assert (run / "report.html").is_file(), "a report even when a shard job died"
     done_first = stamps(run)
-    second = d5pipe(*args)
+    second = d5pipe(*args, env=TESTING_OPS_ENV)
     assert second.returncode == 3, second.stdout + second.stderr
     recs = records(run)
     assert len(recs) == 3
@@ -200,7 +200,7 @@ def test_hostile_names_and_run_directories(tmp_path: Path) -> None:
         assert r.returncode == 2 and "not writable" in r.stderr
     run = tmp_path / "run"
     assert d5pipe("run", "tiny", *FAULTS, "--out", str(run)).returncode == 0
-    other = d5pipe("run", "faults", *FAULTS, "--out", str(run))
+    other = d5pipe("run", "faults", *FAULTS, "--out", str(run), env=TESTING_OPS_ENV)
     assert other.returncode == 2 and "belongs to experiment 'tiny'" in other.stderr
     assert json.loads((run / "manifest.json").read_text())["experiment"] == "tiny"  # untouched
     junk = tmp_path / "junk"

@@ -15,10 +15,18 @@ from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.level0.point import run_point
 from d5pipe.levels.level0.validate import validate_operators
+from tests.conftest import PLUGIN_FIXTURES, TESTING_OPS, TESTING_OPS_ENV
 
 QUICK_TIMER = {"warmup_s": 0.01, "warmup_max_iters": 3, "min_block_s": 0.002, "budget_s": 0.2,
                "min_samples": 5, "max_samples": 50, "target_ci_pct": 10.0}
-TESTING_OPS = "d5pipe.levels.level0.testing_ops"
+
+
+@pytest.fixture()
+def testing_ops(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The broken operators' module, importable and allowed as the runner would allow it."""
+    monkeypatch.syspath_prepend(str(PLUGIN_FIXTURES))
+    monkeypatch.setenv("D5PIPE_ALLOW", TESTING_OPS_ENV["D5PIPE_ALLOW"])
+    return TESTING_OPS
 
 
 def point(tmp_path: Path, cache: dict[str, Any] | None = None, **ops: Any) -> PointContext:
@@ -72,15 +80,15 @@ def test_low_precision_uses_its_tolerance(tmp_path: Path, dtype: str) -> None:
     assert m["err_l2"].value > 1e-5  # really ran in low precision (float32 would be far smaller)
 
 
-def test_wrong_forward_fails_without_raising(tmp_path: Path) -> None:
-    custom = {"bad": f"{TESTING_OPS}:MATMUL_WRONG_FORWARD"}
+def test_wrong_forward_fails_without_raising(tmp_path: Path, testing_ops: str) -> None:
+    custom = {"bad": f"{testing_ops}:MATMUL_WRONG_FORWARD"}
     m = metrics(run_point(point(tmp_path, op="bad", custom=custom)))
     assert m["correctness"].value == "fail"
     assert m["err_l2"].value > 1e-3
 
 
-def test_wrong_backward_fails_without_raising(tmp_path: Path) -> None:
-    custom = {"bad": f"{TESTING_OPS}:MATMUL_WRONG_BACKWARD"}
+def test_wrong_backward_fails_without_raising(tmp_path: Path, testing_ops: str) -> None:
+    custom = {"bad": f"{testing_ops}:MATMUL_WRONG_BACKWARD"}
     m = metrics(run_point(point(tmp_path, op="bad", custom=custom)))
     assert m["correctness"].value == "pass"
     assert m["grad_check"].value == "fail"

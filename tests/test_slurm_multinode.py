@@ -28,6 +28,7 @@ from natsort import natsorted
 
 from multinode_fixture import MultiNodeCluster
 from slurm_fixture import TEST_PROFILE
+from tests.conftest import PLUGIN_FIXTURES, TESTING_OPS
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -55,6 +56,9 @@ class Finished:
 def _env(cluster: MultiNodeCluster) -> dict[str, str]:
     env = dict(cluster.env())
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               # multinode_slow's operator is test code, importable and allowed by the runner
+               PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGIN_FIXTURES), env.get("PYTHONPATH")])),
+               D5PIPE_ALLOW=TESTING_OPS,
                # the nodes share one kernel: Open MPI must talk TCP over the bridge between them
                OMPI_MCA_btl="self,tcp")
     return env

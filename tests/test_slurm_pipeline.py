@@ -35,6 +35,7 @@ import pytest
 
 from d5pipe.execute.slurm import cancel_run_jobs, query_jobs, run_jobs
 from slurm_fixture import TEST_PROFILE, SlurmCluster
+from tests.conftest import PLUGIN_FIXTURES, TESTING_OPS
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -55,8 +56,9 @@ MIXED_JOBS = 5  # prepare_data, level0 x2, level2, level3 (results and report: a
 # ------------------------------------------------------------------------------ helpers
 def _env(cluster: SlurmCluster) -> dict[str, str]:
     env: dict[str, str] = dict(cluster.env())
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SLOW_OPS_DIR), env.get("PYTHONPATH", "")) if p)
-    env["D5PIPE_ALLOW"] = "slow_ops"  # the runner allows the test operator (a config cannot)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SLOW_OPS_DIR), str(PLUGIN_FIXTURES), env.get("PYTHONPATH", ""))
+                                        if p)
+    env["D5PIPE_ALLOW"] = f"slow_ops,{TESTING_OPS}"  # the runner allows the test operators (a config cannot)
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import TEST_CONF, d5pipe
+from tests.conftest import TEST_CONF, TESTING_OPS_ENV, d5pipe
 
 pytestmark = pytest.mark.slow
 CONF = ["--config-dir", str(TEST_CONF)]
@@ -20,7 +20,8 @@ CONF = ["--config-dir", str(TEST_CONF)]
 @pytest.fixture(scope="module")
 def verdict_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     run = tmp_path_factory.mktemp("verdicts") / "run"
-    return run, d5pipe("run", "verdicts", *CONF, "--out", str(run), "--junit", str(run.parent / "junit.xml"))
+    return run, d5pipe("run", "verdicts", *CONF, "--out", str(run), "--junit", str(run.parent / "junit.xml"),
+                       env=TESTING_OPS_ENV)
 
 
 def _failing(run: Path) -> dict[str, str]:
@@ -71,11 +72,12 @@ def test_junit_xml_shows_the_failures(verdict_run) -> None:
 def test_verdicts_follow_the_recipe_without_re_measuring(verdict_run, tmp_path: Path) -> None:
     run, _ = verdict_run
     stamps = {p: p.stat().st_mtime_ns for p in (run / "points").glob("*/*.json")}
-    loose = d5pipe("run", "verdicts", *CONF, "--out", str(run), "recipe.acceptance=[{metric: test_accuracy, op: '>=', value: 0.1, stage: level2}]")
+    loose = d5pipe("run", "verdicts", *CONF, "--out", str(run), "recipe.acceptance=[{metric: test_accuracy, op: '>=', value: 0.1, stage: level2}]",
+                   env=TESTING_OPS_ENV)
     assert loose.returncode == 3 and "2 of 4 points did not pass" in loose.stdout, loose.stdout + loose.stderr
     level2 = next(pid for pid in _failing(run) if not pid.startswith(("matmul", "fault")))
     assert _failing(run)[level2] == "pass"
-    again = d5pipe("run", "verdicts", *CONF, "--out", str(run))
+    again = d5pipe("run", "verdicts", *CONF, "--out", str(run), env=TESTING_OPS_ENV)
     assert again.returncode == 3 and "3 of 4 points did not pass" in again.stdout
     assert _failing(run)[level2] == "fail"
     assert {p: p.stat().st_mtime_ns for p in (run / "points").glob("*/*.json")} == stamps, "re-measured"

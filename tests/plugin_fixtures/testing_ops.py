@@ -1,11 +1,11 @@
 """Deliberately broken operators, for checking that level 0's correctness checks catch bugs.
 
-Register them through the config like any user operator (they are under the default allowed
-prefix ``d5pipe.``)::
+Test code, not part of d5pipe: a run imports them like any user operator, with this directory on
+``PYTHONPATH`` and the module allowed by the person running d5pipe (tests.conftest.TESTING_OPS_ENV)::
 
     operators:
       op: matmul_wrong_forward
-      custom: {matmul_wrong_forward: "d5pipe.levels.level0.testing_ops:MATMUL_WRONG_FORWARD"}
+      custom: {matmul_wrong_forward: "testing_ops:MATMUL_WRONG_FORWARD"}
 
 * ``MATMUL_WRONG_FORWARD``: an off-by-one bug; the last term of every inner product is dropped.
 * ``MATMUL_WRONG_BACKWARD``: correct forward, but the gradient of B forgets a transpose.
