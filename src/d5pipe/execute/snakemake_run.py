@@ -27,11 +27,15 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.measure.process import die_with_parent
 from d5pipe.rundir.layout import RunDir
+
+if TYPE_CHECKING:
+    from d5pipe.execute.slurm_watch import SlurmWatch
+    from d5pipe.execute.slurm_watchdog import Watchdog
 
 STEPS = re.compile(r"(\d+) of (\d+) steps \((\d+)%\) done")
 FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: ([\w-]+)\)")
@@ -173,8 +177,8 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     (d5pipe.execute.slurm_watchdog), exit 75.
     """
     from d5pipe.execute.slurm import run_jobs
-    from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
-    from d5pipe.execute.slurm_watchdog import STALLED_EXIT, Stalled, Watchdog
+    from d5pipe.execute.slurm_watch import SlurmWatch
+    from d5pipe.execute.slurm_watchdog import Watchdog
 
     log_path = rd.root / "logs" / "snakemake.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,11 +193,7 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     _give_args(proc, cmd)
     reaper = _start_reaper(rd, since, proc.pid) if slurm else None
     stop: list[int] = []
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {}
-    if in_main:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    previous = _catch_stop_signals(stop)
 
     def pump() -> None:
         assert proc.stdout is not None
@@ -218,18 +218,9 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
                 reason = Interrupted(f"snakemake did not finish within {timeout:g} s (--timeout; killed)", 124)
                 break
             if watch is not None:
-                for array_id in (a for a in watch.arrays if a not in throttled and array_throttle > 0):
-                    _throttle(array_id, array_throttle, env)
-                    throttled.add(array_id)
-                try:
-                    watch.check()
-                    notice = dog.check() if dog is not None else None
-                except (StatusLost, Stalled) as exc:
-                    reason = Interrupted(str(exc), STALLED_EXIT)
+                reason = _watch_slurm(watch, dog, throttled, array_throttle, env, console)
+                if reason is not None:
                     break
-                if notice:
-                    console.out.write(notice + "\n")
-                    console.out.flush()
             try:
                 proc.wait(0.2)
             except subprocess.TimeoutExpired:
@@ -243,21 +234,56 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
         rc = proc.wait()
         reader.join(10)
     finally:
-        if in_main:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        if reaper is not None and reaper.stdin is not None:
-            try:
-                reaper.stdin.write(b"done\n")
-                reaper.stdin.close()
-            except BrokenPipeError:
-                pass
-            reaper.wait(30)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if reaper is not None:
+            _end_reaper(reaper)
     if reason is not None:
         raise reason
     if rc != 0 and slurm:
         _report_slurm_failures(rd, since)
     return rc, console
+
+
+def _catch_stop_signals(stop: list[int]) -> dict[int, Any]:
+    """SIGINT and SIGTERM append to ``stop`` (the main thread only); returns the previous handlers."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    return previous
+
+
+def _watch_slurm(watch: SlurmWatch, dog: Watchdog | None, throttled: set[str], array_throttle: int, env: dict[str, str],
+                 console: Console) -> Interrupted | None:
+    """One look at the run's SLURM jobs: throttle new job arrays, check that SLURM still holds the
+    pending shards (the watchdog's notice goes to the console); why to stop, if it must."""
+    from d5pipe.execute.slurm_watch import StatusLost
+    from d5pipe.execute.slurm_watchdog import STALLED_EXIT, Stalled
+
+    for array_id in (a for a in watch.arrays if a not in throttled and array_throttle > 0):
+        _throttle(array_id, array_throttle, env)
+        throttled.add(array_id)
+    try:
+        watch.check()
+        notice = dog.check() if dog is not None else None
+    except (StatusLost, Stalled) as exc:
+        return Interrupted(str(exc), STALLED_EXIT)
+    if notice:
+        console.out.write(notice + "\n")
+        console.out.flush()
+    return None
+
+
+def _end_reaper(reaper: subprocess.Popen[bytes]) -> None:
+    """Tell the reaper the run ended normally, and wait for it."""
+    if reaper.stdin is not None:
+        try:
+            reaper.stdin.write(b"done\n")
+            reaper.stdin.close()
+        except BrokenPipeError:
+            pass
+        reaper.wait(30)
 
 
 def _report_slurm_failures(rd: RunDir, since: datetime) -> None:
