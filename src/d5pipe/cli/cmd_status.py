@@ -25,7 +25,7 @@ def main(args: argparse.Namespace) -> int:
     if not res.comparisons.empty:
         n = res.comparisons["verdict"].value_counts()
         print("side by side: " + ", ".join(f"{int(n[v])} {v}" for v in n.index))
-    if rd.executor.get("name", "local") == "slurm":
+    if rd.executor.get("name") == "slurm":
         from d5pipe.execute.detach import driver_status_line
 
         driver = driver_status_line(rd)

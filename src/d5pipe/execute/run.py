@@ -10,7 +10,9 @@ from subprocess import Popen
 from typing import Any
 
 from d5pipe.config.compose import compose_plain
+from d5pipe.config.schema import ExecutorConf
 from d5pipe.core.errors import WorkflowFailed
+from d5pipe.core.fields import setting
 from d5pipe.execute.summary import PlanSummary, summarize
 from d5pipe.plan.build import Plan, build_plan
 from d5pipe.results.verdicts import RunVerdict
@@ -180,7 +182,7 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         t0 = time.perf_counter()
         try:
             rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
-                                        throttle, started, float(executor.get("watchdog_s", 300) or 300))
+                                        throttle, started, float(setting(executor, ExecutorConf, "watchdog_s")))
         except Interrupted:
             if not dry_run:
                 finish(run_dir, 1)  # what finished is in the results and the report
@@ -207,10 +209,10 @@ def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collecti
     out = [] if dry_run else status_args(profile_dirs(executor))
     if out:
         print(f"d5pipe: SLURM job status from {out[-1]}", flush=True)
-    if executor.get("arrays", True):
+    if setting(executor, ExecutorConf, "arrays"):
         rules = [e for e in ("prepare_data", *STAGES) if array_job(e, e in placed)]
         out += ["--slurm-array-jobs", ",".join(rules),
-                "--slurm-array-limit", str(int(executor.get("array_limit", 1000) or 1000))]
+                "--slurm-array-limit", str(int(setting(executor, ExecutorConf, "array_limit")))]
     return out
 
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from d5pipe.config.schema import ExecutorConf
+from d5pipe.core.fields import setting
+
 SLOTS = "d5pipe_slurm_jobs"
 """Snakemake resource that counts the run's non-array SLURM jobs in flight."""
 THROTTLE_KEY = "d5pipe_array_throttle"
@@ -31,17 +34,17 @@ THROTTLE_KEY = "d5pipe_array_throttle"
 
 def arrays_on(executor: dict[str, Any]) -> bool:
     """Whether the SLURM executor submits array jobs (``executor.arrays``)."""
-    return executor.get("name") == "slurm" and bool(executor.get("arrays", True))
+    return executor.get("name") == "slurm" and bool(setting(executor, ExecutorConf, "arrays"))
 
 
 def jobs_in_flight(executor: dict[str, Any], jobs: int | None = None) -> int:
     """``d5pipe run --jobs`` or else ``executor.jobs``."""
-    return int(jobs if jobs is not None else executor.get("jobs", 1) or 1)
+    return int(jobs if jobs is not None else setting(executor, ExecutorConf, "jobs"))
 
 
 def array_throttle(executor: dict[str, Any], jobs: int | None = None) -> int:
     """Tasks of one array that may run at once: ``executor.array_throttle``, else the jobs in flight."""
-    explicit = int(executor.get("array_throttle", 0) or 0)
+    explicit = int(setting(executor, ExecutorConf, "array_throttle"))
     return explicit if explicit > 0 else jobs_in_flight(executor, jobs)
 
 
@@ -66,4 +69,4 @@ def needs_begin(executor: dict[str, Any], shards: int, throttle: int | None) -> 
     if not arrays_on(executor):
         return False
     limit = int(throttle) if throttle is not None else array_throttle(executor)
-    return int(executor.get("array_throttle", 0) or 0) > 0 or shards > limit
+    return int(setting(executor, ExecutorConf, "array_throttle")) > 0 or shards > limit

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from d5pipe.config.schema import ExecutorConf
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import setting
 from d5pipe.execute.snakefile_api import max_threads
 
 
@@ -33,7 +35,7 @@ def profile_dirs(executor: dict[str, Any]) -> list[Path]:
     if not p.is_dir():
         raise D5PipeError(f"executor.profile: {profile} is not a directory")
     out = [p]
-    extra = [str(a) for a in executor.get("extra_args", []) or []]
+    extra = [str(a) for a in setting(executor, ExecutorConf, "extra_args")]
     for i, arg in enumerate(extra[:-1]):
         if arg == "--workflow-profile":
             out.append(Path(extra[i + 1]))
@@ -48,8 +50,8 @@ def build_command(
     dry_run: bool = False,
 ) -> list[str]:
     """The snakemake argument list for a run directory and an executor section."""
-    name = str(executor.get("name", "local"))
-    n_jobs = int(jobs if jobs is not None else executor.get("jobs", 1) or 1)
+    name = str(setting(executor, ExecutorConf, "name"))
+    n_jobs = int(jobs if jobs is not None else setting(executor, ExecutorConf, "jobs"))
     cmd = [
         sys.executable,
         "-m",
@@ -74,10 +76,10 @@ def build_command(
         cmd += ["--executor", "slurm", "--profile", str(profile_dirs(executor)[0]), "--jobs", str(n_jobs)]
     else:
         raise D5PipeError(f"executor.name: unknown executor {name!r} (use local or slurm)")
-    retries = int(executor.get("retries", 0) or 0)
+    retries = int(setting(executor, ExecutorConf, "retries"))
     if retries:
         cmd += ["--retries", str(retries)]
-    cmd += [str(a) for a in executor.get("extra_args", []) or []]
+    cmd += [str(a) for a in setting(executor, ExecutorConf, "extra_args")]
     if dry_run:
         cmd.append("--dry-run")
     cmd += list(extra or [])
