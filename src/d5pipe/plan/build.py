@@ -148,12 +148,6 @@ def readable_prefixes(stage: str, axes: Sequence[str], points: Sequence[tuple[An
     return out
 
 
-def repetition_config(cfg: dict[str, Any], rep: int) -> dict[str, Any]:
-    """The config a repetition's ID hashes: the point's own for the first, plus ``repeat: r`` for
-    the others (so raising ``repetitions`` keeps every existing record as repetition 0)."""
-    return cfg if rep == 0 else {**cfg, REPEAT_AXIS: rep}
-
-
 def point_id(stage: str, cfg: dict[str, Any], params: dict[str, Any], normalised: bool = False,
              code: dict[str, str] | None = None) -> str:
     """Readable prefix + 12 hex of the canonical resolved point config (key order irrelevant).

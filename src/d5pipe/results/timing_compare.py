@@ -106,11 +106,6 @@ class Policy:
         """The confidence of the CIs a verdict rests on (95% for one look at alpha 0.05)."""
         return 1.0 - self.level
 
-    def describe(self) -> str:
-        corr = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no"}[self.correction]
-        return (f"changed: 95% CI of the ratio excludes 1 and {corr} correction at alpha {self.alpha:g} rejects; "
-                f"equivalent: the whole CI within x{1 + self.margin:g} either way")
-
 
 @dataclass(frozen=True)
 class TimingComparison:
