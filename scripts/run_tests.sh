@@ -6,7 +6,7 @@
 #      /etc/slurm and may not overlap;
 #   2. the long failure-injection, bring-your-own-code and strategy modules (HEAVY below);
 #   3. the long end-to-end CLI runs of reproduce, runtimes, stale verdicts, comparisons, the model zoo,
-#      generated datasets and the audited reads of a run (HEAVY2 below);
+#      generated datasets, the audited reads of a run and the quickstart's history (HEAVY2 below);
 #   4. everything else.
 # Each has its own --basetemp; `make lint` runs beside them. Lane 4 prints as it goes, the others' logs follow it; the exit code
 # is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
@@ -14,7 +14,8 @@ set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
 HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py)
 HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
-        tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py)
+        tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py
+        tests/test_history_quickstart.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
 pids=()
 lint_pid=""

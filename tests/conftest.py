@@ -15,6 +15,8 @@ pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture"]
 # The shared dataset cache (d5pipe.rundir.data_cache) is off in the tests: each run prepares its own
 # data, as the tests about preparation expect; tests/test_data_cache.py turns it on in a tmp dir.
 os.environ.setdefault("D5PIPE_DATA_CACHE_MB", "0")
+# No run of the suite lands in the user's history store; tests/test_history*.py name a store of their own.
+os.environ["D5PIPE_HISTORY"] = "off"
 # The machine's ceilings (d5pipe.measure.ceilings) measured while the suite loads both cores would be
 # too low to be ceilings: the tests keep theirs in a cache of their own, never the user's.
 if "D5PIPE_CACHE_DIR" not in os.environ:

@@ -13,7 +13,7 @@ import d5pipe
 
 SRC = Path(d5pipe.__file__).resolve().parent
 DOC = SRC.parents[1] / "docs" / "architecture.md"
-ORDER = ("core", "measure", "levels", "config", "plan", "rundir", "results", "provenance", "execute", "cli")
+ORDER = ("core", "measure", "levels", "config", "plan", "rundir", "results", "provenance", "execute", "history", "cli")
 """Bottom first: a layer imports only the layers before it (and itself)."""
 
 

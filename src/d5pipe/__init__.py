@@ -16,6 +16,7 @@ tests/test_layers.py derives the graph from the imports and holds it to this ord
 ``results``        aggregation into results.parquet, verdicts, run comparison, the report
 ``provenance``     environment record and hash, bundles, reproduce
 ``execute``        how it runs: driving Snakemake, shard jobs, resources, SLURM glue, status
+``history``        every finished run in a DuckDB store; series, steps found and explained, trend page
 ``cli``            one module per ``d5pipe`` subcommand
 =================  ==========================================================================
 

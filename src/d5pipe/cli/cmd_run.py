@@ -34,6 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="take over an --out that belongs to another experiment or is not a run directory")
     p.add_argument("-v", "--verbose", action="store_true", help="show Snakemake's full output")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write points and checks as JUnit XML")
+    p.add_argument("--history", type=Path, metavar="FILE",
+                   help="the history store the finished run is added to (default $D5PIPE_HISTORY, else "
+                        "~/.local/share/d5pipe/history.duckdb; d5pipe history)")
+    p.add_argument("--no-history", action="store_true",
+                   help="do not add the finished run to the history (D5PIPE_HISTORY=off does the same)")
     p.add_argument("--detach", action="store_true",
                    help="SLURM: run the driver itself as a SLURM job and return (survives logout; "
                         "d5pipe status / d5pipe cancel RUN)")
@@ -128,6 +133,9 @@ def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
 
 
 def main(args: argparse.Namespace) -> int:
+    from d5pipe.cli.cmd_history import append_finished_run
+    from d5pipe.history.store import disabled_by_env as history_off
+
     apply_allow(args.allow)
     if args.detach:
         return _detach(args, list(args.argv))
@@ -145,6 +153,8 @@ def main(args: argparse.Namespace) -> int:
 
         results = load_results(rd.root)  # as the run just wrote them
         write_junit(results, point_verdicts(results), args.junit)
+    if not args.no_history and not history_off():
+        append_finished_run(rd.root, args.history)
     print(f"report: {rd.report_html.resolve()}")
     print(f"d5pipe: {outcome.verdict.line(str(rd.report_html))}")
     return outcome.verdict.exit_code

@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "ab": ("d5pipe.cli.cmd_ab", "measure two runs' configs interleaved in time, then compare them"),
     "cancel": ("d5pipe.cli.cmd_cancel", "stop a SLURM run: its detached driver and its jobs"),
     "cache": ("d5pipe.cli.cmd_cache", "the prepared datasets shared by run directories; --clear"),
+    "history": ("d5pipe.cli.cmd_history", "every finished run kept: import, runs, series, latest, check, trend"),
     "peaks": ("d5pipe.cli.cmd_peaks", "the machine's ceilings (FLOP/s per dtype, bandwidth per memory level)"),
 }
 

@@ -1,0 +1,176 @@
+"""``d5pipe history check``: every timing series of the store searched for steps
+(d5pipe.history.steps), each finding explained by what changed between the runs on either side."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from d5pipe.history.queries import run_rows_of, run_values
+from d5pipe.history.steps import DEFAULT_ALPHA, DEFAULT_MIN_STEP, SeriesCheck, Step, check_series, family_noise
+from d5pipe.results.timing_compare import lower_is_better
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+RUN_FACTS = ("env_hash", "hostname", "slurm_nodes", "d5pipe_version", "git_commit")
+
+
+@dataclass(frozen=True)
+class Finding:
+    experiment: str
+    stage: str
+    params: str
+    metric: str
+    unit: str
+    machine: str
+    step: Step
+    run_before: str
+    run_after: str
+    created_after: Any
+    changed: tuple[str, ...]
+    lower_is_better: bool
+
+    @property
+    def regression(self) -> bool:
+        return (self.step.ratio > 1) == self.lower_is_better
+
+    @property
+    def slowdown(self) -> float:
+        """Loss of performance (positive: worse), whatever the metric's direction."""
+        return self.step.ratio - 1 if self.lower_is_better else 1 / self.step.ratio - 1
+
+    def line(self) -> str:
+        lo, hi = self.step.ci
+        what = "regression" if self.regression else "improvement"
+        why = "; ".join(self.changed) if self.changed else "nothing recorded changed"
+        return (f"{what}: {self.experiment} {self.stage} {self.params} {self.metric}: x{self.step.ratio:.3f} "
+                f"[{lo:.3f}, {hi:.3f}] from run {self.run_after} ({_when(self.created_after)}; "
+                f"{self.step.runs_before} runs before, {self.step.runs_after} after, p={self.step.p:.2g}) "
+                f"on machine {self.machine}; changed: {why}")
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    experiment: str
+    stage: str
+    params: str
+    metric: str
+    machine: str
+    run_ids: tuple[str, ...]
+    check: SeriesCheck
+
+
+@dataclass(frozen=True)
+class HistoryCheck:
+    findings: list[Finding]
+    series: list[SeriesResult]
+
+    def counts(self) -> dict[str, int]:
+        out = {"series": len(self.series), "steps": 0, "steady": 0, "inconclusive": 0}
+        for s in self.series:
+            out[s.check.status] += 1
+        return out
+
+
+def _when(ts: Any) -> str:
+    return ts.isoformat(timespec="seconds") if hasattr(ts, "isoformat") else str(ts)
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def what_changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
+    """The differences between two runs' rows: config values, packages, user code, then the run's
+    facts (environment hash, node, d5pipe version, commit)."""
+    out: list[str] = []
+    cb, ca = _flat(before.get("config") or {}), _flat(after.get("config") or {})
+    out += [f"config {k}: {cb.get(k)!r} -> {ca.get(k)!r}" for k in sorted(set(cb) | set(ca)) if cb.get(k) != ca.get(k)]
+    pb, pa = before.get("packages") or {}, after.get("packages") or {}
+    out += [f"package {k}: {pb.get(k)} -> {pa.get(k)}" for k in sorted(set(pb) | set(pa)) if pb.get(k) != pa.get(k)]
+    ub, ua = before.get("user_code") or {}, after.get("user_code") or {}
+    out += [f"user code {k}: {ub.get(k)} -> {ua.get(k)}" for k in sorted(set(ub) | set(ua)) if ub.get(k) != ua.get(k)]
+    out += [f"{k}: {before.get(k)} -> {after.get(k)}" for k in RUN_FACTS if before.get(k) != after.get(k)]
+    return tuple(out)
+
+
+def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None, since: datetime | None = None,
+                  alpha: float = DEFAULT_ALPHA, min_step: float = DEFAULT_MIN_STEP) -> HistoryCheck:
+    """Every timing series (per machine type) checked; findings whose first run after the step
+    is at or after ``since`` (all when None)."""
+    df = run_values(con, experiment=experiment)
+    groups = list(df.groupby(["series", "metric", "machine"], sort=False))
+    logs = {key: [math.log(v) for v in g["value"] if v > 0] for key, g in groups}
+    # the family of a series: the same metric (its last name part) in every configuration
+    prior = {name: family_noise([v for (_, m, _), v in logs.items() if _name(m) == name])
+             for name in {_name(m) for (_, m, _) in logs}}
+    results: list[SeriesResult] = []
+    pending: list[tuple[pd.DataFrame, Step, str]] = []
+    for (ser, metric, machine), g in groups:
+        g = g[g["value"] > 0]
+        chk = check_series(logs[(ser, metric, machine)], prior[_name(str(metric))], alpha, min_step)
+        first = g.iloc[0]
+        results.append(SeriesResult(str(first.experiment), str(first.stage), str(first.params), str(metric),
+                                    str(machine), tuple(g["run_id"]), chk))
+        for st in chk.steps:
+            if since is None or _after(g.iloc[st.index]["created"], since):
+                pending.append((g, st, str(first.unit)))
+    rows = run_rows_of(con, sorted({str(g.iloc[i]["run_id"]) for g, st, _ in pending for i in (st.index - 1, st.index)}))
+    findings = []
+    for g, st, unit in pending:
+        before, after = g.iloc[st.index - 1], g.iloc[st.index]
+        findings.append(Finding(str(after.experiment), str(after.stage), str(after.params), str(after.metric), unit,
+                                str(after.machine), st, str(before.run_id), str(after.run_id), after.created,
+                                what_changed(rows.get(str(before.run_id), {}), rows.get(str(after.run_id), {})),
+                                lower_is_better(unit, str(after.metric))))
+    findings.sort(key=lambda f: (not f.regression, -abs(math.log(f.step.ratio))))
+    return HistoryCheck(findings, results)
+
+
+def _name(metric: str) -> str:
+    return metric.split(":")[-1]
+
+
+def _after(ts: Any, since: datetime) -> bool:
+    import pandas as pd
+
+    t = pd.Timestamp(ts)
+    s = pd.Timestamp(since)
+    if s.tzinfo is None:
+        s = s.tz_localize("UTC")
+    if t.tzinfo is None:
+        t = t.tz_localize("UTC")
+    return bool(t >= s)
+
+
+def junit_xml(result: HistoryCheck, fail_pct: float | None) -> bytes:
+    """A test suite per stage, a test case per series and metric: failed when it holds a
+    regression beyond ``fail_pct`` percent, skipped when inconclusive."""
+    root = ET.Element("testsuites", name="d5pipe history", tests=str(len(result.series)))
+    by_key = {(f.experiment, f.stage, f.params, f.metric, f.machine): f for f in result.findings if f.regression}
+    suites: dict[str, ET.Element] = {}
+    failures = 0
+    for s in result.series:
+        suite = suites.get(s.stage)
+        if suite is None:
+            suite = suites[s.stage] = ET.SubElement(root, "testsuite", name=s.stage)
+        case = ET.SubElement(suite, "testcase", classname=f"d5pipe.history.{s.experiment}.{s.stage}",
+                             name=f"{s.params} {s.metric} @{s.machine}")
+        f = by_key.get((s.experiment, s.stage, s.params, s.metric, s.machine))
+        if f is not None and fail_pct is not None and f.slowdown * 100 > fail_pct:
+            failures += 1
+            ET.SubElement(case, "failure", message=f.line()).text = f.line()
+        elif s.check.status == "inconclusive":
+            ET.SubElement(case, "skipped", message=s.check.note)
+    root.set("failures", str(failures))
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)

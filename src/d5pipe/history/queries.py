@@ -1,0 +1,71 @@
+"""Questions to the history store: its runs, one metric's series for a configuration, the latest
+value of every series, and the run-level values the step check reads (one value per run and
+series: the median over the run's repetitions)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+
+
+def runs(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> pd.DataFrame:
+    sql = ("SELECT r.run_id, r.experiment, r.created, r.hostname, r.machine, r.env_hash, r.d5pipe_version, "
+           "r.slurm_nodes, r.run_dir, (SELECT count(*) FROM results s WHERE s.run_id = r.run_id) AS rows "
+           "FROM runs r")
+    args: list[Any] = []
+    if experiment:
+        sql += " WHERE r.experiment = ?"
+        args.append(experiment)
+    return con.execute(sql + " ORDER BY r.created, r.run_id", args).df()
+
+
+def _where(experiment: str | None, stage: str | None, metric: str | None, machine: str | None,
+           env_hash: str | None, series: str | None, kind: str | None) -> tuple[str, list[Any]]:
+    conds, args = ["s.status = 'ok'"], []
+    for col, val in (("s.experiment", experiment), ("s.stage", stage), ("s.metric", metric), ("r.machine", machine),
+                     ("r.env_hash", env_hash), ("s.series", series), ("s.kind", kind)):
+        if val:
+            conds.append(f"{col} = ?")
+            args.append(val)
+    return " AND ".join(conds), args
+
+
+def run_values(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None, stage: str | None = None,
+               metric: str | None = None, machine: str | None = None, env_hash: str | None = None,
+               series: str | None = None, kind: str | None = "timing",
+               params: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per run, series and metric (and machine type): the median over the run's
+    repetitions, how many there were, and the run's identity, in time order."""
+    where, args = _where(experiment, stage, metric, machine, env_hash, series, kind)
+    df = con.execute(
+        "SELECT s.experiment, s.stage, s.series, s.params, s.metric, s.unit, r.machine, s.run_id, r.created, "
+        "r.hostname, r.env_hash, median(s.value) AS value, count(*) AS repetitions, list(s.value) AS values "
+        f"FROM results s JOIN runs r USING (run_id) WHERE {where} "
+        "GROUP BY ALL ORDER BY s.series, s.metric, r.machine, r.created, s.run_id", args).df()
+    if params:
+        keep = [all(json.loads(p).get(k) == v for k, v in params.items()) for p in df["params"]]
+        df = df[keep]
+    return df.reset_index(drop=True)
+
+
+def latest(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> pd.DataFrame:
+    """The last run's value of every series (timings and every other numeric metric)."""
+    df = run_values(con, experiment=experiment, kind=None)
+    return df.groupby(["series", "metric", "machine"], sort=False).tail(1).reset_index(drop=True)
+
+
+def run_rows_of(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The runs' rows by ID (packages, user code and config parsed)."""
+    if not run_ids:
+        return {}
+    df = con.execute("SELECT * FROM runs WHERE run_id IN (SELECT unnest(?))", [run_ids]).df()
+    out = {}
+    for rec in df.to_dict("records"):
+        for k in ("packages", "user_code", "config"):
+            rec[k] = json.loads(rec[k]) if isinstance(rec.get(k), str) and rec[k] else {}
+        out[str(rec["run_id"])] = rec
+    return out

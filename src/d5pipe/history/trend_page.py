@@ -1,0 +1,69 @@
+"""The trend page: one self-contained HTML file, findings first, then one plot per series (its
+runs' values in time order, one line per machine type, each confirmed step marked)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from d5pipe.core.atomic import write_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from d5pipe.history.check import HistoryCheck
+
+MAX_PLOTS = 60
+
+
+def _svg(g: pd.DataFrame, title: str, steps: dict[str, list[int]], unit: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    for machine, m in g.groupby("machine", sort=False):
+        x = list(range(len(m)))
+        ax.plot(x, m["value"].to_list(), marker="o", ms=3, label=f"machine {machine}")
+        for i in steps.get(str(machine), []):
+            ax.axvline(i - 0.5, color="crimson", ls="--", lw=1)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("run (time order)")
+    ax.set_ylabel(unit or "value")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def write_trend_page(path: Path, result: HistoryCheck, values: pd.DataFrame, store: str, runs: int,
+                     max_plots: int = MAX_PLOTS) -> Path:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("d5pipe.history", "templates"), autoescape=True)
+    order = sorted(result.series, key=lambda s: {"steps": 0, "inconclusive": 1, "steady": 2}[s.check.status])
+    plots: list[dict[str, Any]] = []
+    drawn: set[tuple[str, str]] = set()
+    for s in order:
+        key = (s.params + s.stage + s.experiment, s.metric)
+        if key in drawn or len(plots) >= max_plots:
+            continue
+        drawn.add(key)
+        g = values[(values["params"] == s.params) & (values["stage"] == s.stage) &
+                   (values["experiment"] == s.experiment) & (values["metric"] == s.metric)]
+        steps = {x.machine: [st.index for st in x.check.steps] for x in result.series
+                 if (x.params, x.stage, x.experiment, x.metric) == (s.params, s.stage, s.experiment, s.metric)}
+        title = f"{s.experiment} {s.stage} {s.params} {s.metric}"
+        plots.append({"svg": _svg(g, title, steps, str(g["unit"].iloc[0]) if len(g) else ""),
+                      "caption": f"{title}: {s.check.status}"})
+    left_out = len({(s.params + s.stage + s.experiment, s.metric) for s in order}) - len(plots)
+    html = env.get_template("trend.html.j2").render(
+        store=store, runs=runs, counts=result.counts(), findings=result.findings,
+        inconclusive=[s for s in order if s.check.status == "inconclusive"], plots=plots, left_out=left_out)
+    write_bytes(path, html.encode())
+    return path

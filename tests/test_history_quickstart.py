@@ -1,0 +1,38 @@
+"""The quickstart's level 0 run four times into one history, with a real change before the third
+run (two threads per level-0 job instead of one): ``d5pipe history check`` finds the step at the
+third run in the metrics it moved and names the change."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import d5pipe
+
+THREADS = "executor.resources.level0.cpus_per_task"
+
+
+@pytest.mark.slow
+def test_a_change_before_the_third_run_is_found_there_and_named(tmp_path: Path) -> None:
+    store = tmp_path / "history.duckdb"
+    run_ids = []
+    for i in range(4):
+        extra = [f"{THREADS}=2"] if i >= 2 else []
+        r = d5pipe("run", "quickstart", "stages=[level0]", *extra, "--out", str(tmp_path / f"run{i + 1}"),
+                   "--history", str(store), env={"D5PIPE_HISTORY": None})
+        assert r.returncode in (0, 3), r.stdout[-2000:] + r.stderr[-2000:]
+        [run_id] = re.findall(r"^history: run (\w+) in ", r.stdout, flags=re.M)
+        run_ids.append(run_id)
+    c = d5pipe("history", "check", "--history", str(store), "--fail-on-regression", "5",
+               "--junit", str(tmp_path / "history.xml"))
+    print(c.stdout)
+    assert c.returncode in (0, 4), c.stderr
+    steps = [ln for ln in c.stdout.splitlines() if ln.startswith(("regression:", "improvement:"))]
+    big = [ln for ln in steps if '{"operators.dtype":"float32","operators.size":256}' in ln and " time: " in ln]
+    assert big, c.stdout  # matmul 256: one thread against two
+    for ln in steps:  # every step found is at the third run and names the change
+        assert f"from run {run_ids[2]} " in ln, ln
+        assert f"config {THREADS}: None -> 2" in ln, ln
+    assert (tmp_path / "history.xml").is_file()

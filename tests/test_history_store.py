@@ -1,0 +1,102 @@
+"""The history store (d5pipe.history.store): a finished run lands in it, two runs that finish at
+the same moment both land, bundles are imported, and the queries and the check read it back
+(``d5pipe history``). Real runs of the tiny experiment, a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from d5pipe.history.store import add_run_dir
+from tests.conftest import TEST_CONF, d5pipe
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny run (two repetitions) that adds itself to a store of its own; (run dir, store)."""
+    base = tmp_path_factory.mktemp("history")
+    store = base / "h.duckdb"
+    r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(base / "run"), "repetitions=2",
+               "--history", str(store), env={"D5PIPE_HISTORY": None})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert f"in {store}" in r.stdout
+    return base / "run", store
+
+
+def _count(store: Path, sql: str) -> int:
+    con = duckdb.connect(str(store), read_only=True)
+    try:
+        row = con.execute(sql).fetchone()
+    finally:
+        con.close()
+    assert row is not None
+    return int(row[0])
+
+
+def _copy_as_another_run(src: Path, dst: Path, created: str) -> Path:
+    """The same results as another run: another creation time, so another run ID."""
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    m["created"] = created
+    (dst / "manifest.json").write_text(json.dumps(m))
+    return dst
+
+
+def _append(args: tuple[str, str]) -> str:
+    run_id, _ = add_run_dir(Path(args[0]), Path(args[1]))
+    return run_id
+
+
+def test_a_finished_run_lands_once_with_its_rows(tiny_run: tuple[Path, Path]) -> None:
+    run, store = tiny_run
+    assert _count(store, "SELECT count(*) FROM runs") == 1
+    n = _count(store, "SELECT count(*) FROM results")
+    assert n > 0
+    assert _count(store, "SELECT count(DISTINCT repeat) FROM results") == 2
+    r = d5pipe("history", "import", str(run), "--history", str(store))
+    assert r.returncode == 0 and "already in the history" in r.stdout, r.stdout + r.stderr
+    assert _count(store, "SELECT count(*) FROM results") == n  # nothing twice
+
+
+def test_two_runs_appending_at_once_both_land(tiny_run: tuple[Path, Path], tmp_path: Path) -> None:
+    run, _ = tiny_run
+    store = tmp_path / "race.duckdb"
+    runs = [_copy_as_another_run(run, tmp_path / f"r{i}", f"2026-01-0{i + 1}T00:00:00+00:00") for i in range(4)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:  # four processes open the store at the same moment
+        ids = pool.map(_append, [(str(store), str(r)) for r in runs])
+    assert len(set(ids)) == 4
+    assert _count(store, "SELECT count(DISTINCT run_id) FROM runs") == 4
+    assert _count(store, "SELECT count(DISTINCT run_id) FROM results") == 4
+
+
+def test_a_bundle_is_imported_and_queried(tiny_run: tuple[Path, Path], tmp_path: Path) -> None:
+    run, _ = tiny_run
+    copy = _copy_as_another_run(run, tmp_path / "copy", "2026-02-01T00:00:00+00:00")
+    assert d5pipe("bundle", str(copy), "--archive", "--rehash").returncode == 0  # its manifest was edited
+    archive = next(tmp_path.glob("copy*.tar.gz"))
+    store = tmp_path / "b.duckdb"
+    r = d5pipe("history", "import", str(archive), "--history", str(store))
+    assert r.returncode == 0 and " added " in r.stdout, r.stdout + r.stderr
+    s = d5pipe("history", "series", "--metric", "time", "--param", "operators.size=16", "--history", str(store))
+    assert s.returncode == 0 and '{"operators.size":16}' in s.stdout, s.stdout + s.stderr
+    lines = [ln for ln in s.stdout.splitlines() if "operators.size" in ln]
+    assert len(lines) == 1 and lines[0].split()[-3] == "2"  # one run, its two repetitions folded
+    c = d5pipe("history", "check", "--history", str(store), "--junit", str(tmp_path / "h.xml"))
+    assert c.returncode == 0, c.stderr
+    assert "inconclusive" in c.stdout and "1 run(s): a step needs 2 runs on each side" in c.stdout
+    assert (tmp_path / "h.xml").read_text().count("<skipped") >= 3
+
+
+def test_user_errors_are_one_line(tmp_path: Path) -> None:
+    missing = d5pipe("history", "check", "--history", str(tmp_path / "none.duckdb"))
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no such store" in missing.stderr
+    bad = d5pipe("history", "check", "--since", "yesterday", "--history", str(tmp_path / "none.duckdb"))
+    assert bad.returncode == 2 and "--since" in bad.stderr
+    notrun = d5pipe("history", "import", str(tmp_path), "--history", str(tmp_path / "x.duckdb"))
+    assert notrun.returncode == 2 and notrun.stderr.count("\n") == 1, notrun.stderr
