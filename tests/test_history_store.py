@@ -91,6 +91,10 @@ def test_a_bundle_is_imported_and_queried(tiny_run: tuple[Path, Path], tmp_path:
     assert c.returncode == 0, c.stderr
     assert "inconclusive" in c.stdout and "1 run(s): a step needs 2 runs on each side" in c.stdout
     assert (tmp_path / "h.xml").read_text().count("<skipped") >= 3
+    t = d5pipe("history", "trend", "--history", str(store), "--html", str(tmp_path / "trend.html"))
+    assert t.returncode == 0, t.stderr
+    page = (tmp_path / "trend.html").read_text()
+    assert page.index("Findings") < page.index("<svg") and "No confirmed step." in page  # findings first
 
 
 def test_user_errors_are_one_line(tmp_path: Path) -> None:

@@ -105,10 +105,10 @@ def main(args: argparse.Namespace) -> int:
         if args.action == "trend":
             from d5pipe.history.trend_page import write_trend_page
 
-            values = queries.run_values(con, experiment=args.experiment)
             n_runs = len(queries.runs(con, args.experiment))
-            out = write_trend_page(args.html or Path("history.html"), result, values, str(path), n_runs,
-                                   args.max_plots)
+            out = write_trend_page(args.html or Path("history.html"), result,
+                                   lambda s: queries.run_values(con, series=s.series, metric=s.metric), str(path),
+                                   n_runs, args.max_plots)
             print(f"trend page: {out.resolve()}")
             return 0
     return _report_check(result, args)

@@ -5,18 +5,27 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from d5pipe.history.queries import run_rows_of, run_values
-from d5pipe.history.steps import DEFAULT_ALPHA, DEFAULT_MIN_STEP, SeriesCheck, Step, check_series, family_noise
+from d5pipe.history.queries import run_rows_of, series_groups, series_info
+from d5pipe.history.steps import (
+    DEFAULT_ALPHA,
+    DEFAULT_MIN_STEP,
+    FamilyNoise,
+    SeriesCheck,
+    Step,
+    check_series,
+    family_noise,
+)
 from d5pipe.results.timing_compare import lower_is_better
 
 if TYPE_CHECKING:
     import duckdb
-    import pandas as pd
 
+FAMILY_SAMPLE = 1000
+"""Series of one metric name that estimate its family's noise (a median: more change it little)."""
 RUN_FACTS = ("env_hash", "hostname", "slurm_nodes", "d5pipe_version", "git_commit")
 
 
@@ -34,6 +43,9 @@ class Finding:
     created_after: Any
     changed: tuple[str, ...]
     lower_is_better: bool
+    also: tuple[str, ...] = ()
+    """Metrics of the same configuration that are a constant multiple or reciprocal of this one
+    (GFLOP/s, GB/s of a time): the same step, shown once."""
 
     @property
     def regression(self) -> bool:
@@ -48,7 +60,8 @@ class Finding:
         lo, hi = self.step.ci
         what = "regression" if self.regression else "improvement"
         why = "; ".join(self.changed) if self.changed else "nothing recorded changed"
-        return (f"{what}: {self.experiment} {self.stage} {self.params} {self.metric}: x{self.step.ratio:.3f} "
+        also = f" (also {', '.join(self.also)})" if self.also else ""
+        return (f"{what}: {self.experiment} {self.stage} {self.params} {self.metric}{also}: x{self.step.ratio:.3f} "
                 f"[{lo:.3f}, {hi:.3f}] from run {self.run_after} ({_when(self.created_after)}; "
                 f"{self.step.runs_before} runs before, {self.step.runs_after} after, p={self.step.p:.2g}) "
                 f"on machine {self.machine}; changed: {why}")
@@ -56,6 +69,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class SeriesResult:
+    series: str
     experiment: str
     stage: str
     params: str
@@ -104,37 +118,58 @@ def what_changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ..
     return tuple(out)
 
 
+def _family(con: duckdb.DuckDBPyConnection, experiment: str | None) -> dict[str, FamilyNoise]:
+    """Each metric name's family noise, from up to :data:`FAMILY_SAMPLE` of its series."""
+    logs: dict[str, list[list[float]]] = {}
+    for (_, metric, _), g in series_groups(con, experiment):
+        fam = logs.setdefault(_name(metric), [])
+        if len(fam) < FAMILY_SAMPLE:
+            fam.append([math.log(v) for v in g["value"]])
+    return {name: family_noise(series) for name, series in logs.items()}
+
+
 def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None, since: datetime | None = None,
                   alpha: float = DEFAULT_ALPHA, min_step: float = DEFAULT_MIN_STEP) -> HistoryCheck:
-    """Every timing series (per machine type) checked; findings whose first run after the step
-    is at or after ``since`` (all when None)."""
-    df = run_values(con, experiment=experiment)
-    groups = list(df.groupby(["series", "metric", "machine"], sort=False))
-    logs = {key: [math.log(v) for v in g["value"] if v > 0] for key, g in groups}
-    # the family of a series: the same metric (its last name part) in every configuration
-    prior = {name: family_noise([v for (_, m, _), v in logs.items() if _name(m) == name])
-             for name in {_name(m) for (_, m, _) in logs}}
+    """Every timing series (per machine type) checked, one at a time; findings whose first run
+    after the step is at or after ``since`` (all when None). The family of a series is the same
+    metric (its last name part) in the other configurations."""
+    family = _family(con, experiment)
+    info = series_info(con, experiment)
     results: list[SeriesResult] = []
-    pending: list[tuple[pd.DataFrame, Step, str]] = []
-    for (ser, metric, machine), g in groups:
-        g = g[g["value"] > 0]
-        chk = check_series(logs[(ser, metric, machine)], prior[_name(str(metric))], alpha, min_step)
-        first = g.iloc[0]
-        results.append(SeriesResult(str(first.experiment), str(first.stage), str(first.params), str(metric),
-                                    str(machine), tuple(g["run_id"]), chk))
+    pending: list[tuple[Any, Step, Any, Any]] = []
+    for (ser, metric, machine), g in series_groups(con, experiment):
+        chk = check_series([math.log(v) for v in g["value"]], family.get(_name(metric)), alpha, min_step)
+        about = info[(ser, metric)]
+        results.append(SeriesResult(ser, str(about.experiment), str(about.stage), str(about.params), metric, machine,
+                                    tuple(g["run_id"]), chk))
         for st in chk.steps:
-            if since is None or _after(g.iloc[st.index]["created"], since):
-                pending.append((g, st, str(first.unit)))
-    rows = run_rows_of(con, sorted({str(g.iloc[i]["run_id"]) for g, st, _ in pending for i in (st.index - 1, st.index)}))
+            if since is None or _after(g["created"].iloc[st.index], since):
+                pending.append((about, st, g.iloc[st.index - 1], g.iloc[st.index]))
+    rows = run_rows_of(con, sorted({str(r["run_id"]) for _, _, b, a in pending for r in (b, a)}))
     findings = []
-    for g, st, unit in pending:
-        before, after = g.iloc[st.index - 1], g.iloc[st.index]
-        findings.append(Finding(str(after.experiment), str(after.stage), str(after.params), str(after.metric), unit,
-                                str(after.machine), st, str(before.run_id), str(after.run_id), after.created,
-                                what_changed(rows.get(str(before.run_id), {}), rows.get(str(after.run_id), {})),
-                                lower_is_better(unit, str(after.metric))))
+    for about, st, before, after in pending:
+        findings.append(Finding(str(about.experiment), str(about.stage), str(about.params), str(after["metric"]),
+                                str(about.unit), str(after["machine"]), st, str(before["run_id"]),
+                                str(after["run_id"]), after["created"],
+                                what_changed(rows.get(str(before["run_id"]), {}), rows.get(str(after["run_id"]), {})),
+                                lower_is_better(str(about.unit), str(after["metric"]))))
     findings.sort(key=lambda f: (not f.regression, -abs(math.log(f.step.ratio))))
-    return HistoryCheck(findings, results)
+    return HistoryCheck(_fold_derived(findings), results)
+
+
+def _fold_derived(findings: list[Finding]) -> list[Finding]:
+    """One finding per step of a configuration and its derived metrics: the same run and the same
+    |log ratio| (a rate of a time, a constant times it), kept as the time's finding."""
+    groups: dict[tuple[Any, ...], list[Finding]] = {}
+    for f in findings:
+        key = (f.experiment, f.stage, f.params, f.machine, f.run_after, round(abs(math.log(f.step.ratio)), 6))
+        groups.setdefault(key, []).append(f)
+    out = []
+    for group in groups.values():
+        group.sort(key=lambda f: (not f.lower_is_better, f.metric))
+        head = group[0]
+        out.append(replace(head, also=tuple(f.metric for f in group[1:])))
+    return out
 
 
 def _name(metric: str) -> str:

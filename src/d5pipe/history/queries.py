@@ -5,6 +5,7 @@ series: the median over the run's repetitions)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -37,13 +38,15 @@ def _where(experiment: str | None, stage: str | None, metric: str | None, machin
 def run_values(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None, stage: str | None = None,
                metric: str | None = None, machine: str | None = None, env_hash: str | None = None,
                series: str | None = None, kind: str | None = "timing",
-               params: dict[str, Any] | None = None) -> pd.DataFrame:
+               params: dict[str, Any] | None = None, with_values: bool = False) -> pd.DataFrame:
     """One row per run, series and metric (and machine type): the median over the run's
-    repetitions, how many there were, and the run's identity, in time order."""
+    repetitions, how many there were (and, ``with_values``, each repetition's value), and the
+    run's identity, in time order."""
     where, args = _where(experiment, stage, metric, machine, env_hash, series, kind)
+    values = ", list(s.value ORDER BY s.repeat) AS values" if with_values else ""
     df = con.execute(
         "SELECT s.experiment, s.stage, s.series, s.params, s.metric, s.unit, r.machine, s.run_id, r.created, "
-        "r.hostname, r.env_hash, median(s.value) AS value, count(*) AS repetitions, list(s.value) AS values "
+        f"r.hostname, r.env_hash, median(s.value) AS value, count(*) AS repetitions{values} "
         f"FROM results s JOIN runs r USING (run_id) WHERE {where} "
         "GROUP BY ALL ORDER BY s.series, s.metric, r.machine, r.created, s.run_id", args).df()
     if params:
@@ -69,3 +72,46 @@ def run_rows_of(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str,
             rec[k] = json.loads(rec[k]) if isinstance(rec.get(k), str) and rec[k] else {}
         out[str(rec["run_id"])] = rec
     return out
+
+
+SERIES_KEY = ["series", "metric", "machine"]
+CHUNK_VECTORS = 32
+"""Rows fetched at a time by :func:`series_groups` (DuckDB vectors of 2,048 rows)."""
+
+
+def series_info(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> dict[tuple[str, str], Any]:
+    """What names each timing series: its experiment, stage, parameters and unit."""
+    where, args = _where(experiment, None, None, None, None, None, "timing")
+    df = con.execute("SELECT DISTINCT s.series, s.metric, s.experiment, s.stage, s.params, s.unit "
+                     f"FROM results s JOIN runs r USING (run_id) WHERE {where}", args).df()
+    return {(str(r.series), str(r.metric)): r for r in df.itertuples(index=False)}
+
+
+def series_groups(con: duckdb.DuckDBPyConnection, experiment: str | None = None
+                  ) -> Iterator[tuple[tuple[str, str, str], pd.DataFrame]]:
+    """Each timing series of each machine type, one at a time in time order (run, created, value:
+    the median over the run's repetitions), streamed from the store: a history larger than memory
+    is checked series by series."""
+    import pandas as pd
+
+    where, args = _where(experiment, None, None, None, None, None, "timing")
+    cur = con.execute(
+        "SELECT s.series, s.metric, r.machine, s.run_id, r.created, median(s.value) AS value "
+        f"FROM results s JOIN runs r USING (run_id) WHERE {where} AND s.value > 0 "
+        "GROUP BY ALL ORDER BY s.series, s.metric, r.machine, r.created, s.run_id", args)
+    carry: pd.DataFrame | None = None
+    while True:
+        chunk = cur.fetch_df_chunk(CHUNK_VECTORS)
+        if chunk.empty:
+            break
+        if carry is not None and len(carry):
+            chunk = pd.concat([carry, chunk], ignore_index=True)
+        last = chunk.iloc[-1]
+        tail = (chunk["series"] == last["series"]) & (chunk["metric"] == last["metric"]) & \
+               (chunk["machine"] == last["machine"])
+        carry = chunk[tail]
+        for key, g in chunk[~tail].groupby(SERIES_KEY, sort=False):
+            yield (str(key[0]), str(key[1]), str(key[2])), g.reset_index(drop=True)
+    if carry is not None and len(carry):
+        first = carry.iloc[0]
+        yield (str(first["series"]), str(first["metric"]), str(first["machine"])), carry.reset_index(drop=True)

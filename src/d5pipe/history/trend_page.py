@@ -4,6 +4,7 @@ runs' values in time order, one line per machine type, each confirmed step marke
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from d5pipe.core.atomic import write_bytes
 if TYPE_CHECKING:
     import pandas as pd
 
-    from d5pipe.history.check import HistoryCheck
+    from d5pipe.history.check import HistoryCheck, SeriesResult
 
 MAX_PLOTS = 60
 
@@ -41,8 +42,10 @@ def _svg(g: pd.DataFrame, title: str, steps: dict[str, list[int]], unit: str) ->
     return text[text.index("<svg"):]
 
 
-def write_trend_page(path: Path, result: HistoryCheck, values: pd.DataFrame, store: str, runs: int,
-                     max_plots: int = MAX_PLOTS) -> Path:
+def write_trend_page(path: Path, result: HistoryCheck, values_of: Callable[[SeriesResult], pd.DataFrame],
+                     store: str, runs: int, max_plots: int = MAX_PLOTS) -> Path:
+    """``values_of``: a drawn series' runs (d5pipe.history.queries.run_values of its series and
+    metric, every machine type), fetched for the drawn series only."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("d5pipe.history", "templates"), autoescape=True)
@@ -50,18 +53,17 @@ def write_trend_page(path: Path, result: HistoryCheck, values: pd.DataFrame, sto
     plots: list[dict[str, Any]] = []
     drawn: set[tuple[str, str]] = set()
     for s in order:
-        key = (s.params + s.stage + s.experiment, s.metric)
+        key = (s.series, s.metric)
         if key in drawn or len(plots) >= max_plots:
             continue
         drawn.add(key)
-        g = values[(values["params"] == s.params) & (values["stage"] == s.stage) &
-                   (values["experiment"] == s.experiment) & (values["metric"] == s.metric)]
+        g = values_of(s)
         steps = {x.machine: [st.index for st in x.check.steps] for x in result.series
-                 if (x.params, x.stage, x.experiment, x.metric) == (s.params, s.stage, s.experiment, s.metric)}
+                 if (x.series, x.metric) == key}
         title = f"{s.experiment} {s.stage} {s.params} {s.metric}"
         plots.append({"svg": _svg(g, title, steps, str(g["unit"].iloc[0]) if len(g) else ""),
                       "caption": f"{title}: {s.check.status}"})
-    left_out = len({(s.params + s.stage + s.experiment, s.metric) for s in order}) - len(plots)
+    left_out = len({(s.series, s.metric) for s in order}) - len(plots)
     html = env.get_template("trend.html.j2").render(
         store=store, runs=runs, counts=result.counts(), findings=result.findings,
         inconclusive=[s for s in order if s.check.status == "inconclusive"], plots=plots, left_out=left_out)
