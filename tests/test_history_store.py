@@ -104,3 +104,13 @@ def test_user_errors_are_one_line(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--since" in bad.stderr
     notrun = d5pipe("history", "import", str(tmp_path), "--history", str(tmp_path / "x.duckdb"))
     assert notrun.returncode == 2 and notrun.stderr.count("\n") == 1, notrun.stderr
+
+
+def test_a_store_that_cannot_be_written_is_a_warning_not_a_failed_run(
+        tiny_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from d5pipe.cli.cmd_history import append_finished_run
+
+    run, _ = tiny_run
+    append_finished_run(run, tmp_path)  # a directory, not a DuckDB file
+    out = capsys.readouterr().out
+    assert "warning: the run was not added to the history" in out and "d5pipe history import" in out

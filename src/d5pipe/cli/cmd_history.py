@@ -91,8 +91,8 @@ def main(args: argparse.Namespace) -> int:
                 raise D5PipeError("history series: --metric is required (e.g. --metric time)")
             df = queries.run_values(con, experiment=args.experiment, stage=args.stage, metric=args.metric,
                                     machine=args.machine, env_hash=args.env, kind=None, params=_params(args.param))
-            _print_frame(df, ["created", "run_id", "stage", "params", "metric", "value", "unit", "repetitions",
-                              "machine", "env_hash"])
+            _print_frame(df, ["created", "run_id", "stage", "params", "metric", "value", "low", "high", "unit",
+                              "repetitions", "machine", "env_hash"])
             return 0
         if args.action == "latest":
             _print_frame(queries.latest(con, args.experiment),
@@ -162,8 +162,9 @@ def append_finished_run(run_dir: Path, history: Path | None) -> None:
     try:
         path = store.resolve(history)
         run_id, _ = store.add_run_dir(path, run_dir)
-    except (D5PipeError, OSError) as err:
-        print(f"d5pipe: warning: the run was not added to the history: {err}", flush=True)
+    except Exception as err:  # noqa: BLE001 -- the run is done and kept; its verdict must not change
+        print(f"d5pipe: warning: the run was not added to the history ({type(err).__name__}: {err}); "
+              f"d5pipe history import {run_dir} adds it later", flush=True)
         return
     print(f"history: run {run_id} in {path}", flush=True)
 

@@ -46,7 +46,8 @@ def run_values(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None,
     values = ", list(s.value ORDER BY s.repeat) AS values" if with_values else ""
     df = con.execute(
         "SELECT s.experiment, s.stage, s.series, s.params, s.metric, s.unit, r.machine, s.run_id, r.created, "
-        f"r.hostname, r.env_hash, median(s.value) AS value, count(*) AS repetitions{values} "
+        f"r.hostname, r.env_hash, median(s.value) AS value, min(s.value) AS low, max(s.value) AS high, "
+        f"count(*) AS repetitions{values} "
         f"FROM results s JOIN runs r USING (run_id) WHERE {where} "
         "GROUP BY ALL ORDER BY s.series, s.metric, r.machine, r.created, s.run_id", args).df()
     if params:
@@ -89,14 +90,14 @@ def series_info(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -
 
 def series_groups(con: duckdb.DuckDBPyConnection, experiment: str | None = None
                   ) -> Iterator[tuple[tuple[str, str, str], pd.DataFrame]]:
-    """Each timing series of each machine type, one at a time in time order (run, created, value:
-    the median over the run's repetitions), streamed from the store: a history larger than memory
-    is checked series by series."""
+    """Each timing series of each machine type, one at a time in time order (run, created, and the
+    lowest and highest value of the run's repetitions), streamed from the store: a history larger
+    than memory is checked series by series."""
     import pandas as pd
 
     where, args = _where(experiment, None, None, None, None, None, "timing")
     cur = con.execute(
-        "SELECT s.series, s.metric, r.machine, s.run_id, r.created, median(s.value) AS value "
+        "SELECT s.series, s.metric, r.machine, s.run_id, r.created, min(s.value) AS low, max(s.value) AS high "
         f"FROM results s JOIN runs r USING (run_id) WHERE {where} AND s.value > 0 "
         "GROUP BY ALL ORDER BY s.series, s.metric, r.machine, r.created, s.run_id", args)
     carry: pd.DataFrame | None = None

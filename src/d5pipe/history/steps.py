@@ -2,7 +2,8 @@
 that takes the runs as the observations.
 
 **A series** is one configuration's timing on one machine type (d5pipe.history.run_rows), one
-value per run: the median over the run's repetitions, on a log scale (a step is a ratio). Runs,
+value per run: its best repetition (d5pipe.history.check.run_logs), on a log scale (a step is a
+ratio). Runs,
 not repetitions, are the observations, so the noise between runs -- 10-20% between two identical
 runs on a shared VM -- is the noise a step must stand out of.
 

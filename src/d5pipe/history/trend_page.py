@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.atomic import write_bytes
+from d5pipe.results.timing_compare import lower_is_better
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 MAX_PLOTS = 60
 
 
-def _svg(g: pd.DataFrame, title: str, steps: dict[str, list[int]], unit: str) -> str:
+def _svg(g: pd.DataFrame, title: str, steps: dict[str, list[int]], unit: str, lower: bool) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,7 +28,9 @@ def _svg(g: pd.DataFrame, title: str, steps: dict[str, list[int]], unit: str) ->
     fig, ax = plt.subplots(figsize=(7, 2.6))
     for machine, m in g.groupby("machine", sort=False):
         x = list(range(len(m)))
-        ax.plot(x, m["value"].to_list(), marker="o", ms=3, label=f"machine {machine}")
+        best = m["low"] if lower else m["high"]  # the value the check reads (d5pipe.history.check.run_logs)
+        ax.plot(x, best.to_list(), marker="o", ms=3, label=f"machine {machine}: best repetition")
+        ax.plot(x, m["value"].to_list(), ls=":", lw=1, alpha=0.6, label=f"machine {machine}: median")
         for i in steps.get(str(machine), []):
             ax.axvline(i - 0.5, color="crimson", ls="--", lw=1)
     ax.set_title(title, fontsize=9)
@@ -61,7 +64,8 @@ def write_trend_page(path: Path, result: HistoryCheck, values_of: Callable[[Seri
         steps = {x.machine: [st.index for st in x.check.steps] for x in result.series
                  if (x.series, x.metric) == key}
         title = f"{s.experiment} {s.stage} {s.params} {s.metric}"
-        plots.append({"svg": _svg(g, title, steps, str(g["unit"].iloc[0]) if len(g) else ""),
+        unit = str(g["unit"].iloc[0]) if len(g) else ""
+        plots.append({"svg": _svg(g, title, steps, unit, lower_is_better(unit, s.metric)),
                       "caption": f"{title}: {s.check.status}"})
     left_out = len({(s.series, s.metric) for s in order}) - len(plots)
     html = env.get_template("trend.html.j2").render(
