@@ -107,9 +107,11 @@ def test_user_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_a_store_that_cannot_be_written_is_a_warning_not_a_failed_run(
-        tiny_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tiny_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from d5pipe.cli.cmd_history import append_finished_run
 
+    monkeypatch.delenv("D5PIPE_HISTORY")  # the suite's "off" (tests/conftest.py)
     run, _ = tiny_run
     append_finished_run(run, tmp_path)  # a directory, not a DuckDB file
     out = capsys.readouterr().out

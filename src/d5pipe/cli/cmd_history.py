@@ -156,9 +156,12 @@ def _import(path: Path, paths: list[Path]) -> int:
 
 
 def append_finished_run(run_dir: Path, history: Path | None) -> None:
-    """After ``d5pipe run``: add the run to the history (a failure to write it is a warning)."""
+    """After ``d5pipe run``: add the run to the history, unless ``D5PIPE_HISTORY=off`` (a failure
+    to write it is a warning)."""
     from d5pipe.history import store
 
+    if store.disabled_by_env():
+        return
     try:
         path = store.resolve(history)
         run_id, _ = store.add_run_dir(path, run_dir)

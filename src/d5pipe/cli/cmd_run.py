@@ -133,9 +133,6 @@ def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
 
 
 def main(args: argparse.Namespace) -> int:
-    from d5pipe.cli.cmd_history import append_finished_run
-    from d5pipe.history.store import disabled_by_env as history_off
-
     apply_allow(args.allow)
     if args.detach:
         return _detach(args, list(args.argv))
@@ -153,7 +150,9 @@ def main(args: argparse.Namespace) -> int:
 
         results = load_results(rd.root)  # as the run just wrote them
         write_junit(results, point_verdicts(results), args.junit)
-    if not args.no_history and not history_off():
+    if not args.no_history:
+        from d5pipe.cli.cmd_history import append_finished_run  # after the run: not on its start-up path
+
         append_finished_run(rd.root, args.history)
     print(f"report: {rd.report_html.resolve()}")
     print(f"d5pipe: {outcome.verdict.line(str(rd.report_html))}")

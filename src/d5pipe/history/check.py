@@ -19,6 +19,7 @@ from d5pipe.history.steps import (
     check_series,
     family_noise,
 )
+from d5pipe.provenance.environment import flatten
 from d5pipe.results.timing_compare import lower_is_better
 
 if TYPE_CHECKING:
@@ -95,20 +96,11 @@ def _when(ts: Any) -> str:
     return ts.isoformat(timespec="seconds") if hasattr(ts, "isoformat") else str(ts)
 
 
-def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
 def what_changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ...]:
     """The differences between two runs' rows: config values, packages, user code, then the run's
     facts (environment hash, node, d5pipe version, commit)."""
     out: list[str] = []
-    cb, ca = _flat(before.get("config") or {}), _flat(after.get("config") or {})
+    cb, ca = flatten(before.get("config") or {}), flatten(after.get("config") or {})
     out += [f"config {k}: {cb.get(k)!r} -> {ca.get(k)!r}" for k in sorted(set(cb) | set(ca)) if cb.get(k) != ca.get(k)]
     pb, pa = before.get("packages") or {}, after.get("packages") or {}
     out += [f"package {k}: {pb.get(k)} -> {pa.get(k)}" for k in sorted(set(pb) | set(pa)) if pb.get(k) != pa.get(k)]
@@ -118,10 +110,10 @@ def what_changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, ..
     return tuple(out)
 
 
-def _family(con: duckdb.DuckDBPyConnection, experiment: str | None) -> dict[str, FamilyNoise]:
+def _family(con: duckdb.DuckDBPyConnection, experiment: str | None,
+            info: dict[tuple[str, str], Any]) -> dict[str, FamilyNoise]:
     """Each metric name's family noise, from up to :data:`FAMILY_SAMPLE` of its series."""
     logs: dict[str, list[list[float]]] = {}
-    info = series_info(con, experiment)
     for (ser, metric, _), g in series_groups(con, experiment):
         fam = logs.setdefault(_name(metric), [])
         if len(fam) < FAMILY_SAMPLE:
@@ -145,8 +137,8 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
     """Every timing series (per machine type) checked, one at a time; findings whose first run
     after the step is at or after ``since`` (all when None). The family of a series is the same
     metric (its last name part) in the other configurations."""
-    family = _family(con, experiment)
     info = series_info(con, experiment)
+    family = _family(con, experiment, info)
     results: list[SeriesResult] = []
     pending: list[tuple[Any, Step, Any, Any]] = []
     for (ser, metric, machine), g in series_groups(con, experiment):

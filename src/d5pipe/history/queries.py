@@ -38,16 +38,14 @@ def _where(experiment: str | None, stage: str | None, metric: str | None, machin
 def run_values(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None, stage: str | None = None,
                metric: str | None = None, machine: str | None = None, env_hash: str | None = None,
                series: str | None = None, kind: str | None = "timing",
-               params: dict[str, Any] | None = None, with_values: bool = False) -> pd.DataFrame:
-    """One row per run, series and metric (and machine type): the median over the run's
-    repetitions, how many there were (and, ``with_values``, each repetition's value), and the
-    run's identity, in time order."""
+               params: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per run, series and metric (and machine type): the median, lowest and highest of
+    the run's repetitions, how many there were, and the run's identity, in time order."""
     where, args = _where(experiment, stage, metric, machine, env_hash, series, kind)
-    values = ", list(s.value ORDER BY s.repeat) AS values" if with_values else ""
     df = con.execute(
         "SELECT s.experiment, s.stage, s.series, s.params, s.metric, s.unit, r.machine, s.run_id, r.created, "
         f"r.hostname, r.env_hash, median(s.value) AS value, min(s.value) AS low, max(s.value) AS high, "
-        f"count(*) AS repetitions{values} "
+        "count(*) AS repetitions "
         f"FROM results s JOIN runs r USING (run_id) WHERE {where} "
         "GROUP BY ALL ORDER BY s.series, s.metric, r.machine, r.created, s.run_id", args).df()
     if params:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
-from d5pipe.results.columns import axis_columns, is_missing, load_results
+from d5pipe.results.columns import axis_columns, is_missing, load_results, row_params
 from d5pipe.rundir.layout import RunDir
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     out = []
     for (stage, pid), grp in num.groupby(["stage", "point_id"], sort=False):
         first = grp.iloc[0]
-        params = {a: _plain(first[a]) for a in axes if not is_missing(first[a])}
+        params = row_params(first, axes)
         rep = first[REPEAT_AXIS] if REPEAT_AXIS in grp.columns and not is_missing(first[REPEAT_AXIS]) else 0
         key = series_key(run["experiment"], str(stage), params)
         for r in grp.itertuples(index=False):
@@ -103,10 +103,6 @@ def _nodelist(record: Path) -> str:
     except (OSError, ValueError):
         return ""
     return str(prov.get("slurm_nodelist") or "")
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
 
 
 def _float(v: Any) -> float | None:

@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from d5pipe.results.timing_tests import PRIOR_DF, Prior
+
 MIN_RUNS = 2
 """Runs on each side of a step: a single run off its neighbours is not a step (it may be one slow run)."""
-PRIOR_DF = 4.0
 WINDOW = 5
 CLIP = 2.5
 TRANSIENT_RUNS = 6
@@ -67,10 +68,6 @@ class Step:
     runs_before: int
     runs_after: int
 
-    @property
-    def change(self) -> float:
-        return self.ratio - 1.0
-
 
 @dataclass(frozen=True)
 class SeriesCheck:
@@ -82,7 +79,6 @@ class SeriesCheck:
     needed: int | None = None
     """Inconclusive: runs per side that would confirm (or rule out) a step of the size asked."""
     note: str = ""
-    candidates: tuple[int, ...] = field(default=())
 
 
 def robust_var(y: Sequence[float] | np.ndarray) -> float:
@@ -120,11 +116,15 @@ class FamilyNoise:
     var: float = 0.0
 
 
-def _moderate(var: float, df: float, prior: float) -> tuple[float, float]:
-    if prior <= 0:
-        return var, df
-    shrunk = (PRIOR_DF * prior + df * var) / (PRIOR_DF + df)
-    return (shrunk, df + PRIOR_DF) if shrunk > var else (var, df)
+def _moderate(var: float, df: int, prior: float) -> tuple[float, float]:
+    """The comparison model's moderated variance (d5pipe.results.timing_tests.Prior), the
+    family's ``prior`` a floor with :data:`PRIOR_DF` degrees of freedom."""
+    return Prior(prior, PRIOR_DF).moderate(var, df)
+
+
+def _segment_ss(y: np.ndarray, edges: Sequence[int]) -> float:
+    """Sum of squares of the runs around their segment's mean, segments between ``edges``."""
+    return sum(float(((y[a:b] - y[a:b].mean()) ** 2).sum()) for a, b in zip(edges, edges[1:]))
 
 
 def _candidates(y: np.ndarray, spread: float) -> list[int]:
@@ -150,7 +150,7 @@ def family_noise(series: Sequence[Sequence[float]]) -> FamilyNoise:
     resid = []
     for y in ys:
         edges = [0, *_candidates(y, spread), len(y)]
-        ss = sum(float(((y[a:b] - y[a:b].mean()) ** 2).sum()) for a, b in zip(edges, edges[1:]))
+        ss = _segment_ss(y, edges)
         if len(y) > len(edges) - 1:
             resid.append(ss / (len(y) - len(edges) + 1))
     return FamilyNoise(spread, float(np.median(resid)) if resid else 0.0)
@@ -220,18 +220,16 @@ def check_series(logs: Sequence[float], noise: FamilyNoise | None = None, alpha:
                               len(left), len(right)))
         else:
             undecided.append(abs(t.diff))
-    ss = sum(float(((y[a:b] - y[a:b].mean()) ** 2).sum()) for a, b in zip(edges, edges[1:]))
-    var, _ = _moderate(ss / max(1, n - len(edges) + 1), n - len(edges) + 1, noise.var)
+    var, _ = _moderate(_segment_ss(y, edges) / max(1, n - len(edges) + 1), n - len(edges) + 1, noise.var)
     sigma = math.sqrt(var)
     z = float(stats.norm.ppf(1 - level / 2)) + POWER_Z
     if undecided:
         size = max(min(undecided), math.log1p(min_step))
         need = math.ceil(2 * (z * sigma / size) ** 2)
         return SeriesCheck(n, sigma, "inconclusive", tuple(steps), need,
-                           f"{len(undecided)} candidate step(s) not confirmed by the runs on either side",
-                           tuple(bkps))
+                           f"{len(undecided)} candidate step(s) not confirmed by the runs on either side")
     if steps:
-        return SeriesCheck(n, sigma, "steps", tuple(steps), candidates=tuple(bkps))
+        return SeriesCheck(n, sigma, "steps", tuple(steps))
     detectable = z * sigma * 2 / math.sqrt(n)  # balanced halves
     if detectable > math.log1p(min_step):
         need = math.ceil(4 * (z * sigma / math.log1p(min_step)) ** 2)

@@ -51,7 +51,7 @@ def default_path() -> Path:
 
 
 def disabled_by_env() -> bool:
-    return os.environ.get(ENV_VAR, "").lower() in OFF and ENV_VAR in os.environ
+    return os.environ.get(ENV_VAR, "").lower() in OFF
 
 
 def resolve(path: str | Path | None) -> Path:

@@ -227,11 +227,12 @@ def is_hash_relevant(dotted: str) -> bool:
     return any(dotted == key or dotted.startswith(key + ".") for key in HASH_KEYS)
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as ``{"a.b.c": leaf}`` (an empty dict is a leaf): what two records' diffs compare."""
     if isinstance(obj, dict) and obj:
         out: dict[str, Any] = {}
         for key, value in obj.items():
-            out.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
         return out
     return {prefix: obj}
 
@@ -258,7 +259,7 @@ def _explain(key: str, a: Any, b: Any) -> str:
 
 def diff_records(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """One line per difference between two records; differences that change the hash come first."""
-    fa, fb = _flatten(a), _flatten(b)
+    fa, fb = flatten(a), flatten(b)
     keys = sorted(set(fa) | set(fb))
     relevant: list[str] = []
     other: list[str] = []

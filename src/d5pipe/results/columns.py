@@ -94,3 +94,9 @@ def is_missing(v: Any) -> bool:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
+
+
+def row_params(row: Any, axes: Iterable[str]) -> dict[str, Any]:
+    """A results row's sweep parameters: its value on each of ``axes`` that has one, as a plain
+    Python value (numpy scalars unwrapped), the way points are matched across runs."""
+    return {a: (v.item() if hasattr(v, "item") else v) for a in axes if not is_missing(v := row[a])}

@@ -28,7 +28,7 @@ from typing import Any
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
-from d5pipe.results.columns import axis_columns, is_missing, load_results
+from d5pipe.results.columns import axis_columns, is_missing, load_results, row_params
 from d5pipe.results.metric_compare import ComparePolicy, Comparison, MetricValue, compare_metric
 from d5pipe.results.repetition_values import Side, derived_timings
 from d5pipe.results.timing_compare import Item, Policy, TimingComparison, compare_family
@@ -100,12 +100,6 @@ def _opt_float(v: Any) -> float | None:
     return None if is_missing(v) else float(v)
 
 
-def _plain(v: Any) -> Any:
-    if is_missing(v):
-        return None
-    return v.item() if hasattr(v, "item") else v
-
-
 def load_points(run_dir: Path) -> dict[tuple[str, str], PointData]:
     """(stage, point_id) -> PointData, from ``results.parquet``."""
     run_dir = Path(run_dir)
@@ -126,7 +120,7 @@ def load_points(run_dir: Path) -> dict[tuple[str, str], PointData]:
                 stage=key[0], point_id=key[1], status=str(row["status"]),
                 error=None if is_missing(row.get("error")) else str(row.get("error")),
                 seed=None if is_missing(seed) else int(seed),
-                params={c: _plain(row[c]) for c in axis_cols if not is_missing(row[c])},
+                params=row_params(row, axis_cols),
             )
             points[key] = point
         name = str(row["metric"])
