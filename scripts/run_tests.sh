@@ -6,23 +6,25 @@
 #      /etc/slurm and may not overlap;
 #   2. the long failure-injection, bring-your-own-code and strategy modules (HEAVY below);
 #   3. the long end-to-end CLI runs of reproduce, runtimes, stale verdicts, comparisons, the model zoo,
-#      generated datasets, the audited reads of a run and the quickstart's history (HEAVY2 below);
-#   4. everything else.
+#      generated datasets and the audited reads of a run (HEAVY2 below);
+#   4. everything else;
+# then, alone once the lanes are done, the tests whose timed change needs a quiet machine (QUIET).
 # Each has its own --basetemp; `make lint` runs beside them. Lane 4 prints as it goes, the others' logs follow it; the exit code
 # is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
 HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py)
 HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
-        tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py
-        tests/test_history_quickstart.py)
+        tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py)
+# Timed comparisons that need a quiet machine (two threads against one): alone, after the lanes.
+QUIET=(tests/test_history_quickstart.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
 pids=()
 lint_pid=""
 cleanup() { for p in "${pids[@]}" $lint_pid; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 ignore=()
-for f in "${HEAVY[@]}" "${HEAVY2[@]}"; do ignore+=("--ignore=$f"); done
+for f in "${HEAVY[@]}" "${HEAVY2[@]}" "${QUIET[@]}"; do ignore+=("--ignore=$f"); done
 
 "$PYTEST" -q -m slurm -p no:cacheprovider --basetemp="$work/slurm" "$@" >"$work/slurm.log" 2>&1 &
 pids+=($!)
@@ -40,6 +42,9 @@ wait "${pids[0]}"; rc_slurm=$?
 wait "${pids[1]}"; rc_heavy=$?
 wait "${pids[2]}"; rc_heavy2=$?
 wait "$lint_pid"; rc_lint=$?
+echo "== ${QUIET[*]} (alone, on a quiet machine)"
+"$PYTEST" -q -m "not slurm" -p no:cacheprovider --basetemp="$work/quiet" "$@" "${QUIET[@]}"
+rc_quiet=$?
 echo "== lint (ruff, mypy, snakemake --lint)"
 cat "$work/lint.log"
 echo "== ${HEAVY[*]}"
@@ -48,5 +53,5 @@ echo "== ${HEAVY2[*]}"
 cat "$work/heavy2.log"
 echo "== SLURM tests"
 cat "$work/slurm.log"
-echo "== exit: rest $rc_rest, heavy modules $rc_heavy, end-to-end modules $rc_heavy2, SLURM tests $rc_slurm, lint $rc_lint"
-[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_heavy2" -eq 0 ] && [ "$rc_slurm" -eq 0 ] && [ "$rc_lint" -eq 0 ]
+echo "== exit: rest $rc_rest, heavy modules $rc_heavy, end-to-end modules $rc_heavy2, SLURM tests $rc_slurm, lint $rc_lint, quiet $rc_quiet"
+[ "$rc_rest" -eq 0 ] && [ "$rc_heavy" -eq 0 ] && [ "$rc_heavy2" -eq 0 ] && [ "$rc_slurm" -eq 0 ] && [ "$rc_lint" -eq 0 ] && [ "$rc_quiet" -eq 0 ]
