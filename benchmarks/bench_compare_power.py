@@ -16,7 +16,8 @@ Cases, each ``--pairs`` times:
   sequential (``d5pipe compare``) and interleaved: what each timing was called.
 
 Modes: ``sequential`` (two runs back to back, ``d5pipe compare``), ``interleaved`` (``d5pipe ab
---no-until-decided``: the shipped 3 repetitions, interleaved), ``until-decided`` (``d5pipe ab`` as
+--no-until-decided``: the shipped repetitions -- level 0's 10, level 1's 3 -- interleaved),
+``until-decided`` (``d5pipe ab`` as
 shipped: more repetitions until decided, a 300 s budget per pair here). For every case it prints
 the verdict counts (a timing never reads "reproduced" when inconclusive: the verdicts
 are changed, equivalent, inconclusive) and the wall time.

@@ -3,8 +3,9 @@
 Prints, per size: `d5pipe plan` wall time (compose + expand + IDs + shards, a fresh process) and
 that process's peak memory (its maximum resident set), the dry-run time of d5pipe's sharded
 Snakemake DAG, and the dry-run time of a plain Snakefile with one job per point. Ratios are
-measured side by side in this one run. The sizes are grid points; each is planned in the default
-``repetitions`` (conf/config.yaml).
+measured side by side in this one run. The sizes are grid points; each is planned in 3
+repetitions (set here: level 0's own default is 10, which would plan 1,000,000 points at the
+largest size instead of the 300,000 that issues 17 and 36 measured).
 Usage: python benchmarks/bench_plan.py [--sizes 1000,10000,100000] [--timeout 900]
 """
 
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = """# @package _global_
 name: plan_scale
 stages: [level0]
+repetitions: 3
 shards:
   points_per_shard: 250
 sweep:

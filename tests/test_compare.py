@@ -22,14 +22,15 @@ def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], see
              params: dict[str, object] | None = None) -> Path:
     """A run dir with real records and a real aggregated results.parquet (synthetic timing samples):
     each size measured in ``reps`` repetitions (axis ``repeat``), each repetition's level drawn
-    around the size's time (between-process noise 5%), its samples around that (10%)."""
+    around the size's time (between-process noise 5%), its samples that level plus a shared
+    machine's noise, which only adds time (exponential, 10% on average)."""
     run = root / name
     rng = np.random.default_rng(seed)
     for size in sizes:
         for rep in range(reps):
             pid = f"mm-{size}" + (f"-r{rep}" if rep else "")
             level = slowdown * 1e-4 * size * float(rng.lognormal(0.0, 0.05))
-            times = rng.lognormal(np.log(level), 0.1, size=40).tolist()
+            times = (level * (1.0 + rng.exponential(0.1, size=40))).tolist()
             metrics = [  # like level0: the rate metric points at the time samples
                 Metric("time", float(np.median(times)), "s", "timing", samples="time"),
                 Metric("gflops", 2.0 * size**3 / float(np.median(times)) / 1e9, "GFLOP/s", "timing", samples="time"),
@@ -64,6 +65,9 @@ def test_load_points_reads_params_and_values_from_the_results(tmp_path: Path) ->
     assert p.params == {"operators.size": 8, "repeat": 0} and p.status == "ok" and p.repetition == 0
     time = p.metrics["time"]
     assert time.kind == "timing" and time.unit == "s" and isinstance(time.value, float)
+    samples = json.loads(record_path(run, "level0", "mm-8").read_text())["samples"]["time"]
+    assert p.fastest == {"time": min(samples)}  # gflops is no median of its samples: compared by its value
+    assert load_points(run, fastest=False)[("level0", "mm-8")].fastest == {}
     broken = points[("level0", "mm-broken")]
     assert broken.status == "failed" and broken.metrics == {} and "boom" in (broken.error or "")
 
@@ -163,3 +167,57 @@ def test_a_timing_not_reached_is_said_so_and_never_a_change() -> None:
     assert "not reached in 0 of 3 repetitions of A and 2 of 3 of B" in c.reason
     both = compare_one("time_to_target_s", "s", [nan, nan], [nan, nan])
     assert both.verdict == "equivalent" and "not reached in any repetition" in both.reason
+
+
+def test_a_timer_timing_is_compared_by_each_process_fastest_sample() -> None:
+    """Three of B's five processes shared their core with something else for most of their samples
+    (medians 40% up) while their fastest samples stayed where A's are: by the fastest samples the
+    same code is equivalent, by the medians it would not be. GFLOP/s moves with its time."""
+    from d5pipe.results.compare import PointData, compare_loaded
+    from d5pipe.results.metric_compare import ComparePolicy, MetricValue
+    from d5pipe.results.repetition_values import fastest_sample
+
+    assert fastest_sample(2.0, [1.0, 2.0, 9.0]) == 1.0  # a timer's median: its fastest sample
+    assert fastest_sample(2.0, [1.0, 2.0, 9.0], lower_is_better=False) == 9.0  # a rate's: its highest
+    assert fastest_sample(12.0, [1.0, 2.0, 9.0]) is None  # a total over its parts: its own value
+
+    def side(medians: list[float], fastest: list[float]) -> dict[tuple[str, str], PointData]:
+        out = {}
+        for r, (med, best) in enumerate(zip(medians, fastest)):
+            metrics = {"time": MetricValue(med, "s", "timing"), "gflops": MetricValue(2.0 / med, "GFLOP/s", "timing")}
+            out[("level0", f"p-r{r}")] = PointData("level0", f"p-r{r}", "ok", None, r, {"operators.size": 8, "repeat": r},
+                                                  metrics, {"time": best})
+        return out
+
+    a = side([1.00, 1.02, 0.99, 1.01, 1.00], [0.900, 0.905, 0.899, 0.902, 0.901])
+    b = side([1.40, 1.45, 1.38, 1.00, 1.02], [0.901, 0.903, 0.900, 0.899, 0.904])
+    timings = {t.metric: t for p in compare_loaded(a, b, ComparePolicy()).points for t in p.timings}
+    time, gflops = timings["time"], timings["gflops"]
+    assert time.verdict == "equivalent" and time.a.fastest and "fastest sample" in time.text()
+    assert time.ratio is not None and gflops.ratio is not None and abs(time.ratio * gflops.ratio - 1) < 1e-9
+    assert gflops.derived_from == "time" and gflops.verdict == "equivalent"
+    for pts in (a, b):  # the same runs without their samples: by the medians, not equivalent
+        for p in pts.values():
+            p.fastest.clear()
+    by_median = {t.metric: t for p in compare_loaded(a, b, ComparePolicy()).points for t in p.timings}["time"]
+    assert by_median.verdict != "equivalent" and not by_median.a.fastest
+
+
+def test_run_noise_is_an_option_of_comparisons_of_separate_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--run-noise PCT`` (default measured, 1%): the variance a separate run adds. It widens the CI of
+    two runs measured apart; a bad value is argparse's one line, exit 2."""
+    from d5pipe.results.timing_compare import DEFAULT_RUN_NOISE, compare_one
+
+    parser = argparse.ArgumentParser()
+    cmd_compare.add_policy_arguments(parser)
+    assert cmd_compare.timing_policy_from_args(parser.parse_args([])).run_noise == DEFAULT_RUN_NOISE == 0.01
+    assert cmd_compare.timing_policy_from_args(parser.parse_args(["--run-noise", "0"])).run_noise == 0.0
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["--run-noise", "-1"])
+    assert exc.value.code == 2 and "--run-noise" in capsys.readouterr().err
+    a = [1.00, 1.001, 0.999, 1.0005, 1.0]
+    b = [1.03 * x for x in a]  # ten processes that agree to 0.1%: a 3% shift of a whole run
+    quiet = compare_one("time", "s", a, b, cmd_compare.timing_policy_from_args(parser.parse_args(["--run-noise", "0"])))
+    assert quiet.verdict == "changed"
+    honest = compare_one("time", "s", a, b, cmd_compare.timing_policy_from_args(parser.parse_args(["--run-noise", "3"])))
+    assert honest.verdict != "changed" and honest.ci is not None and honest.ci[1] - honest.ci[0] > quiet.ci[1] - quiet.ci[0]  # type: ignore[index]

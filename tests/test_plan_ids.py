@@ -18,6 +18,7 @@ def _cfg(**sweep: object) -> dict:
     return {
         "name": "t",
         "seed": 7,
+        "repetitions": 1,  # left out (null), a level's own number: level 0 measures each point in 10
         "stages": ["level0"],
         "shards": {"points_per_shard": 2, "max_jobs_per_stage": 0},
         "operators": {"op": "matmul", "size": 8, "batch": 1, "dtype": "float32", "extra": {"a": 1, "b": [1, 2]}},

@@ -27,6 +27,21 @@ def test_repetitions_are_separate_shards_with_their_own_seeds() -> None:
     assert order == sorted(order)  # every point once, then again: repetitions apart in time
 
 
+def test_each_level_has_its_own_repetitions_unless_the_config_sets_them() -> None:
+    """``repetitions: null`` (shipped): level 0's cheap points in 10 processes, the others in 3; a
+    number sets every level's; ``d5pipe plan`` says which."""
+    from d5pipe.execute.summary import format_summary, summarize
+
+    shipped = load_plan("quickstart", [])
+    counts = {st: {sp.params_dict(k)["repeat"] for k in range(len(sp.point_ids))} for st, sp in shipped.stages.items()}
+    assert shipped.config["repetitions"] is None
+    assert {st: len(c) for st, c in counts.items()} == {"level0": 10, "level1": 3, "level2": 3, "level3": 3}
+    two = load_plan("quickstart", ["repetitions=2"])
+    assert all(len({sp.params_dict(k)["repeat"] for k in range(len(sp.point_ids))}) == 2 for sp in two.stages.values())
+    text = format_summary(summarize(shipped, Path("runs/x")))
+    assert "repetitions: level0 10, level1 3, level2 3, level3 3" in text
+
+
 def test_points_run_in_a_seeded_random_order_within_each_repetition() -> None:
     """Randomized interleaving: within a repetition the points' order is drawn from the root seed,
     so a baseline does not always run before its variants; the same seed gives the same order."""

@@ -35,7 +35,8 @@ def _flow(d: Mapping[str, object]) -> str:
 
 def level0_experiment(name: str, n: int) -> str:
     nb, ns = grid(n)
-    return (f"# @package _global_\nname: {name}\nseed: 7\nstages: [level0]\n"
+    # one process per point, as the README's figures were measured (before repetitions existed)
+    return (f"# @package _global_\nname: {name}\nseed: 7\nstages: [level0]\nrepetitions: 1\n"
             f"timer: {_flow(TIMER)}\noperators: {_flow(OPERATORS)}\n"
             f"sweep:\n  grid:\n    operators.batch: {list(range(1, nb + 1))}\n"
             f"    operators.size: {list(range(1, ns + 1))}\n")

@@ -41,6 +41,14 @@ def percent(text: str) -> float:
     return _number(text, 0.0, 1000.0, "a percentage above 0")
 
 
+def percent_or_zero(text: str) -> float:
+    """A percentage, 0 allowed (``--run-noise``)."""
+    value = _number(text, -1.0, 1000.0, "a percentage, 0 or more")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be a percentage, 0 or more")
+    return value
+
+
 ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "
               "$D5PIPE_ALLOW and ~/.config/d5pipe/allow.yaml; d5pipe is always allowed)")
 

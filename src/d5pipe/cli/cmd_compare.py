@@ -13,13 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from d5pipe.cli.arguments import fraction, percent
+from d5pipe.cli.arguments import fraction, percent, percent_or_zero
 from d5pipe.core.atomic import write_json
 from d5pipe.provenance.bundle import opened_bundle
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
 from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
-from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, Policy
+from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, DEFAULT_RUN_NOISE, Policy
 
 REGRESSION_EXIT = 4
 """A timing changed for the worse beyond ``--fail-on-regression``."""
@@ -37,6 +37,10 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--correction", choices=["holm", "bh", "none"], default=DEFAULT_CORRECTION,
                         help="multiple-comparison correction over the timings compared together "
                              f"(default {DEFAULT_CORRECTION})")
+    parser.add_argument("--run-noise", type=percent_or_zero, default=100 * DEFAULT_RUN_NOISE, metavar="PCT",
+                        help="how much a whole run shifts on this machine (sd, percent): the variance two runs "
+                             "measured apart add to their comparison; not used by interleaved rounds "
+                             f"(default {100 * DEFAULT_RUN_NOISE:g})")
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance for numerical metrics")
     parser.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance for numerical metrics")
     parser.add_argument("--fail-on-inconclusive", action="store_true",
@@ -48,7 +52,8 @@ def policy_from_args(args: argparse.Namespace) -> ComparePolicy:
 
 
 def timing_policy_from_args(args: argparse.Namespace) -> Policy:
-    return Policy(alpha=args.alpha, margin=args.margin / 100.0, correction=args.correction)
+    return Policy(alpha=args.alpha, margin=args.margin / 100.0, correction=args.correction,
+                  run_noise=args.run_noise / 100.0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -54,12 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def until_decided_cost(plan: Plan, budget_s: float, max_repetitions: int) -> str:
     """What ``--until-decided`` may add: more repetitions of the configurations of undecided
     side-by-side pairs, at most ``max_repetitions`` each, no new round after ``budget_s``."""
-    from d5pipe.config.schema import RootConf
-    from d5pipe.core.fields import setting
+    from d5pipe.plan.point_config import stage_repetitions
 
-    reps = int(setting(plan.config, RootConf, "repetitions"))
-    per_rep = sum(sum(sp.costs) for sp in plan.stages.values()) / max(1, reps)
-    worst = per_rep * max(0, max_repetitions - reps)
+    worst = 0.0
+    for stage, sp in plan.stages.items():
+        reps = stage_repetitions(plan.config, stage)
+        worst += sum(sp.costs) / max(1, reps) * max(0, max_repetitions - reps)
     return (f"until decided: up to {max_repetitions} repetitions of each configuration of an undecided "
             f"side-by-side pair (at most ~{worst:.0f} s of work if every one stayed undecided), no new round "
             f"after {budget_s:.0f} s in all")

@@ -100,15 +100,14 @@ def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
     """More rounds while side-by-side pairs are inconclusive (d5pipe.execute.decide)."""
     import time
 
-    from d5pipe.config.schema import RootConf
-    from d5pipe.core.fields import setting
     from d5pipe.execute.decide import grow, set_looks, undecided, wants_of_pairs
     from d5pipe.execute.jobs import write_outputs
+    from d5pipe.plan.point_config import fewest_repetitions
     from d5pipe.results.repetition_values import planned_looks
 
     t0 = time.perf_counter()
     rd = RunDir.of(outcome.run_dir)
-    looks = planned_looks(int(setting(rd.config, RootConf, "repetitions")), args.max_repetitions)
+    looks = planned_looks(fewest_repetitions(rd.config), args.max_repetitions)
     if rd.looks != looks:  # every look, the first one too, decides at alpha / looks
         set_looks(outcome.run_dir, looks)
         outcome = type(outcome)(outcome.run_dir, write_outputs(rd.root))

@@ -132,11 +132,13 @@ class RootConf:
     description: str = ""
     seed: int = 0
     """Root seed; per-point and per-rank seeds derive from it (d5pipe.core.seeds)."""
-    repetitions: int = at_least(1, 1)
+    repetitions: int | None = at_least(None, 1)
     """Each point is measured this many times, each time in a separate shard job (a separate process,
-    later in time) with its own derived seed; the repetitions are the axis ``repeat``. Timings are
-    compared across runs by their repetitions' medians (d5pipe.results.timing_compare): with one
-    repetition per side a timing is not compared."""
+    later in time) with its own derived seed; the repetitions are the axis ``repeat``. Null (the
+    default): each level's own number (d5pipe.levels.stage.Level.repetitions: 10 for level 0, whose
+    points are cheap, 3 for the others); a number sets every level's. Timings are
+    compared across runs by their repetitions, one value per process (its fastest sample for a timer's
+    timing; d5pipe.results.timing_compare): with one repetition per side a timing is not compared."""
     stages: list[str] = field(default_factory=list)
     """Enabled levels: any of d5pipe.levels.registry.STAGE_NAMES, in any order, at least one."""
     sweep: SweepConf = field(default_factory=SweepConf)

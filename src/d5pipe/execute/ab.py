@@ -37,12 +37,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from d5pipe.config.schema import RootConf
 from d5pipe.core.atomic import write_json
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.fields import setting
 from d5pipe.execute.decide import grow, wants_of_comparison
 from d5pipe.measure import lockstep
+from d5pipe.plan.point_config import fewest_repetitions
 from d5pipe.results.compare import RunComparison, compare_runs, to_json
 from d5pipe.results.metric_compare import ComparePolicy
 from d5pipe.results.repetition_values import planned_looks
@@ -177,7 +176,7 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
         _prepare_side(specs[side], out / side)
     log = out / "ab.log"
     if until_decided:  # every look decides at alpha / looks: stopping at the first decision stays honest
-        start = repetitions or int(setting(RunDir.of(out / "a").config, RootConf, "repetitions"))
+        start = repetitions or fewest_repetitions(RunDir.of(out / "a").config)
         timing = replace(timing, looks=planned_looks(start, max_repetitions))
     t0 = time.perf_counter()
     rounds: list[dict[str, Any]] = []

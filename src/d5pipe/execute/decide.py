@@ -33,7 +33,7 @@ def grow(run_dir: Path, wants: Mapping[GroupKey, int], looks: int = 1) -> int:
     rd = RunDir.of(run_dir)
     more = dict(rd.more_repetitions)
     grown = 0
-    for gkey, reps in groups(load_points(run_dir)).items():
+    for gkey, reps in groups(load_points(run_dir, fastest=False)).items():
         target = wants.get(gkey, 0)
         if target > len(reps):
             more[f"{gkey[0]}/{reps[min(reps)].point_id}"] = target
@@ -75,7 +75,7 @@ def wants_of_pairs(run_dir: Path, max_repetitions: int) -> dict[GroupKey, int]:
     if pairs.empty:
         return {}
     pairs = pairs[pairs["verdict"] == "inconclusive"]
-    points = load_points(run_dir)
+    points = load_points(run_dir, fastest=False)
     key_of = {pid: (p.stage, canonical_json({k: v for k, v in p.params.items() if k != "repeat"}))
               for (_, pid), p in points.items()}
     sizes = {k: len(v) for k, v in groups(points).items()}

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from d5pipe.config.schema import ExecutorConf, RootConf
+from d5pipe.config.schema import ExecutorConf
 from d5pipe.core.fields import setting
 from d5pipe.plan.build import Plan
+from d5pipe.plan.point_config import stage_repetitions
 from d5pipe.rundir.plan_files import existing_records
 
 
@@ -40,8 +41,9 @@ class PlanSummary:
     slurm: bool = False
     shards_reset: int = 0
     """Shards whose completion marker was removed because a point lost its record."""
-    repetitions: int = 1
-    """Processes each point is measured in (config ``repetitions``); the points count them all."""
+    repetitions: dict[str, int] = field(default_factory=dict)
+    """Stage -> processes each of its points is measured in (config ``repetitions``, else the
+    level's own); the points count them all."""
 
     def all_done(self) -> bool:
         return self.shards_reset == 0 and all(st.jobs_done == st.jobs and st.points_done == st.points
@@ -103,7 +105,7 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
     other = {"prepare_data": len(plan.datasets), "report": 1}
     slurm = (plan.config.get("executor") or {}).get("name") == "slurm"
     return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm,
-                       repetitions=int(setting(plan.config, RootConf, "repetitions")))
+                       repetitions={st: stage_repetitions(plan.config, st) for st in plan.stages})
 
 
 def format_summary(s: PlanSummary) -> str:
@@ -120,9 +122,12 @@ def format_summary(s: PlanSummary) -> str:
         lines.append("  (sbatch: submissions; a stage's shards go as job arrays, level 3 one job per shard)")
     for name, n in s.other_jobs.items():
         lines.append(f"  {name:<14}{'':>10}{'':>10}{n:>8}")
-    if s.repetitions > 1:
-        lines.append(f"  (repetitions: {s.repetitions}: every point is measured in {s.repetitions} separate shard "
-                     f"jobs, axis 'repeat'; {s.repetitions}x the work of one)")
+    counts = sorted(set(s.repetitions.values()))
+    if counts and counts[-1] > 1:
+        each = (f"{counts[0]}" if len(counts) == 1 else
+                ", ".join(f"{st} {n}" for st, n in s.repetitions.items()))
+        lines.append(f"  (repetitions: {each}: every point is measured in that many separate shard jobs, axis "
+                     "'repeat'; as many times the work of one)")
     else:
         lines.append("  (repetitions: 1: timings are not compared across runs; repetitions=N measures each "
                      "point in N processes)")

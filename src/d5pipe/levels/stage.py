@@ -101,6 +101,10 @@ class Level:
     """Acceptance recipes (``recipe.acceptance``) judge this level's points by default."""
     uncompared_note: Callable[[Mapping[str, Any]], str] = field(default=lambda config: "")
     """A note for the side-by-side section when the run has something that cannot be compared."""
+    repetitions: int = 3
+    """Processes per point when the config leaves ``repetitions`` null (its default): how many a
+    comparison of two runs of this level needs on a shared machine, chosen by measurement
+    (README, "Reproducing and comparing runs"), against what a repetition costs."""
 
     @property
     def has_requirements(self) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from d5pipe.config.schema import RootConf, ShardsConf
+from d5pipe.config.schema import ShardsConf
 from d5pipe.core.canonical import digest, normalise
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
@@ -27,7 +27,7 @@ from d5pipe.core.seeds import all_distinct, check_unique, point_seeds
 from d5pipe.levels.registry import NODE_AXIS, STAGES
 from d5pipe.levels.stage import Level
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost
-from d5pipe.plan.point_config import REPEAT_AXIS, stage_base
+from d5pipe.plan.point_config import REPEAT_AXIS, stage_base, stage_repetitions
 from d5pipe.plan.stage_points import Gathered, PrefixesOf, RepeatedPoints, StagePoints, reading_axes
 from d5pipe.plan.sweep import expand, project
 
@@ -221,7 +221,6 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
             raise D5PipeError("sweep.exclude: given but the sweep has no axes")
         axes, points = (), [()]
     root = int(config["seed"])
-    reps = int(setting(config, RootConf, "repetitions"))
     more = dict(more or {})
     shards_cfg = config.get("shards")
     pps = int(setting(shards_cfg, ShardsConf, "points_per_shard"))
@@ -234,8 +233,8 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
 
     code_cache = CodeCache(allow_list())
     for stage in config["stages"]:
-        stages[stage] = _stage_plan(STAGES[stage], config, axes, points, reps, more, code_cache, datasets,
-                                    (pps, target_s, max_jobs))
+        stages[stage] = _stage_plan(STAGES[stage], config, axes, points, stage_repetitions(config, stage), more,
+                                    code_cache, datasets, (pps, target_s, max_jobs))
     if not all_distinct(*(sp.seeds for sp in stages.values())):  # equal IDs give equal seeds too
         check_unique((f"{name}/{pid}", seed) for name, sp in stages.items() for pid, seed in zip(sp.point_ids, sp.seeds))
     return Plan(

@@ -7,6 +7,7 @@ should not import the config schema to do so.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from d5pipe.levels.registry import STAGES
@@ -15,6 +16,19 @@ REPEAT_AXIS = "repeat"
 """The axis a plan adds when ``repetitions`` > 1: the repetition index (0, 1, ...) of a point.
 Each repetition is measured in a separate shard job, with its own derived seed (its ID hashes the
 index); it is not a config key, so a repetition's config is its point's."""
+
+
+def stage_repetitions(config: Mapping[str, Any], stage: str) -> int:
+    """Processes per point of ``stage``: the config's ``repetitions`` when set, else the level's own
+    (:attr:`d5pipe.levels.stage.Level.repetitions`)."""
+    value = config.get("repetitions")
+    return int(value) if value is not None else STAGES[stage].repetitions
+
+
+def fewest_repetitions(config: Mapping[str, Any]) -> int:
+    """The fewest processes per point over the config's stages (the until-decided mode's first look)."""
+    return min((stage_repetitions(config, s) for s in config.get("stages") or () if s in STAGES),
+               default=int(config.get("repetitions") or 1))
 
 
 def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """Two runs side by side: ``d5pipe compare A B``, ``d5pipe reproduce`` and ``d5pipe ab`` read this.
 
-:func:`load_points` reads ``results.parquet`` (one row per point and metric; nothing else). Points
+:func:`load_points` reads ``results.parquet`` (one row per point and metric) and, for the timings
+a timer measured, each process's fastest sample from its point record (what a timing is compared
+by, :mod:`d5pipe.results.timing_compare`). Points
 are matched by their stage and sweep parameters, the ``repeat`` axis aside, so two configs of one
 experiment compare configuration by configuration, each side's repetitions together:
 
@@ -28,11 +30,13 @@ from typing import Any
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
+from d5pipe.results.collect import metric_samples
 from d5pipe.results.columns import axis_columns, is_missing, load_results, row_params
 from d5pipe.results.metric_compare import ComparePolicy, Comparison, MetricValue, compare_metric
-from d5pipe.results.repetition_values import Side, derived_timings
-from d5pipe.results.timing_compare import Item, Policy, TimingComparison, compare_family
+from d5pipe.results.repetition_values import Side, derived_timings, fastest_sample, follow_sign
+from d5pipe.results.timing_compare import Item, Policy, TimingComparison, compare_family, lower_is_better
 from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.record import CorruptRecord, parse_record
 
 STATUS_METRIC = "status"
 
@@ -48,6 +52,9 @@ class PointData:
     seed: int | None
     params: dict[str, Any]
     metrics: dict[str, MetricValue] = field(default_factory=dict)
+    fastest: dict[str, float] = field(default_factory=dict)
+    """Timing -> this process's fastest sample, for timings that are the median of their samples
+    (:func:`d5pipe.results.repetition_values.fastest_sample`): what the timing is compared by."""
 
     @property
     def repetition(self) -> int:
@@ -100,8 +107,9 @@ def _opt_float(v: Any) -> float | None:
     return None if is_missing(v) else float(v)
 
 
-def load_points(run_dir: Path) -> dict[tuple[str, str], PointData]:
-    """(stage, point_id) -> PointData, from ``results.parquet``."""
+def load_points(run_dir: Path, fastest: bool = True) -> dict[tuple[str, str], PointData]:
+    """(stage, point_id) -> PointData, from ``results.parquet``; with ``fastest``, each timing's
+    fastest sample too, from the point records (what a comparison needs, a grouping does not)."""
     run_dir = Path(run_dir)
     df = load_results(run_dir)
     axis_cols = axis_columns(df.columns)
@@ -135,7 +143,28 @@ def load_points(run_dir: Path) -> dict[tuple[str, str], PointData]:
         point.metrics[name] = MetricValue(
             value=value, unit="" if is_missing(row.get("unit")) else str(row["unit"]), kind=kind,
             ci_low=_opt_float(row.get("ci_low")), ci_high=_opt_float(row.get("ci_high")))
+    if fastest:
+        _read_fastest(run_dir, points)
     return points
+
+
+def _read_fastest(run_dir: Path, points: dict[tuple[str, str], PointData]) -> None:
+    """Each point's fastest samples, from its record (results.parquet keeps no samples); a point
+    whose record is missing or unreadable keeps its medians."""
+    rd = RunDir.of(run_dir)
+    for (stage, pid), point in points.items():
+        timings = {n: m for n, m in point.metrics.items() if m.kind == "timing" and isinstance(m.value, float)}
+        if point.status != "ok" or not timings:
+            continue
+        try:
+            samples = metric_samples(parse_record(rd.record(stage, pid).read_bytes(), pid))
+        except (OSError, CorruptRecord, D5PipeError):
+            continue
+        for name, m in timings.items():
+            assert isinstance(m.value, float)
+            best = fastest_sample(m.value, samples.get(name), lower_is_better(m.unit, name))
+            if best is not None:
+                point.fastest[name] = best
 
 
 GroupKey = tuple[str, str]
@@ -154,21 +183,33 @@ def groups(points: dict[tuple[str, str], PointData]) -> dict[GroupKey, dict[int,
     return out
 
 
-def timing_side(reps: dict[int, PointData], name: str) -> Side:
-    """A timing's value in each repetition that ran (``ok``) and has it, with each repetition's
-    within-process spread (half its CI / its value)."""
+def _timed(reps: dict[int, PointData], name: str) -> list[int]:
+    """The repetitions that ran (``ok``) and have a number for timing ``name``."""
+    return [r for r in sorted(reps) if reps[r].status == "ok"
+            and isinstance(getattr(reps[r].metrics.get(name), "value", None), (int, float))]
+
+
+def by_fastest(name: str, *sides: dict[int, PointData]) -> bool:
+    """Whether timing ``name`` is compared by each process's fastest sample: every repetition of
+    every side has one (else all by their values, so the two sides are the same statistic)."""
+    return all(name in reps[r].fastest for reps in sides for r in _timed(reps, name))
+
+
+def timing_side(reps: dict[int, PointData], name: str, fastest: bool = False) -> Side:
+    """A timing's value in each repetition that ran (``ok``) and has it -- its fastest sample with
+    ``fastest`` (:func:`by_fastest`) -- with each repetition's within-process spread (half its CI /
+    its value)."""
     values, idx, within = [], [], []
-    for r in sorted(reps):
+    for r in _timed(reps, name):
         point = reps[r]
-        m = point.metrics.get(name)
-        if point.status != "ok" or m is None or not isinstance(m.value, (int, float)):
-            continue
+        m = point.metrics[name]
+        assert isinstance(m.value, (int, float))
         v = float(m.value)
-        values.append(v)
+        values.append(point.fastest[name] if fastest else v)
         idx.append(r)
         ok = m.ci_low is not None and m.ci_high is not None and math.isfinite(v) and v > 0
         within.append((m.ci_high - m.ci_low) / 2 / v if ok else math.nan)  # type: ignore[operator]
-    return Side.of(values, idx, within)
+    return Side.of(values, idx, within, fastest)
 
 
 def timing_names(reps: dict[int, PointData]) -> dict[str, MetricValue]:
@@ -233,6 +274,30 @@ def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_s
     return out
 
 
+def _on_fastest(sides: dict[str, tuple[Side, Side]], follows: dict[str, str], reps_a: dict[int, PointData],
+                reps_b: dict[int, PointData]) -> dict[str, tuple[Side, Side]]:
+    """Each timing on its processes' fastest samples where both sides have them; a timing that
+    follows another (GFLOP/s of a time) moved by the same factor per process, so it stays that
+    timing's constant multiple or reciprocal and repeats its test exactly."""
+    out = dict(sides)
+    for name in sides:
+        if name not in follows and by_fastest(name, reps_a, reps_b):
+            out[name] = (timing_side(reps_a, name, True), timing_side(reps_b, name, True))
+    for name, src in follows.items():
+        if src not in out or out[src] is sides[src]:
+            continue
+        moved = []
+        for (old_src, new_src, own) in zip(sides[src], out[src], sides[name]):
+            if len(own.values) != len(old_src.values) or any(v <= 0 for v in (*own.values, *old_src.values)):
+                break
+            sign = follow_sign(old_src.values, own.values)
+            moved.append(replace(own, fastest=True, values=tuple(v * (n / o) ** sign for v, o, n in
+                                                                 zip(own.values, old_src.values, new_src.values))))
+        if len(moved) == 2:
+            out[name] = (moved[0], moved[1])
+    return out
+
+
 def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, str], PointData],
                    policy: ComparePolicy, check_seeds: bool = False, timing: Policy | None = None,
                    paired: bool = False) -> RunComparison:
@@ -254,6 +319,7 @@ def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, s
         names = timing_names(reps_a)
         sides = {name: (timing_side(reps_a, name), timing_side(reps_b, name)) for name in names}
         follows = derived_timings({n: s[0].values for n, s in sides.items()})
+        sides = _on_fastest(sides, follows, reps_a, reps_b)
         for name, m in names.items():
             a, b = sides[name]
             items.append(Item(name, m.unit, a, b, derived_from=follows.get(name, "")))

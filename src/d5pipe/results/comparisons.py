@@ -21,7 +21,8 @@ the one comparison model (:mod:`d5pipe.results.timing_compare`; every pair of th
 family, Holm's correction over them):
 
 * **speedup** = geometric mean of the baseline's repetition values / that of the variant's (each
-  repetition's value is the median of its samples): above 1 the variant is faster, with its 95% CI;
+  repetition's value is its fastest sample when both sides' timings are timer medians with their
+  samples, else its value): above 1 the variant is faster, with its 95% CI;
 * a **verdict**: ``faster`` / ``slower`` (changed), ``equivalent`` (the whole CI within the
   margin, ``report.margin``) or ``inconclusive`` (with the repetitions per side that would decide);
 * with one repetition on a side: ``not compared`` (one process per side): the samples of one
@@ -51,8 +52,16 @@ from d5pipe.levels.stage import Factor
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.collect import SampleSource
 from d5pipe.results.columns import axis_columns
-from d5pipe.results.repetition_values import Side, geometric_mean
-from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_MARGIN, Item, Policy, TimingComparison, compare_family
+from d5pipe.results.repetition_values import Side, fastest_sample, geometric_mean
+from d5pipe.results.timing_compare import (
+    DEFAULT_ALPHA,
+    DEFAULT_MARGIN,
+    Item,
+    Policy,
+    TimingComparison,
+    compare_family,
+    lower_is_better,
+)
 
 NOT_COMPARED = "not compared"
 VERDICTS = ("faster", "slower", "inconclusive", "equivalent", NOT_COMPARED)
@@ -171,16 +180,31 @@ class _Raw:
     """None: not ranked (a side failed a check)."""
 
 
-def _side(rows: pd.DataFrame) -> Side:
-    """A side's repetition values (rows of one metric), in repetition order."""
+def _fastest(rows: pd.DataFrame, samples: SampleSource | None, stage: str, metric: str, unit: str) -> list[float] | None:
+    """Each row's process's fastest sample (:func:`fastest_sample`), or None unless every row has one."""
+    if samples is None:
+        return None
+    lower = lower_is_better(unit, metric)
+    out = []
+    for pid, value in zip(rows["point_id"], rows["value"].astype(float)):
+        best = fastest_sample(float(value), samples(stage, str(pid), metric), lower)
+        if best is None:
+            return None
+        out.append(best)
+    return out
+
+
+def _side(rows: pd.DataFrame, fastest: list[float] | None = None) -> Side:
+    """A side's repetition values (rows of one metric, or their processes' ``fastest`` samples), in
+    repetition order."""
     reps = rows[REPEAT_AXIS].fillna(0).astype(int).tolist() if REPEAT_AXIS in rows.columns else list(range(len(rows)))
     order = sorted(range(len(rows)), key=lambda i: reps[i])
-    values = rows["value"].astype(float).tolist()
-    return Side.of([values[i] for i in order], [reps[i] for i in order])
+    values = fastest if fastest is not None else rows["value"].astype(float).tolist()
+    return Side.of([values[i] for i in order], [reps[i] for i in order], fastest=fastest is not None)
 
 
 def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str, Any],
-                 verdicts: pd.DataFrame | None = None) -> list[_Raw]:
+                 verdicts: pd.DataFrame | None = None, samples: SampleSource | None = None) -> list[_Raw]:
     """Every fair (baseline, variant) pair of ``factor`` in ``df`` (tidy results), per metric,
     undecided; the repetitions of a configuration (axis ``repeat``) are one side of a pair."""
     rows = df[(df["stage"] == stage) & (df["status"] == "ok")]
@@ -231,7 +255,10 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
                     verdict=NOT_COMPARED, method="", baseline_verdict=bv, variant_verdict=vv,
                     quality_metric=factor.quality, baseline_quality=_mean(quality, base),
                     variant_quality=_mean(quality, vpoints), note=note)
-                item = None if note else Item(metric, pair.unit, _side(b), _side(v))
+                fb, fv = (_fastest(b, samples, stage, metric, pair.unit), _fastest(v, samples, stage, metric, pair.unit))
+                both = fb is not None and fv is not None
+                item = None if note else Item(metric, pair.unit, _side(b, fb if both else None),
+                                              _side(v, fv if both else None))
                 out.append(_Raw(pair, item))
     return out
 
@@ -295,7 +322,8 @@ def _decided(pair: Pair, t: TimingComparison) -> Pair:
         note = t.reason
     elif t.outliers:
         note = "left out: " + ", ".join(o.text(pair.unit) for o in t.outliers)
-    method = (f"{t.test} over {pair.n_baseline}/{pair.n_variant} repetitions; {1 - t.alpha:.1%} CI; "
+    per = " (each process's fastest sample)" if t.a.fastest else ""
+    method = (f"{t.test} over {pair.n_baseline}/{pair.n_variant} repetitions{per}; {1 - t.alpha:.1%} CI; "
               f"Holm-adjusted p {t.p_adjusted:.2g} vs alpha {t.alpha:g}; equivalent within x{1 + t.margin:g}"
               if t.p_adjusted is not None else f"not compared: {t.reason}")
     va, vb = t.variation
@@ -313,7 +341,7 @@ def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,
     """All pairs of :data:`FACTORS` (of ``stage`` only, when given) as a DataFrame (Pair fields),
     decided as one family; ``verdicts``: the run's point verdicts, when computed already."""
     config = config or {}
-    raws = [r for s, f in FACTORS if stage is None or s == stage for r in factor_pairs(df, s, f, config, verdicts)]
+    raws = [r for s, f in FACTORS if stage is None or s == stage for r in factor_pairs(df, s, f, config, verdicts, samples)]
     ranked = [r for r in raws if r.item is not None]
     decided = dict(zip((id(r) for r in ranked),
                        compare_family([r.item for r in ranked if r.item is not None], policy_of(config, looks))))

@@ -62,13 +62,15 @@ class Side:
     repetitions: tuple[int, ...] = ()
     within: tuple[float, ...] = ()
     """Per repetition: half the width of its samples' 95% CI of the median / the median."""
+    fastest: bool = False
+    """Whether ``values`` are each process's fastest sample (:func:`fastest_sample`), not its value."""
 
     @staticmethod
     def of(values: Sequence[float], repetitions: Sequence[int] | None = None,
-           within: Sequence[float] | None = None) -> Side:
+           within: Sequence[float] | None = None, fastest: bool = False) -> Side:
         vals = tuple(float(v) for v in values)
         reps = tuple(int(r) for r in repetitions) if repetitions is not None else tuple(range(len(vals)))
-        return Side(vals, reps, tuple(float(w) for w in within or ()))
+        return Side(vals, reps, tuple(float(w) for w in within or ()), fastest)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,35 @@ def repetitions_needed(var_log: float, margin: float, alpha: float, paired: bool
             return min(want, MAX_NEEDED)
         n = want
     return min(n, MAX_NEEDED)
+
+
+def fastest_sample(value: float, samples: Sequence[float] | None, lower_is_better: bool = True) -> float | None:
+    """A process's fastest sample of a timing whose ``value`` is the median of its ``samples`` (a
+    timer's measurement); None for any other timing (a total or a rate over a whole run, whose
+    samples are its parts: it is compared by its own value).
+
+    What a comparison compares per process (:mod:`d5pipe.results.timing_compare`): the noise of a
+    shared machine only ever adds time, so the fastest sample moves least with it (Chen & Revels,
+    "Robust benchmarking in noisy environments", 2016). Measured on this VM
+    (benchmarks/bench_process_statistic.py; README, "Reproducing and comparing runs"): between
+    processes a level-0 timing's median spread by 6-11% in a busy hour and its fastest sample by
+    4-9%; in a quiet hour 2-4% and 0.5-3%."""
+    got = [float(x) for x in samples or () if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not got or not math.isfinite(value) or value <= 0:
+        return None
+    if abs(median(got) - value) > 1e-9 * abs(value):
+        return None
+    best = min(got) if lower_is_better else max(got)
+    return best if best > 0 else None
+
+
+def follow_sign(x: Sequence[float], y: Sequence[float]) -> float:
+    """+1 when ``y`` is a constant multiple of ``x`` (log values differ by a constant), -1 when it
+    is a constant over ``x`` (:func:`derived_timings` found one of the two)."""
+    lx = [math.log(v) for v in x]
+    ly = [math.log(v) for v in y]
+    d = [b - a for a, b in zip(lx, ly)]
+    return 1.0 if max(d) - min(d) <= max(1e-6, 1e-6 * max(abs(v) for v in d)) else -1.0
 
 
 def derived_timings(values: dict[str, Sequence[float]]) -> dict[str, str]:

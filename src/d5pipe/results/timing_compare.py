@@ -4,9 +4,13 @@ Every consumer -- ``d5pipe compare``, ``d5pipe reproduce``, ``d5pipe ab`` and th
 tables of a run -- compares timings here and nowhere else.
 
 **What a side is.** The values of one timing metric in each repetition of one configuration
-(config ``repetitions``: separate processes, later in time), one value per process (the median of
-its samples). The samples of one process do not hold the variation between processes, so they
-never enter the test; they give each repetition's within-process spread, reported beside the
+(config ``repetitions``: separate processes, later in time), one value per process: its fastest
+sample when the timing is a timer's median of samples
+(:func:`~d5pipe.results.repetition_values.fastest_sample`; a shared machine's noise only adds
+time, so the fastest sample moves least with it: Chen & Revels 2016), else its value (a whole
+run's time, a rate over it). A timing that follows another (GFLOP/s of a time) is moved with it.
+The samples of one process do not hold the variation between processes, so they never enter the
+test as samples; they give each repetition's within-process spread, reported beside the
 between-process spread (Kalibera & Jones, ISMM 2013).
 
 **The test.** Welch's t on the logarithms of the repetitions' values (paired t on the log ratios
@@ -64,6 +68,8 @@ DEFAULT_ALPHA = compare_defaults.ALPHA
 DEFAULT_MARGIN = compare_defaults.MARGIN
 """Equivalence margin: a factor 1 + margin either way (d5pipe.measure.compare_defaults)."""
 DEFAULT_CORRECTION: Correction = "holm"
+DEFAULT_RUN_NOISE = compare_defaults.RUN_NOISE
+"""How much a whole run shifts (sd of log time): what two runs measured apart add (``--run-noise``)."""
 
 
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns", "min", "h", "sec", "seconds"})
@@ -180,7 +186,7 @@ class TimingComparison:
             if self.p_adjusted is not None and self.p_adjusted != self.p_value:
                 p += f" (adjusted {self.p_adjusted:.2g})"
             parts.append(p)
-        parts.append(f"{self.test} over {n}")
+        parts.append(f"{self.test} over {n}" + (" (each process's fastest sample)" if self.a.fastest else ""))
         if self.verdict == "equivalent":
             parts.append(f"CI within x{1 + self.margin:g}")
         if self.verdict == "inconclusive" and self.needed is not None:

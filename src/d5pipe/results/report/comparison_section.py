@@ -106,7 +106,7 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     base = str(pairs["baseline"].iloc[0])
     policy = policy_of(data.config)
     quality = f"{factor.quality or 'checks'} (baseline / variant)"
-    cols = ["metric", "other axes", "variant", "baseline median", "variant median",
+    cols = ["metric", "other axes", "variant", "baseline value", "variant value",
             "speedup [95% CI]", "p", "n", quality, "verdict"]
     rows = [[str(r["metric"]), str(r["context"]) or "-", f"{r['variant']} vs {base}",
              quantity(r["baseline_median"], r["unit"]), quantity(r["variant_median"], r["unit"]),
@@ -117,9 +117,10 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     blocks: list[Block] = [
         Text(f"Each variant of {factor.column} against the baseline {factor.column}={base}, only between points "
              f"that differ in {factor.column} alone (every other sweep axis equal; Deep500's fairness rule). "
-             "Each side is the repetitions of its configuration (config repetitions: separate processes); "
-             "speedup = geometric mean of the baseline's repetition medians / the variant's: above 1 the "
-             "variant is faster. CI of the speedup and p from one Welch t-test on their logarithms; faster or "
+             "Each side is the repetitions of its configuration (config repetitions: separate processes), each "
+             "process by its fastest sample (a shared machine's noise only adds time; a value that is no "
+             "timer's median, such as a whole run's time, by that value); speedup = geometric mean of the "
+             "baseline's processes / the variant's: above 1 the variant is faster. CI of the speedup and p from one Welch t-test on their logarithms; faster or "
              f"slower only when the 95% CI excludes 1 and Holm's correction over the run's pairs at alpha = "
              f"{number(policy.alpha)} (report.alpha) agrees; equivalent when the whole CI lies within "
              f"x{1 + policy.margin:g} either way (report.margin); otherwise inconclusive, with the "
