@@ -280,21 +280,22 @@ def _on_fastest(sides: dict[str, tuple[Side, Side]], follows: dict[str, str], re
     follows another (GFLOP/s of a time) moved by the same factor per process, so it stays that
     timing's constant multiple or reciprocal and repeats its test exactly."""
     out = dict(sides)
-    for name in sides:
-        if name not in follows and by_fastest(name, reps_a, reps_b):
-            out[name] = (timing_side(reps_a, name, True), timing_side(reps_b, name, True))
+    moved = {name for name in sides if name not in follows and by_fastest(name, reps_a, reps_b)}
+    for name in moved:
+        out[name] = (timing_side(reps_a, name, True), timing_side(reps_b, name, True))
     for name, src in follows.items():
-        if src not in out or out[src] is sides[src]:
+        if src not in moved:
             continue
-        moved = []
+        pair = []
         for (old_src, new_src, own) in zip(sides[src], out[src], sides[name]):
-            if len(own.values) != len(old_src.values) or any(v <= 0 for v in (*own.values, *old_src.values)):
+            ok = len(own.values) == len(old_src.values) and all(v > 0 for v in (*own.values, *old_src.values))
+            sign = follow_sign(old_src.values, own.values) if ok else None
+            if sign is None:
                 break
-            sign = follow_sign(old_src.values, own.values)
-            moved.append(replace(own, fastest=True, values=tuple(v * (n / o) ** sign for v, o, n in
-                                                                 zip(own.values, old_src.values, new_src.values))))
-        if len(moved) == 2:
-            out[name] = (moved[0], moved[1])
+            pair.append(replace(own, fastest=True, values=tuple(v * (n / o) ** sign for v, o, n in
+                                                                zip(own.values, old_src.values, new_src.values))))
+        if len(pair) == 2:
+            out[name] = (pair[0], pair[1])
     return out
 
 

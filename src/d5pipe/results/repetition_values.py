@@ -181,13 +181,10 @@ def fastest_sample(value: float, samples: Sequence[float] | None, lower_is_bette
     return best if best > 0 else None
 
 
-def follow_sign(x: Sequence[float], y: Sequence[float]) -> float:
-    """+1 when ``y`` is a constant multiple of ``x`` (log values differ by a constant), -1 when it
-    is a constant over ``x`` (:func:`derived_timings` found one of the two)."""
-    lx = [math.log(v) for v in x]
-    ly = [math.log(v) for v in y]
-    d = [b - a for a, b in zip(lx, ly)]
-    return 1.0 if max(d) - min(d) <= max(1e-6, 1e-6 * max(abs(v) for v in d)) else -1.0
+def follow_sign(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """+1 when positive values ``y`` are a constant multiple of ``x``, -1 when they are a constant
+    over ``x``, None when neither (:func:`derived_timings`' test, on one side's values)."""
+    return _follow_sign([math.log(v) for v in x], [math.log(v) for v in y])
 
 
 def derived_timings(values: dict[str, Sequence[float]]) -> dict[str, str]:
@@ -203,21 +200,22 @@ def derived_timings(values: dict[str, Sequence[float]]) -> dict[str, str]:
         for other in names[i + 1:]:
             if other in out or len(logs[other]) != len(logs[name]) or len(logs[name]) < 2:
                 continue
-            if _follows(logs[name], logs[other]):
+            if _follow_sign(logs[name], logs[other]) is not None:
                 out[other] = name
     return out
 
 
-def _follows(x: Sequence[float], y: Sequence[float]) -> bool:
+def _follow_sign(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Of log values: the sign with which ``y`` is ``x`` plus a constant, None when it is not."""
     if any(math.isnan(v) for v in (*x, *y)):
-        return False
+        return None
     for sign in (1.0, -1.0):
         d = [b - sign * a for a, b in zip(x, y)]
         spread = max(d) - min(d)
         scale = max(abs(max(x) - min(x)), 1e-12)
         if spread <= 1e-6 * max(1.0, scale) and (max(x) - min(x)) > 0:
-            return True
-    return False
+            return sign
+    return None
 
 
 def planned_looks(start: int, max_repetitions: int) -> int:
