@@ -161,3 +161,19 @@ def test_planned_costs_equal_each_points_own_cost() -> None:
     base = stage_base(cfg, "level0")
     own = [STAGES["level0"].cost(point_config(base, dict(zip(sp.axes[:-1], values[:-1])))) for values in sp.params]
     assert list(sp.costs) == own and len(set(own)) == 4  # impl x budget: four costs, size reads none
+
+
+@pytest.mark.parametrize("experiment", ["quickstart", "frameworks", "operator_sweep", "scaling", "train_digits"])
+def test_shipped_experiments_keep_the_ids_and_seeds_they_had_before_the_level_units(experiment: str) -> None:
+    """Issue 36 moved every level into its own package and rebuilt the planner; the IDs and seeds of
+    the shipped experiments are those recorded at e3fb53f, before it (tests/data, made there with
+    ``d5pipe run EXPERIMENT --dry-run`` at 3 repetitions), so old runs, bundles and histories still
+    match point for point."""
+    from pathlib import Path
+
+    from d5pipe.config.compose import compose_plain
+
+    recorded = json.loads((Path(__file__).parent / "data" / "before_36.json").read_text())
+    plan = build_plan(compose_plain(experiment, ["repetitions=3"]))
+    now = {stage: dict(zip(sp.point_ids, sp.seeds)) for stage, sp in plan.stages.items()}
+    assert now == recorded["experiments"][experiment]

@@ -262,6 +262,16 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     # the verdicts of its checks are the original's business, not the reproduction's
     first = cli("run", "quickstart", "repetitions=1", "--out", str(run))
     assert first.returncode in (0, 3), first.stdout[-3000:] + first.stderr[-3000:]
+    # Issue 36 rebuilt the levels and the planner: results.parquet keeps the columns, the point IDs
+    # and each stage's metrics that the quickstart had at e3fb53f, before it (tests/data/before_36.json;
+    # plausibility warnings depend on the noise and are left out)
+    before = json.loads((Path(__file__).parent / "data" / "before_36.json").read_text())
+    df = pd.read_parquet(run / "results.parquet")
+    assert list(df.columns) == before["quickstart_results"]["columns"]
+    ids = {s: set(v) for s, v in before["experiments"]["quickstart"].items()}
+    assert all(set(g.point_id) <= ids[str(s)] for s, g in df.groupby("stage"))
+    assert {str(s): sorted({m for m in g.metric if not m.startswith("plausibility:")})
+            for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")
     assert report["status"] == "reproduced" and report["failures"] == []

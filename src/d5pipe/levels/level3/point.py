@@ -303,7 +303,7 @@ def add_flop_metrics(out: PointOutcome, spec: dict[str, Any], data: Dataset, cac
     counted = safe_count(lambda: training_step_flops(model, data.x_train[:n], data.y_train[:n]), warnings)
     if counted is None:
         return
-    device = str(spec.get("device", "cpu"))
+    device = str(spec["device"])
     node_peak = None if cache is None else flops_peak(cache, "cuda" if device.startswith("cuda") else "cpu",
                                                       torch.float32)
     peak = None if node_peak is None else Peak(node_peak.best * nodes, node_peak.median * nodes, node_peak.work,

@@ -33,7 +33,7 @@ from d5pipe.measure.process import die_with_parent
 
 
 def _device(spec: dict[str, Any], local_rank: int) -> torch.device:
-    name = str(spec.get("device", "cpu"))
+    name = str(spec["device"])
     if name.startswith("cuda"):
         return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
     return torch.device("cpu")
@@ -106,7 +106,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
 def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> None:
     """Run one point's spec on this rank and write ``<out_dir>/rank<r>.json``."""
     out_dir = Path(spec["out_dir"])
-    torch.set_num_threads(int(spec.get("threads_per_rank", 1)))
+    torch.set_num_threads(int(spec["threads_per_rank"]))
     if backend.size != int(spec["ranks"]):
         raise RuntimeError(f"launcher started {backend.size} ranks, spec asks for {spec['ranks']}")
     started = time.time()
@@ -146,10 +146,10 @@ def run_session(session: Path) -> int:
     first = _next_spec(session, 0)
     if first is None:
         return 0
-    torch.set_num_threads(int(first.get("threads_per_rank", 1)))
+    torch.set_num_threads(int(first["threads_per_rank"]))
     _, _, local_rank = rank_from_env()
     device = _device(first, local_rank)
-    backend = make_backend(str(first["backend"]), device, float(first.get("timeout_s", 300.0)))
+    backend = make_backend(str(first["backend"]), device, float(first["timeout_s"]))
     if backend.rank == 0:  # the process group is up: the launch is over (the session times it)
         write_json(session / "ready.json", {"rank": 0, "pid": os.getpid()})
     index = 0
@@ -177,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m d5pipe.levels.level3.worker SPEC.json | --session DIR", file=sys.stderr)
         return 2
     spec: dict[str, Any] = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    torch.set_num_threads(int(spec.get("threads_per_rank", 1)))
+    torch.set_num_threads(int(spec["threads_per_rank"]))
     _, _, local_rank = rank_from_env()
     device = _device(spec, local_rank)
-    backend = make_backend(str(spec["backend"]), device, float(spec.get("timeout_s", 300.0)))
+    backend = make_backend(str(spec["backend"]), device, float(spec["timeout_s"]))
     run_spec(backend, spec, device)
     backend.finalize()
     return 0
