@@ -153,6 +153,44 @@ def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: 
     return out
 
 
+def _check_metrics(conf: OperatorsConf, fn: Callable[..., torch.Tensor], reference: Callable[..., torch.Tensor],
+                   inputs: list[torch.Tensor], ref_inputs: list[torch.Tensor], dtype: torch.dtype,
+                   gen: torch.Generator, extra: dict[str, Any]) -> list[Metric]:
+    """The forward check against the float64 reference and the gradient check, as configured
+    (``operators.check_correctness``, ``operators.check_backward``); notes go into ``extra``."""
+    tol = (conf.tol_l2, conf.tol_max_rel)
+    metrics: list[Metric] = []
+    if conf.check_correctness:
+        fwd = check_forward(fn, reference, inputs, ref_inputs, dtype, tol)
+        metrics += _verdict_metrics("", "correctness", fwd)
+        extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
+        if fwd.note:
+            extra["correctness_note"] = fwd.note
+    if conf.check_backward:
+        try:
+            bwd = check_backward(fn, reference, inputs, ref_inputs, dtype, gen, tol)
+        except (RuntimeError, NotImplementedError) as err:
+            if not _is_unsupported(err):
+                raise
+            extra["warnings"].append(f"grad_check not run: backward unsupported here ({err})")
+        else:
+            metrics += _verdict_metrics("grad_", "grad_check", bwd)
+            if bwd.note:
+                extra["grad_check_note"] = bwd.note
+    return metrics
+
+
+def _skip_if_unsupported(spec: OperatorSpec, conf: OperatorsConf, inputs: list[torch.Tensor]) -> None:
+    """One call: a point whose operator does not run in its dtype on its device is skipped."""
+    try:
+        spec.forward(*inputs)
+        _sync(conf.device)
+    except (RuntimeError, NotImplementedError) as err:
+        if _is_unsupported(err):
+            raise PointSkipped(f"{spec.name} in {conf.dtype} on {conf.device}: {err}") from err
+        raise
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.levels.level0)."""
     conf = operators_conf(ctx.config.get("operators"))
@@ -161,18 +199,11 @@ def run_point(ctx: PointContext) -> PointOutcome:
     spec = complete(resolve_operator(dataclasses.asdict(conf)))
     assert spec.reference is not None and spec.flops is not None and spec.min_bytes is not None
     reference = spec.reference
-    tol = (conf.tol_l2, conf.tol_max_rel)
     impl, layout = effective_impl_layout(spec, conf.impl, conf.layout)
     torch.manual_seed(ctx.seed % 2**63)
     inputs, ref_inputs, gen = build_inputs(spec, conf, dtype, layout, ctx.seed)
 
-    try:  # does the operator run in this dtype on this device at all?
-        spec.forward(*inputs)
-        _sync(conf.device)
-    except (RuntimeError, NotImplementedError) as err:
-        if _is_unsupported(err):
-            raise PointSkipped(f"{spec.name} in {conf.dtype} on {conf.device}: {err}") from err
-        raise
+    _skip_if_unsupported(spec, conf, inputs)
 
     extra: dict[str, Any] = {
         "warnings": [],
@@ -218,22 +249,6 @@ def run_point(ctx: PointContext) -> PointOutcome:
     if conf.time_backward:
         metrics += _backward_metrics(fn, inputs, ctx.config.get("timer"), conf.device, ctx.seed, extra)
 
-    if conf.check_correctness:
-        fwd = check_forward(fn, reference, inputs, ref_inputs, dtype, tol)
-        metrics += _verdict_metrics("", "correctness", fwd)
-        extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
-        if fwd.note:
-            extra["correctness_note"] = fwd.note
-    if conf.check_backward:
-        try:
-            bwd = check_backward(fn, reference, inputs, ref_inputs, dtype, gen, tol)
-        except (RuntimeError, NotImplementedError) as err:
-            if not _is_unsupported(err):
-                raise
-            extra["warnings"].append(f"grad_check not run: backward unsupported here ({err})")
-        else:
-            metrics += _verdict_metrics("grad_", "grad_check", bwd)
-            if bwd.note:
-                extra["grad_check_note"] = bwd.note
+    metrics += _check_metrics(conf, fn, reference, inputs, ref_inputs, dtype, gen, extra)
     samples = {"time": list(m.samples), **extra.pop("_samples", {})}
     return PointOutcome(metrics=metrics, samples=samples, extra=extra)

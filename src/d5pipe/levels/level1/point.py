@@ -160,6 +160,44 @@ def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
     return prepared.run, info
 
 
+MODE_NAMES = {"inference": ("inference_latency", "inference_throughput"),
+              "fwd_bwd": ("fwd_bwd_time", "train_throughput")}
+"""Per measured mode, the names of its time and of its rate."""
+
+
+def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mode: str, fn: Callable[[], None],
+                  eager: Callable[[], None], compiled: bool, on_torch: bool, label: str, extra: dict[str, Any]
+                  ) -> tuple[list[Metric], list[float]]:
+    """Time ``fn`` (one ``mode`` of the network) after a first call that is timed on its own (a
+    compiled network compiles there); its rate, FLOPs (counted on the ``eager`` model: the same
+    mathematics) and peak memory. Returns its metrics and time samples; notes go into ``extra``."""
+    metrics: list[Metric] = []
+    synchronize(device)
+    t0 = time.perf_counter()
+    _probe(fn, f"{conf.dtype} {mode} of {label} on {device}")
+    synchronize(device)
+    first_call = time.perf_counter() - t0
+    if compiled:
+        metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
+    m = time_call(fn, ctx.config.get("timer") or {}, device)
+    name, rate_name = MODE_NAMES[mode]
+    key = f"{name}_s"
+    metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
+    throughput = rate_metric(rate_name, float(conf.batch_size), m.summary, "samples/s", key)
+    metrics.append(throughput)
+    counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
+    if counted is not None:
+        fpeak = flops_peak(ctx.cache, str(device), torch_dtype(conf.dtype, "level1.dtype")) if conf.peak else None
+        metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
+    extra[f"timer_{mode}"] = m.info()
+    extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
+    if conf.measure_memory and on_torch:  # the torch allocator sees only PyTorch's own memory
+        peak = peak_memory(fn, str(device))
+        metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))
+        extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}
+    return metrics, list(m.samples)
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure inference and forward+backward of one model configuration."""
     cfg = ctx.config
@@ -206,7 +244,6 @@ def run_point(ctx: PointContext) -> PointOutcome:
                              "flops": FLOPS_NOTE, "runtime": runtime_info}
     metrics: list[Metric] = [Metric("n_parameters", count_parameters(model), "", "count")]
     samples: dict[str, list[float]] = {}
-    work = float(conf.batch_size)
     modes = [("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)]
     if not on_torch:
         modes = modes[:1]
@@ -214,34 +251,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
     elif not conf.fwd_bwd:
         modes = modes[:1]
         extra["not_measured"] = {"fwd_bwd": "level1.fwd_bwd is false"}
+    label = str((cfg.get("model") or {}).get("name", "model"))
     for mode, fn, set_mode in modes:
         set_mode()
-        synchronize(device)
-        t0 = time.perf_counter()
-        _probe(fn, f"{conf.dtype} {mode} of {cfg.get('model', {}).get('name', 'model')} on {device}")
-        synchronize(device)
-        first_call = time.perf_counter() - t0
-        if compiled:
-            metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
-        m = time_call(fn, timer_cfg, device)
-        name = "inference_latency" if mode == "inference" else "fwd_bwd_time"
-        key = f"{name}_s"
-        samples[key] = list(m.samples)
-        metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
-        rate_name = "inference_throughput" if mode == "inference" else "train_throughput"
-        throughput = rate_metric(rate_name, work, m.summary, "samples/s", key)
-        metrics.append(throughput)
         eager = infer_eager if mode == "inference" else fwd_bwd_eager
-        counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
-        if counted is not None:
-            fpeak = flops_peak(ctx.cache, str(device), torch_dtype(conf.dtype, "level1.dtype")) if conf.peak else None
-            metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
-        extra[f"timer_{mode}"] = m.info()
-        extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
-        if conf.measure_memory and on_torch:  # the torch allocator sees only PyTorch's own memory
-            peak = peak_memory(fn, str(device))
-            metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))
-            extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}
+        measured, samples[f"{MODE_NAMES[mode][0]}_s"] = _measure_mode(ctx, conf, device, mode, fn, eager,
+                                                                       compiled, on_torch, label, extra)
+        metrics += measured
     model.zero_grad(set_to_none=True)
     if check is not None:
         check_metrics, extra["output_check"] = output_check.run_check(check, model, forward, x, conf)

@@ -173,6 +173,49 @@ def _nan_if_none(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
+def _notes(conf: TrainConf, curves: dict[str, list[float]], epochs_to_target: int | None) -> list[str]:
+    """What the reader of a training point's record must know about its numbers."""
+    notes: list[str] = []
+    if conf.target_accuracy is not None and epochs_to_target is None:
+        notes.append(
+            f"target test accuracy {conf.target_accuracy} never reached in {conf.epochs} epochs "
+            f"(best {max(curves['test_accuracy']):.4f}); time_to_target_s is NaN"
+        )
+    if not conf.deterministic:
+        notes.append("train.deterministic is false: weights_sha256 is informational only")
+    return notes
+
+
+def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_parameters: int
+                   ) -> tuple[Metric, list[Metric], list[str]]:
+    """A training run's own metrics from its curves and timings, among them its throughput (what
+    its GFLOP/s are computed from), and the warnings of its step-time statistics."""
+    curves = result.curves
+    total_time = sum(result.epoch_train_time_s)
+    total_samples = sum(result.epoch_samples)
+    step_summary = summarize(result.step_times_s)
+    throughput = Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
+                        samples="epoch_samples_per_s")
+    metrics = [
+        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
+        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
+        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
+        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
+        Metric("train_accuracy", curves["train_accuracy"][-1], "", "numerical"),
+        # one value per run; its step times are the samples a re-run is tested against
+        Metric("time_to_target_s", _nan_if_none(result.time_to_target_s), "s", "timing",
+               samples="step_time_s"),
+        Metric("epochs_to_target", _nan_if_none(result.epochs_to_target), "epochs", "numerical"),
+        throughput,
+        Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
+        *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+        Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
+        Metric("n_parameters", n_parameters, "", "count"),
+        Metric("train_steps", result.steps, "", "count"),
+    ]
+    return throughput, metrics, list(step_summary.warnings)
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Train one point; see the module docstring for what is measured."""
     cfg = ctx.config
@@ -206,39 +249,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
-    total_time = sum(result.epoch_train_time_s)
-    total_samples = sum(result.epoch_samples)
-    step_summary = summarize(result.step_times_s)
-    notes: list[str] = []
-    if conf.target_accuracy is not None and result.epochs_to_target is None:
-        notes.append(
-            f"target test accuracy {conf.target_accuracy} never reached in {conf.epochs} epochs "
-            f"(best {max(curves['test_accuracy']):.4f}); time_to_target_s is NaN"
-        )
-    if not conf.deterministic:
-        notes.append("train.deterministic is false: weights_sha256 is informational only")
-    throughput = Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
-                        samples="epoch_samples_per_s")
-    metrics = [
-        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
-        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
-        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
-        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
-        Metric("train_accuracy", curves["train_accuracy"][-1], "", "numerical"),
-        # one value per run; its step times are the samples a re-run is tested against
-        Metric("time_to_target_s", _nan_if_none(result.time_to_target_s), "s", "timing",
-               samples="step_time_s"),
-        Metric("epochs_to_target", _nan_if_none(result.epochs_to_target), "epochs", "numerical"),
-        throughput,
-        Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
-        *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
-        Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
-        Metric("n_parameters", count_parameters(model), "", "count"),
-        Metric("train_steps", result.steps, "", "count"),
-        *added,
-        *checked[0],
-        *sane[0],
-    ]
+    notes = _notes(conf, curves, result.epochs_to_target)
+    throughput, metrics, step_warnings = _train_metrics(conf, result, weights, count_parameters(model))
+    metrics += [*added, *checked[0], *sane[0]]
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
         peak = flops_peak(ctx.cache, str(device), torch.float32) if conf.peak else None
@@ -260,7 +273,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
                       "and logging excluded; a step spans zero_grad to the end of optimizer.step() "
                       + ("(cuda timing events)" if device.type == "cuda" else "(perf_counter_ns)"),
             "notes": notes,
-            "warnings": [*step_summary.warnings, *flop_warnings],
+            "warnings": [*step_warnings, *flop_warnings],
             "flops": FLOPS_NOTE,
             "step_log": "steps.jsonl",
             "sanity": sane[1],

@@ -225,52 +225,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
     if options["executor_name"] != "slurm" and int(dist_cfg["nodes"]) > 1:
         raise PointSkipped(f"distributed.nodes={dist_cfg['nodes']} needs the slurm executor "
                            "(a local run has one node)")
-    timeout_s = float(spec["timeout_s"])
-    retries: list[str] = []
-    if dist_cfg["reuse_ranks"]:
-        key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)
-        root = Path(ctx.run_dir).resolve() / "work" / ctx.stage / "_sessions" / key
-
-        def make() -> RankSession:
-            plan = build_launch(spec_path=root, worker_args=["--session", str(root)], **options)
-            return RankSession(plan, root, int(spec["ranks"]))
-
-        register_closer(ctx.cache, close_sessions)
-        for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-            session = session_for(ctx.cache, key, make)  # a new launch when the last one died
-            plan = session.plan
-            spec["threads_per_rank"] = plan.threads_per_rank
-            write_json(work / "spec.json", spec)
-            launched = session.next_index == 0  # this point waits for the ranks to come up
-            try:
-                rank_results = session.run(spec, out_dir, timeout_s)
-                launch_s = (session.launch_s or 0.0) if launched else 0.0
-                break
-            except LaunchDied as exc:
-                if attempt == LAUNCH_ATTEMPTS:
-                    raise
-                retries.append(f"launch {attempt} died before the first point: {str(exc).splitlines()[0]}")
-    else:
-        plan = build_launch(spec_path=work / "spec.json", **options)
-        spec["threads_per_rank"] = plan.threads_per_rank
-        write_json(work / "spec.json", spec)
-        _launch(plan, work, work / "launch.log", timeout_s)
-        rank_results = _read_ranks(out_dir, int(spec["ranks"]))
-        launch_s = 0.0  # one launch per point: not told apart from the point's own time
-    hosts = sorted({str(r["hostname"]) for r in rank_results})
-    launch_info = {
-        "launcher": plan.launcher,
-        "argv": plan.argv,
-        "env": {k: v for k, v in plan.env.items() if k != "PATH"},
-        "oversubscribed": plan.oversubscribed,
-        "threads_per_rank": plan.threads_per_rank,
-        "hosts": hosts,
-        "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
-        "ranks_reused": bool(dist_cfg["reuse_ranks"]),
-        "launch_retries": retries,
-        "launch_s": launch_s,
-        "rank_wall_s": max(float(r.get("wall_s", 0.0)) for r in rank_results),
-    }
+    plan, rank_results, launch_s, retries = _run_ranks(ctx, spec, options, bool(dist_cfg["reuse_ranks"]))
+    launch_info = _launch_info(plan, rank_results, bool(dist_cfg["reuse_ranks"]), retries, launch_s)
+    hosts = launch_info["hosts"]
     if spec["benchmark"] == "collective":
         return outcome.collective_outcome(spec, rank_results, launch_info)
     from d5pipe.levels.datasets import load
@@ -287,6 +244,64 @@ def run_point(ctx: PointContext) -> PointOutcome:
     peak = bool(setting(cfg["train"], TrainConf, "peak"))
     add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result
+
+
+def _launch_info(plan: LaunchPlan, rank_results: list[dict[str, Any]], reused: bool, retries: list[str],
+                 launch_s: float) -> dict[str, Any]:
+    """How the point's ranks were launched and placed (the record's ``launch``)."""
+    hosts = sorted({str(r["hostname"]) for r in rank_results})
+    return {
+        "launcher": plan.launcher,
+        "argv": plan.argv,
+        "env": {k: v for k, v in plan.env.items() if k != "PATH"},
+        "oversubscribed": plan.oversubscribed,
+        "threads_per_rank": plan.threads_per_rank,
+        "hosts": hosts,
+        "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
+        "ranks_reused": reused,
+        "launch_retries": retries,
+        "launch_s": launch_s,
+        "rank_wall_s": max(float(r.get("wall_s", 0.0)) for r in rank_results),
+    }
+
+
+def _run_ranks(ctx: PointContext, spec: dict[str, Any], options: dict[str, Any], reuse: bool
+               ) -> tuple[LaunchPlan, list[dict[str, Any]], float, list[str]]:
+    """Run ``spec`` on its ranks: in the run's rank session for these launch options (``reuse``;
+    a launch that died before its first point is retried) or in a launch of its own. Returns the
+    launch plan, each rank's result, the launch time this point waited for and the retries."""
+    work = Path(ctx.work_dir).resolve()
+    out_dir = Path(spec["out_dir"])
+    timeout_s = float(spec["timeout_s"])
+    retries: list[str] = []
+    if not reuse:
+        plan = build_launch(spec_path=work / "spec.json", **options)
+        spec["threads_per_rank"] = plan.threads_per_rank
+        write_json(work / "spec.json", spec)
+        _launch(plan, work, work / "launch.log", timeout_s)
+        # one launch per point: its launch is not told apart from the point's own time
+        return plan, _read_ranks(out_dir, int(spec["ranks"])), 0.0, retries
+    key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)
+    root = Path(ctx.run_dir).resolve() / "work" / ctx.stage / "_sessions" / key
+
+    def make() -> RankSession:
+        plan = build_launch(spec_path=root, worker_args=["--session", str(root)], **options)
+        return RankSession(plan, root, int(spec["ranks"]))
+
+    register_closer(ctx.cache, close_sessions)
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        session = session_for(ctx.cache, key, make)  # a new launch when the last one died
+        spec["threads_per_rank"] = session.plan.threads_per_rank
+        write_json(work / "spec.json", spec)
+        launched = session.next_index == 0  # this point waits for the ranks to come up
+        try:
+            rank_results = session.run(spec, out_dir, timeout_s)
+            return session.plan, rank_results, (session.launch_s or 0.0) if launched else 0.0, retries
+        except LaunchDied as exc:
+            if attempt == LAUNCH_ATTEMPTS:
+                raise
+            retries.append(f"launch {attempt} died before the first point: {str(exc).splitlines()[0]}")
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def add_flop_metrics(out: PointOutcome, spec: dict[str, Any], data: Dataset, cache: dict[str, Any] | None,
