@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
 
 from d5pipe.history.store import add_run_dir
@@ -116,3 +117,46 @@ def test_a_store_that_cannot_be_written_is_a_warning_not_a_failed_run(
     append_finished_run(run, tmp_path)  # a directory, not a DuckDB file
     out = capsys.readouterr().out
     assert "warning: the run was not added to the history" in out and "d5pipe history import" in out
+
+
+def test_a_series_is_the_points_config_not_where_it_ran_nor_its_code() -> None:
+    """The same point config is one series whatever ran it (executor, threads, user code); another
+    value of a key the point reads, swept or not, is another series."""
+    from d5pipe.history.run_rows import series_key
+
+    cfg = {"name": "tiny", "seed": 42, "timer": {"budget_s": 0.2}, "operators": {"op": "matmul", "size": 16},
+           "executor": {"resources": {"level0": {"cpus_per_task": 1}}}}
+    params = {"operators.size": 32}
+    key = series_key("tiny", "level0", params, cfg)
+    elsewhere = {**cfg, "executor": {"resources": {"level0": {"cpus_per_task": 2}}}}
+    assert series_key("tiny", "level0", params, elsewhere) == key
+    assert series_key("tiny", "level0", {**params, "repeat": 1}, cfg) == key
+    longer = {**cfg, "timer": {"budget_s": 2.0}}  # not swept, but the point measures otherwise
+    assert series_key("tiny", "level0", params, longer) != key
+    assert series_key("tiny", "level0", {"operators.size": 48}, cfg) != key
+
+
+def test_a_store_of_another_schema_is_a_one_line_error(tmp_path: Path) -> None:
+    store = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(store))
+    con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    con.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    con.close()
+    r = d5pipe("history", "runs", "--history", str(store))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "schema_version 1" in r.stderr, r.stderr
+
+
+def test_a_run_records_the_slurm_cluster_its_points_ran_on(tiny_run: tuple[Path, Path], tmp_path: Path) -> None:
+    from d5pipe.history.run_rows import run_rows
+
+    run, _ = tiny_run
+    copy = _copy_as_another_run(run, tmp_path / "on_slurm", "2026-03-01T00:00:00+00:00")
+    for rec_path in (copy / "points").glob("*/*.json"):  # as the shard jobs of a SLURM run write them
+        rec = json.loads(rec_path.read_text())
+        rec["provenance"].update(slurm_job_id="77", slurm_nodelist="node[1-2]", slurm_cluster="hpc1")
+        rec_path.write_text(json.dumps(rec))
+    df = pd.read_parquet(copy / "results.parquet")
+    df["slurm_job_id"] = "77"
+    df.to_parquet(copy / "results.parquet", index=False)
+    row, _ = run_rows(copy)
+    assert (row["slurm_jobs"], row["slurm_nodes"], row["slurm_cluster"]) == ("77", "node[1-2]", "hpc1")

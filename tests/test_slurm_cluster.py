@@ -64,7 +64,7 @@ def test_provenance_inside_a_job_falls_back_to_squeue(slurm_cluster: SlurmCluste
                      f"env -u SLURM_JOB_NODELIST -u SLURM_NODELIST {sys.executable} -c '{code}'")
     assert slurm_cluster.wait_for_jobcomp(job_id)["JobState"] == "COMPLETED"
     prov = json.loads((tmp_path / "prov.json").read_text())
-    assert prov == {"slurm_job_id": job_id, "slurm_nodelist": "localhost"}
+    assert prov == {"slurm_job_id": job_id, "slurm_nodelist": "localhost", "slurm_cluster": "d5pipe-test"}
 
 
 def test_query_jobs_reports_a_missing_cluster_as_user_error(tmp_path: Path) -> None:

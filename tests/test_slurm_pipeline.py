@@ -440,6 +440,7 @@ def test_every_point_record_names_its_slurm_job_and_node(
                              .read_text())
             assert rec["provenance"]["slurm_job_id"] == job_id
             assert rec["provenance"]["slurm_nodelist"] == "localhost"
+            assert rec["provenance"]["slurm_cluster"] == "d5pipe-test"  # ClusterName of tests/cluster
             checked += 1
     assert checked == 6
     local = _ok(runs["local"], 3)

@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from d5pipe.cli.arguments import percent_or_zero
 from d5pipe.core.errors import D5PipeError
 
 ACTIONS = ("import", "runs", "series", "latest", "check", "trend")
@@ -47,6 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=float, default=0.05)
     p.add_argument("--min-step", type=float, default=10.0, metavar="PCT",
                    help="the smallest step a series must be able to show to be called steady (default 10)")
+    p.add_argument("--threshold", type=percent_or_zero, default=5.0, metavar="PCT",
+                   help="check: confirmed steps smaller than PCT percent are not reported (default 5; "
+                        "d5pipe.history.steps)")
     p.add_argument("--junit", type=Path, metavar="FILE", help="check: write each series as a JUnit test case")
     p.add_argument("--html", type=Path, metavar="FILE", help="trend: where to write the page (default history.html)")
     p.add_argument("--max-plots", type=int, default=60)
@@ -101,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
         from d5pipe.history.check import check_history
 
         result = check_history(con, experiment=args.experiment, since=args.since, alpha=args.alpha,
-                               min_step=args.min_step / 100)
+                               min_step=args.min_step / 100, threshold=args.threshold / 100)
         if args.action == "trend":
             from d5pipe.history.trend_page import write_trend_page
 
@@ -125,6 +129,8 @@ def _report_check(result: Any, args: argparse.Namespace) -> int:
             need = f"; ~{s.check.needed} runs per side would decide" if s.check.needed else ""
             print(f"inconclusive: {s.experiment} {s.stage} {s.params} {s.metric} @{s.machine} "
                   f"({s.check.runs} runs): {s.check.note}{need}")
+        elif s.check.status == "steady" and s.check.small:
+            print(f"steady: {s.experiment} {s.stage} {s.params} {s.metric} @{s.machine}: {s.check.note}")
     c = result.counts()
     print(f"d5pipe history: {c['series']} series; {len(result.findings)} step(s) found "
           f"({sum(f.regression for f in result.findings)} regression(s)), {c['inconclusive']} inconclusive, "

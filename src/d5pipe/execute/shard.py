@@ -43,16 +43,16 @@ def _now() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[str | None, str | None]:
-    """SLURM job ID and node list of this process (one squeue call per job at most)."""
+def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[str | None, str | None, str | None]:
+    """SLURM job ID, node list and cluster name of this process (one squeue call per job at most)."""
     from d5pipe.execute.slurm import slurm_provenance
 
     prov = slurm_provenance()
-    return prov["slurm_job_id"], prov["slurm_nodelist"]
+    return prov["slurm_job_id"], prov["slurm_nodelist"], prov["slurm_cluster"]
 
 
 def _provenance() -> dict[str, Any]:
-    job_id, nodelist = _slurm_ids(
+    job_id, nodelist, cluster = _slurm_ids(
         os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
         os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
     )
@@ -61,6 +61,7 @@ def _provenance() -> dict[str, Any]:
         "pid": os.getpid(),
         "slurm_job_id": job_id,
         "slurm_nodelist": nodelist,
+        "slurm_cluster": cluster,
     }
 
 

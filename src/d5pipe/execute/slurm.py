@@ -1,6 +1,7 @@
 """SLURM helpers: job provenance, job-state queries, and per-stage resources for Snakemake.
 
-* :func:`slurm_provenance` reads ``SLURM_JOB_ID`` / ``SLURM_JOB_NODELIST`` for a point's record.
+* :func:`slurm_provenance` reads ``SLURM_JOB_ID`` / ``SLURM_JOB_NODELIST`` / ``SLURM_CLUSTER_NAME``
+  for a point's record.
   snakemake-executor-plugin-slurm's job step drops most ``SLURM_*`` variables (it keeps
   ``SLURM_JOB_ID``) when a rule runs without the ``srun -n1`` wrapper (``mpi`` resource set),
   so a missing node list is looked up with ``squeue``.
@@ -187,9 +188,9 @@ def describe_job(job: SlurmJob) -> str:
 
 def slurm_provenance(environ: Mapping[str, str] | None = None,
                      timeout_s: float = 5.0) -> dict[str, str | None]:
-    """``{"slurm_job_id", "slurm_nodelist"}`` of the SLURM job this process runs in.
+    """``{"slurm_job_id", "slurm_nodelist", "slurm_cluster"}`` of the SLURM job this process runs in.
 
-    Both are None outside SLURM. When the job ID is known but the node list was dropped
+    All are None outside SLURM. When the job ID is known but the node list was dropped
     from the environment, ``squeue`` is asked (best effort: None if it cannot answer).
     """
     env = os.environ if environ is None else environ
@@ -201,4 +202,5 @@ def slurm_provenance(environ: Mapping[str, str] | None = None,
         except D5PipeError:
             jobs = []
         nodelist = next((j.nodelist for j in jobs if j.job_id == job_id and j.nodelist), None)
-    return {"slurm_job_id": job_id or None, "slurm_nodelist": nodelist or None}
+    cluster = env.get("SLURM_CLUSTER_NAME") if job_id else None  # slurmd sets it in every job
+    return {"slurm_job_id": job_id or None, "slurm_nodelist": nodelist or None, "slurm_cluster": cluster or None}

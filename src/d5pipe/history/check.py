@@ -13,6 +13,7 @@ from d5pipe.history.queries import run_rows_of, series_groups, series_info
 from d5pipe.history.steps import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_STEP,
+    DEFAULT_THRESHOLD,
     FamilyNoise,
     SeriesCheck,
     Step,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 FAMILY_SAMPLE = 1000
 """Series of one metric name that estimate its family's noise (a median: more change it little)."""
-RUN_FACTS = ("env_hash", "hostname", "slurm_nodes", "d5pipe_version", "git_commit")
+RUN_FACTS = ("env_hash", "hostname", "slurm_cluster", "slurm_nodes", "d5pipe_version", "git_commit")
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def run_logs(g: Any, unit: str, metric: str) -> list[float]:
 
 
 def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = None, since: datetime | None = None,
-                  alpha: float = DEFAULT_ALPHA, min_step: float = DEFAULT_MIN_STEP) -> HistoryCheck:
+                  alpha: float = DEFAULT_ALPHA, min_step: float = DEFAULT_MIN_STEP,
+                  threshold: float = DEFAULT_THRESHOLD) -> HistoryCheck:
     """Every timing series (per machine type) checked, one at a time; findings whose first run
     after the step is at or after ``since`` (all when None). The family of a series is the same
     metric (its last name part) in the other configurations."""
@@ -143,7 +145,8 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
     pending: list[tuple[Any, Step, Any, Any]] = []
     for (ser, metric, machine), g in series_groups(con, experiment):
         about = info[(ser, metric)]
-        chk = check_series(run_logs(g, str(about.unit), metric), family.get(_name(metric)), alpha, min_step)
+        chk = check_series(run_logs(g, str(about.unit), metric), family.get(_name(metric)), alpha, min_step,
+                           threshold)
         results.append(SeriesResult(ser, str(about.experiment), str(about.stage), str(about.params), metric, machine,
                                     tuple(g["run_id"]), chk))
         for st in chk.steps:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def runs(con: duckdb.DuckDBPyConnection, experiment: str | None = None) -> pd.DataFrame:
     sql = ("SELECT r.run_id, r.experiment, r.created, r.hostname, r.machine, r.env_hash, r.d5pipe_version, "
-           "r.slurm_nodes, r.run_dir, (SELECT count(*) FROM results s WHERE s.run_id = r.run_id) AS rows "
+           "r.slurm_cluster, r.slurm_nodes, r.run_dir, (SELECT count(*) FROM results s WHERE s.run_id = r.run_id) AS rows "
            "FROM runs r")
     args: list[Any] = []
     if experiment:

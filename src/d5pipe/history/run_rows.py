@@ -2,9 +2,11 @@
 machine and environment, with which user code) and a row per (configuration, repetition, metric)
 for its numeric results.
 
-A series is identified without the environment: experiment, stage and the point's sweep
-parameters with the ``repeat`` axis aside (:func:`series_key`), so the same configuration run
-again -- after a package update, on another node, with other threads -- continues its series.
+A series is identified without the environment: experiment, stage and the hash of the point's
+resolved config with the ``repeat`` axis aside (:func:`series_key`), so the same configuration run
+again -- after a package update, on another node, with other threads, with edited user code --
+continues its series, while a point that computes something else (another value of any key it
+reads, swept or not) starts its own.
 """
 
 from __future__ import annotations
@@ -25,15 +27,22 @@ if TYPE_CHECKING:
 
 RUN_COLUMNS = ("run_id", "experiment", "created", "run_dir", "hostname", "machine", "env_hash",
                "d5pipe_version", "git_commit", "packages", "user_code", "config", "slurm_jobs", "slurm_nodes",
-               "imported")
+               "slurm_cluster", "imported")
 RESULT_COLUMNS = ("run_id", "experiment", "stage", "series", "params", "point_id", "repeat", "metric",
                   "unit", "kind", "value", "ci_low", "ci_high", "status", "record")
 NUMERIC_KINDS = ("timing", "rate", "deterministic", "numerical", "count", "info", "quality")
 
 
-def series_key(experiment: str, stage: str, params: dict[str, Any]) -> str:
-    """16 hex digits naming a configuration across runs (its repetitions together)."""
-    text = canonical_json({"experiment": experiment, "stage": stage, "params": params})
+def series_key(experiment: str, stage: str, params: dict[str, Any], config: dict[str, Any]) -> str:
+    """16 hex digits naming a configuration across runs (its repetitions together): the point's
+    resolved config (what its stage reads of the run's ``config``, with ``params`` set), not the
+    user code's source nor where it ran. A stage this d5pipe does not know is named by its
+    parameters."""
+    from d5pipe.levels.registry import STAGES
+    from d5pipe.plan.point_config import point_config, stage_base
+
+    point = point_config(stage_base(config, stage), params) if stage in STAGES and config else {"params": params}
+    text = canonical_json({"experiment": experiment, "stage": stage, "config": point})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -68,7 +77,9 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     run_id = hashlib.sha256(f"{manifest.get('config_hash')}|{created}|{manifest.get('env_hash')}".encode()
                             ).hexdigest()[:16]
     jobs = sorted({str(j) for j in results.get("slurm_job_id", pd.Series(dtype=str)).dropna().unique()})
-    nodes = sorted({str(n) for r in rd.points_dir.glob("*/*.json") if (n := _nodelist(r))}) if jobs else []
+    where = [_slurm_where(r) for r in rd.points_dir.glob("*/*.json")] if jobs else []
+    nodes = sorted({n for n, _ in where if n})
+    clusters = sorted({c for _, c in where if c})
     run = {"run_id": run_id, "experiment": str(manifest.get("experiment") or ""), "created": created,
            "run_dir": str(Path(run_dir).resolve()), "hostname": str(env.get("hostname") or ""),
            "machine": machine_fingerprint(env), "env_hash": str(manifest.get("env_hash") or ""),
@@ -77,7 +88,8 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
            "packages": json.dumps(env.get("packages") or {}, sort_keys=True),
            "user_code": json.dumps(_user_code(Path(run_dir)), sort_keys=True),
            "config": json.dumps(manifest.get("config") or {}, sort_keys=True, default=str),
-           "slurm_jobs": ",".join(jobs), "slurm_nodes": ",".join(nodes)}
+           "slurm_jobs": ",".join(jobs), "slurm_nodes": ",".join(nodes), "slurm_cluster": ",".join(clusters)}
+    config = manifest.get("config") or {}
     axes = [c for c in axis_columns(results) if c != REPEAT_AXIS]
     num = results[pd.to_numeric(results["value"], errors="coerce").notna()]
     out = []
@@ -85,7 +97,7 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
         first = grp.iloc[0]
         params = row_params(first, axes)
         rep = first[REPEAT_AXIS] if REPEAT_AXIS in grp.columns and not is_missing(first[REPEAT_AXIS]) else 0
-        key = series_key(run["experiment"], str(stage), params)
+        key = series_key(run["experiment"], str(stage), params, config)
         for r in grp.itertuples(index=False):
             row = r._asdict()
             out.append({"run_id": run_id, "experiment": run["experiment"], "stage": str(stage), "series": key,
@@ -97,12 +109,13 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     return run, pd.DataFrame(out, columns=list(RESULT_COLUMNS))
 
 
-def _nodelist(record: Path) -> str:
+def _slurm_where(record: Path) -> tuple[str, str]:
+    """(node list, cluster name) of the SLURM job that wrote a point record ("" where none)."""
     try:
         prov = json.loads(record.read_text()).get("provenance") or {}
     except (OSError, ValueError):
-        return ""
-    return str(prov.get("slurm_nodelist") or "")
+        return "", ""
+    return str(prov.get("slurm_nodelist") or ""), str(prov.get("slurm_cluster") or "")
 
 
 def _float(v: Any) -> float | None:

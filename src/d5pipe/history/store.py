@@ -26,14 +26,15 @@ ENV_VAR = "D5PIPE_HISTORY"
 OFF = ("off", "none", "0", "no")
 """``D5PIPE_HISTORY=off``: finished runs are not appended (``d5pipe run --no-history`` does the same)."""
 LOCK_TIMEOUT_S = 600.0
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: series named by the point's config hash (was its sweep parameters), runs carry ``slurm_cluster``."""
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR PRIMARY KEY, experiment VARCHAR, created TIMESTAMPTZ,
   run_dir VARCHAR, hostname VARCHAR, machine VARCHAR, env_hash VARCHAR, d5pipe_version VARCHAR,
   git_commit VARCHAR, packages JSON, user_code JSON, config JSON, slurm_jobs VARCHAR, slurm_nodes VARCHAR,
-  imported TIMESTAMPTZ);
+  slurm_cluster VARCHAR, imported TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS results (run_id VARCHAR, experiment VARCHAR, stage VARCHAR, series VARCHAR,
   params VARCHAR, point_id VARCHAR, repeat INTEGER, metric VARCHAR, unit VARCHAR, kind VARCHAR,
   value DOUBLE, ci_low DOUBLE, ci_high DOUBLE, status VARCHAR, record VARCHAR);
@@ -84,11 +85,26 @@ def connect(path: Path, write: bool = False) -> Iterator[duckdb.DuckDBPyConnecti
         try:
             if write:
                 con.execute(_SCHEMA)
+            _check_version(con, path)
             yield con
         finally:
             con.close()
     finally:
         lock.release()
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """One line when the store was written by a d5pipe whose rows mean something else."""
+    import duckdb
+
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.Error:
+        row = None
+    if row is None or str(row[0]) != str(SCHEMA_VERSION):
+        found = "none" if row is None else row[0]
+        raise D5PipeError(f"history {path}: schema_version {found}, this d5pipe reads {SCHEMA_VERSION}; "
+                          "start a new store (--history FILE) and d5pipe history import the runs into it")
 
 
 def append(path: Path, run: dict[str, Any], results: pd.DataFrame) -> bool:
