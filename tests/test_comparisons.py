@@ -127,3 +127,19 @@ def test_verify_and_compare_in_one_run(tmp_path: Path, monkeypatch: pytest.Monke
     assert set(out["verdict"]) <= {"faster", "slower", "equivalent", "inconclusive"}
     html = (run / "report.html").read_text(encoding="utf-8")
     assert "my_sgd vs sgd" in html and "No fair pair" not in html
+
+
+def test_micro_batches_pair_by_their_number_with_the_memory_on_both_sides() -> None:
+    """A numeric factor (train.micro_batches) reads as "1" and "4" though results.parquet holds it as a
+    float column (NaN at other stages); each side shows its step's peak memory (the quality)."""
+    rng = np.random.default_rng(4)
+    rows = [{"train.micro_batches": float(k), "repeat": rep, "t": float(t * rng.lognormal(0.0, 0.02))}
+            for rep in range(4) for k, t in ((1, 1.0), (4, 1.3))]
+    df = _frame(rows, metric="step_time", stage="level2")
+    memory = df.assign(metric="step_peak_memory", unit="B", kind="numerical",
+                       value=[4e6 if k == 1 else 1e6 for k in df["train.micro_batches"]])
+    other = _frame([{"operators.impl": "eager", "t": 1.0}])  # another stage: NaN micro_batches
+    out = comparisons(pd.concat([df, memory, other], ignore_index=True), None, {})
+    [row] = out[out["factor"] == "train.micro_batches"].to_dict(orient="records")
+    assert (row["baseline"], row["variant"], row["verdict"]) == ("1", "4", "slower")
+    assert (row["quality_metric"], row["baseline_quality"], row["variant_quality"]) == ("step_peak_memory", 4e6, 1e6)

@@ -58,6 +58,20 @@ def items_at_least(default: list[Any], minimum: float) -> Any:
     return _field(default, item_min=minimum)
 
 
+def later(default: Any, **constraints: Any) -> Any:
+    """A field added after point IDs were published (constraints as ``min=``, ``gt=``, ...): at its
+    default it is left out of a point's identity (d5pipe.plan.point_config.stage_base), so the
+    points that existed before it keep their IDs, seeds and histories. Its default must compute
+    what the points computed before it existed."""
+    return _field(default, neutral=True, **constraints)
+
+
+@cache
+def neutral_defaults(cls: type) -> dict[str, Any]:
+    """Name -> default of the :func:`later` fields of ``cls``."""
+    return {name: default_of(cls, name) for name, f in schema_fields(cls).items() if f.metadata.get("neutral")}
+
+
 _NoneType = type(None)
 
 

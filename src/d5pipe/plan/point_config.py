@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe.levels.registry import STAGES
+from d5pipe.core.fields import neutral_defaults
+from d5pipe.levels.registry import SECTION_SCHEMAS, STAGES
 
 REPEAT_AXIS = "repeat"
 """The axis a plan adds when ``repetitions`` > 1: the repetition index (0, 1, ...) of a point.
@@ -46,8 +47,15 @@ def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 
 def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
-    """The part of the config a stage reads (its sections, plus name and root seed)."""
+    """The part of the config a stage reads (its sections, plus name and root seed). Fields added
+    after IDs were published (d5pipe.core.fields.later) are left out at their default: the point
+    computes what it computed before they existed, and keeps its ID."""
     base = {s: config[s] for s in STAGES[stage].sections if s in config}
+    for section, values in list(base.items()):
+        schema = SECTION_SCHEMAS.get(section)
+        neutral = neutral_defaults(schema) if schema is not None else None
+        if neutral and isinstance(values, Mapping):
+            base[section] = {k: v for k, v in values.items() if k not in neutral or v != neutral[k]}
     if base.get("placement") in ({"node": 0}, None, {}):  # the default: not part of the point's identity
         base.pop("placement", None)
     base["name"] = config["name"]

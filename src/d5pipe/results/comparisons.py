@@ -140,10 +140,10 @@ def _swept_values(config: dict[str, Any], column: str) -> list[str]:
         return []
     grid = sweep.get("grid")
     if isinstance(grid, dict) and isinstance(grid.get(column), list):
-        return [str(v) for v in grid[column]]
+        return [_key(v) for v in grid[column]]
     for group in sweep.get("zip") or []:
         if isinstance(group, dict) and isinstance(group.get(column), list):
-            return [str(v) for v in group[column]]
+            return [_key(v) for v in group[column]]
     return []
 
 
@@ -211,7 +211,7 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
     if rows.empty or factor.column not in rows.columns:
         return []
     rows = rows[rows[factor.column].notna()]
-    present = sorted({str(v) for v in rows[factor.column]})
+    present = sorted({_key(v) for v in rows[factor.column]})  # a numeric axis reads "4", not "4.0"
     base_value = baseline_of(factor, present, config)
     if base_value is None or len(present) < 2:
         return []
@@ -226,7 +226,7 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
                                    [pd.Series("", index=points.index)], sort=False):
         by_value: dict[str, list[str]] = {}
         for _, r in group.iterrows():
-            by_value.setdefault(str(r[factor.column]), []).append(str(r["point_id"]))
+            by_value.setdefault(_key(r[factor.column]), []).append(str(r["point_id"]))
         base = by_value.get(base_value)
         if base is None:
             continue

@@ -40,6 +40,7 @@ from torch import nn
 
 from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, synchronize, torch_dtype
@@ -221,16 +222,14 @@ def run_point(ctx: PointContext) -> PointOutcome:
                                     **({"settings": {"compile_mode": conf.compile_mode}} if compiled else {})}
     if not on_torch:
         forward, runtime_info = _other_runtime(ctx, model, x, device)
-    loss_fn = nn.CrossEntropyLoss()
 
     def infer() -> None:
         with torch.inference_mode():
             forward(x)
 
-    def fwd_bwd() -> None:
+    def fwd_bwd() -> None:  # in level1.micro_batches parts (one: the plain forward and backward)
         model.zero_grad(set_to_none=True)
-        loss = loss_fn(forward(x).float(), y)
-        loss.backward()
+        micro_batches.backward(forward, micro_batches.cross_entropy, x, y, conf.micro_batches)
 
     def infer_eager() -> None:  # the FLOPs are counted on the eager model: the same mathematics
         with torch.inference_mode():
@@ -238,7 +237,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
     def fwd_bwd_eager() -> None:
         model.zero_grad(set_to_none=True)
-        loss_fn(model(x).float(), y).backward()
+        micro_batches.backward(model, micro_batches.cross_entropy, x, y, conf.micro_batches)
 
     extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
                              "flops": FLOPS_NOTE, "runtime": runtime_info}
@@ -251,6 +250,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
     elif not conf.fwd_bwd:
         modes = modes[:1]
         extra["not_measured"] = {"fwd_bwd": "level1.fwd_bwd is false"}
+    if conf.micro_batches > 1 and len(modes) > 1:  # before anything is timed, on the initial weights
+        found, extra["micro_batch_check"] = micro_batches.check(model, x, y, conf.micro_batches,
+                                                                 conf.micro_batch_tolerance)
+        metrics += found
     label = str((cfg.get("model") or {}).get("name", "model"))
     for mode, fn, set_mode in modes:
         set_mode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from d5pipe.core.fields import at_least, choice, positive
+from d5pipe.core.fields import at_least, choice, later, positive
 from d5pipe.levels.schema import DTYPES
 
 IMPLS: tuple[str, ...] = ("eager", "compile")
@@ -47,6 +47,13 @@ class Level1Conf:
     """Measure forward+backward too (``fwd_bwd_time``, ``train_throughput``) on the PyTorch runtimes;
     false: inference only (the other runtimes measure inference only)."""
     measure_memory: bool = True
+    micro_batches: int = later(1, min=1)
+    """Forward+backward of the batch in this many micro-batches whose gradients accumulate (the
+    same gradient, less activation memory: ``peak_memory_fwd_bwd`` against 1); inference is
+    unchanged. ``micro_batch_check`` compares the two gradients once and fails where a layer
+    couples the samples of a batch (BatchNorm)."""
+    micro_batch_tolerance: float = later(1e-4, min=0.0)
+    """Largest relative L2 error of the accumulated gradient against the full batch's."""
     peak: bool = True
     """Measure the machine's matmul FLOP/s in ``dtype`` once per shard process and report the
     model's achieved FLOP/s as ``pct_peak_flops_*`` (FLOPs are counted either way)."""

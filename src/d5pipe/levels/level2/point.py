@@ -59,6 +59,7 @@ from torch import nn
 
 from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, state_dict_sha256
@@ -74,6 +75,7 @@ from d5pipe.levels.optim import make_scheduler as build_scheduler
 from d5pipe.levels.schema import ModelConf
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
+from d5pipe.measure.memory import PeakMemory, peak_memory
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import summarize
 
@@ -146,7 +148,7 @@ def fit(
     time_to_target: float | None = None
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
-        stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every)
+        stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
         steps += len(stats.step_times_s)
         step_times += stats.step_times_s
         step_losses += stats.step_losses
@@ -216,6 +218,21 @@ def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_paramet
     return throughput, metrics, list(step_summary.warnings)
 
 
+MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
+               "the optimizer's state and step are the same for every micro_batches and are not in it")
+
+
+def _step_memory(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, device: torch.device) -> PeakMemory:
+    """Peak tensor memory of one batch's forward and backward in ``k`` micro-batches (the model's
+    gradients are cleared before and after: its weights are not touched)."""
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    model.zero_grad(set_to_none=True)
+    peak = peak_memory(lambda: micro_batches.backward(model, loss_fn, xb, yb, k), str(device))
+    model.zero_grad(set_to_none=True)
+    return peak
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Train one point; see the module docstring for what is measured."""
     cfg = ctx.config
@@ -231,6 +248,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
             raise PointSkipped(str(exc)) from exc
         model.to(device)
         initial = copy.deepcopy(model) if conf.reference_optimizer else None
+        first = (data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device))
+        micro: tuple[list[Metric], dict[str, Any]] = ([], {})
+        if conf.micro_batches > 1:  # before training: the gradients of the initial weights
+            micro = micro_batches.check(model, *first, conf.micro_batches, conf.micro_batch_tolerance)
         with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
             log.write({"event": "start", "point_id": ctx.point_id, "seed": ctx.seed,
                        "train": asdict(conf), "dataset": data.meta["key"]})
@@ -244,14 +265,16 @@ def run_point(ctx: PointContext) -> PointOutcome:
         if initial is not None:
             checked = check_optimizer(initial, data, asdict(conf), conf, ctx.seed, device)
         flop_warnings: list[str] = []
-        counted = safe_count(lambda: training_step_flops(
-            model, data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device)), flop_warnings)
+        counted = safe_count(lambda: training_step_flops(model, *first), flop_warnings)
+        memory = _step_memory(model, *first, conf.micro_batches, device) if conf.measure_memory else None
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
     notes = _notes(conf, curves, result.epochs_to_target)
     throughput, metrics, step_warnings = _train_metrics(conf, result, weights, count_parameters(model))
-    metrics += [*added, *checked[0], *sane[0]]
+    metrics += [*added, *checked[0], *sane[0], *micro[0]]
+    if memory is not None:
+        metrics.append(Metric("step_peak_memory", memory.bytes, "B", "numerical"))
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
         peak = flops_peak(ctx.cache, str(device), torch.float32) if conf.peak else None
@@ -278,5 +301,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "step_log": "steps.jsonl",
             "sanity": sane[1],
             **({"optimizer_check": checked[1]} if checked[1] else {}),
+            **({"micro_batch_check": micro[1]} if micro[1] else {}),
+            **({"memory": {"method": memory.method, "note": memory.note, "what": MEMORY_NOTE}} if memory else {}),
         },
     )

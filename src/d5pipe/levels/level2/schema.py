@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from d5pipe.core.fields import at_least, between, positive
+from d5pipe.core.fields import at_least, between, later, positive
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
@@ -52,3 +52,13 @@ class TrainConf:
     metrics: list[Any] = field(default_factory=list)
     """Extra metrics after training: built-in names (``macro_f1``) or targets called as
     ``fn(model, x_test, y_test)`` returning a number or a mapping name -> number."""
+    micro_batches: int = later(1, min=1)
+    """Level 2: each batch split into this many micro-batches whose gradients are accumulated
+    before the optimizer step -- the full batch's gradient with less activation memory, unless a
+    layer couples the samples of a batch (BatchNorm): ``micro_batch_check`` compares the two
+    gradients on the first batch before training and fails when they differ."""
+    micro_batch_tolerance: float = later(1e-4, min=0.0)
+    """Largest relative L2 error of the accumulated gradient against the full batch's."""
+    measure_memory: bool = later(False)
+    """Level 2: report ``step_peak_memory``, the peak tensor memory of one batch's forward and
+    backward (its micro-batches included; d5pipe.measure.memory), after training."""

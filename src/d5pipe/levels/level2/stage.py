@@ -35,5 +35,6 @@ LEVEL = Level(
     schemas={"train": TrainConf}, check_point=validate.check_point, cost=cost, runner=runner,
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=model_requires, needs_data=True,
     recipes=True,
-    factors=(Factor("train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),),
+    factors=(Factor("train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),
+             Factor("train.micro_batches", "1", ("step_time",), "micro-batching", quality="step_peak_memory")),
 )

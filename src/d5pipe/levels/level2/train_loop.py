@@ -37,6 +37,7 @@ from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.datasets import Samples
 from d5pipe.levels.device import synchronize
 from d5pipe.levels.lazy_samples import LazySamples
+from d5pipe.levels.micro_batches import backward
 from d5pipe.measure.determinism import loader_generator, seed_worker
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
@@ -243,8 +244,10 @@ def train_epoch(
     log: StepLog,
     first_step: int = 0,
     log_every: int = 1,
+    micro_batches: int = 1,
 ) -> EpochStats:
-    """One pass over ``loader`` (batches already on ``device``); steps are timed and logged.
+    """One pass over ``loader`` (batches already on ``device``); steps are timed and logged. A
+    step's forward and backward run in ``micro_batches`` parts (d5pipe.levels.level2.micro_batches).
 
     ``train_time_s`` is the wall time of the pass up to the device being idle; the step log is
     written after that.
@@ -261,12 +264,10 @@ def train_epoch(
     for xb, yb in loader:
         mark()
         optimizer.zero_grad(set_to_none=True)
-        out = model(xb)
-        loss = loss_fn(out, yb)
-        loss.backward()
+        loss = backward(model, loss_fn, xb, yb, micro_batches)
         optimizer.step()
         mark()
-        losses.append(loss.detach())
+        losses.append(loss)
         labels.append(yb)  # sized after the epoch
     synchronize(device)
     train_time = time.perf_counter() - t_epoch

@@ -45,6 +45,10 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
     check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
+    micro = setting(section(cfg, "train"), TrainConf, "micro_batches")
+    if micro != 1:
+        raise D5PipeError(f"train.micro_batches: {micro} -- level 3 does not split batches into micro-batches "
+                          "(levels 1 and 2 do); leave it at 1 for level-3 stages")
     check_distributed(section(cfg, "distributed"))
 
 
