@@ -143,3 +143,19 @@ def test_micro_batches_pair_by_their_number_with_the_memory_on_both_sides() -> N
     [row] = out[out["factor"] == "train.micro_batches"].to_dict(orient="records")
     assert (row["baseline"], row["variant"], row["verdict"]) == ("1", "4", "slower")
     assert (row["quality_metric"], row["baseline_quality"], row["variant_quality"]) == ("step_peak_memory", 4e6, 1e6)
+
+
+def test_strategies_pair_with_allreduce_and_show_what_their_loss_became() -> None:
+    """Level 3's strategies against the synchronous allreduce, at the same backend and ranks: time
+    per step decided, and each side's final loss shown (what the communication saved cost)."""
+    rng = np.random.default_rng(6)
+    rows = [{"distributed.strategy": s, "distributed.backend": "ddp", "distributed.ranks": 2, "repeat": rep,
+             "t": float(t * rng.lognormal(0.0, 0.02))}
+            for rep in range(4) for s, t in (("allreduce", 1.0), ("local_sgd", 0.5))]
+    df = _frame(rows, metric="time_per_step_s", stage="level3")
+    loss = df.assign(metric="final_loss", unit="", kind="numerical",
+                     value=[0.3 if s == "allreduce" else 0.4 for s in df["distributed.strategy"]])
+    out = comparisons(pd.concat([df, loss], ignore_index=True), None, {})
+    [row] = out[out["factor"] == "distributed.strategy"].to_dict(orient="records")
+    assert (row["baseline"], row["variant"], row["verdict"]) == ("allreduce", "local_sgd", "faster")
+    assert (row["baseline_quality"], row["variant_quality"]) == (pytest.approx(0.3), pytest.approx(0.4))

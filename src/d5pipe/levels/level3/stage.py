@@ -45,5 +45,6 @@ LEVEL = Level(
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=model_requires, derive=derive, parallel_axis="distributed.ranks",
     needs_data=True, tasks_from_ranks=True,
     factors=(Factor("distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends",
-                    quality="final_loss"),),
+                    quality="final_loss"),
+             Factor("distributed.strategy", "allreduce", ("time_per_step_s",), "strategies", quality="final_loss")),
 )
