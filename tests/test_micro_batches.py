@@ -72,10 +72,9 @@ def test_bad_micro_batches_are_stopped_before_any_job(tmp_path: Path) -> None:
 def test_level1_forward_backward_in_micro_batches_checked_and_lighter(tmp_path: Path) -> None:
     """Level 1: fwd_bwd in micro-batches, its check (in float64, so a bfloat16 network passes on its
     mathematics) and its peak memory against one batch; inference is untouched."""
+    from d5pipe.levels.level1.point import run_point as run_level1
     from tests.test_level1 import make_ctx as level1_ctx
     from tests.test_level1 import values
-
-    from d5pipe.levels.level1.point import run_point as run_level1
 
     wide = {"name": "mlp", "hidden": [256, 256]}
     out = {k: values(run_level1(level1_ctx(tmp_path / f"k{k}", wide, {"batch_size": 512, "micro_batches": k})))

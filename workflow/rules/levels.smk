@@ -18,6 +18,7 @@ for _stage in d5api.enabled_stages("."):
         conda:
             "../envs/d5pipe.yaml"
         threads: d5api.stage_threads(".", _stage)
+        priority: d5api.shard_priority
         log:
             f"logs/{_stage}/{{shard}}.log",
         resources:

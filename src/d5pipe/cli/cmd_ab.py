@@ -74,6 +74,8 @@ def main(args: argparse.Namespace) -> int:
     code = verdict_exit(result.comparison, args)
     how = "interleaved, paired" if result.comparison.paired else (
         "interleaved, unpaired (the sides' shards differ)" if result.lockstep else "not interleaved")
+    if result.alone:
+        how += f"; {result.alone} point(s) met no partner and were measured alone"
     print(f"ab ({how}, {result.seconds:.0f} s): {summary_line(result.comparison)}; {args.out / 'ab.json'}")
     if code == 0 and any(c == 3 for c in result.exit_codes.values()):
         return 3

@@ -71,6 +71,8 @@ class AbResult:
     lockstep: bool
     seconds: float
     exit_codes: dict[str, int]
+    alone: int = 0
+    """Points of either side that met no partner and were measured alone (not interleaved)."""
 
 
 def parse_env(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -198,13 +200,31 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
             comparison = compare_runs(out / "a", out / "b", policy, allow_different=True, timing=timing,
                                       paired=paired)
             rounds.append(_round_entry(comparison, time.perf_counter() - t0))
-    result = AbResult(out, comparison, rounds, pair_dir is not None, time.perf_counter() - t0, codes)
+    alone = measured_alone(out) if pair_dir is not None else 0
+    result = AbResult(out, comparison, rounds, pair_dir is not None, time.perf_counter() - t0, codes, alone)
     write_json(out / AB_FILE, {"schema_version": AB_SCHEMA_VERSION,
                                "sides": {s: {"source": str(specs[s].source), "env": dict(specs[s].env),
                                              "python": specs[s].python} for s in SIDES},
                                "interleaved": result.lockstep, "paired": comparison.paired, "seed": seed,
+                               "measured_alone": alone,
                                "seconds": result.seconds, "rounds": rounds, "comparison": to_json(comparison)})
     return result
+
+
+def measured_alone(out: Path) -> int:
+    """Point records of either side whose timer met no partner (``extra.lockstep.paired`` false):
+    those points were measured alone, not interleaved with the other side."""
+    import json
+
+    n = 0
+    for side in SIDES:
+        for record in (out / side / "points").glob("*/*.json"):
+            try:
+                lock = (json.loads(record.read_text(encoding="utf-8")).get("extra") or {}).get("lockstep")
+            except (OSError, ValueError):
+                continue
+            n += isinstance(lock, dict) and not lock.get("paired", True)
+    return n
 
 
 def _same_shape(out: Path) -> bool:

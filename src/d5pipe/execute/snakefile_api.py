@@ -92,6 +92,14 @@ def shard_datasets(run_dir: str | Path, stage: str, shard: str) -> list[str]:
     return [f"data/{k}.npz" for k in keys]
 
 
+def shard_priority(wildcards: Any) -> int:
+    """The ``priority:`` of a shard job: shards run in index order (``s00000`` first). Snakemake
+    breaks ties between ready jobs in no fixed order, so without it the two sides of ``d5pipe ab``
+    started different shards at the same time, and their jobs waited for a partner that never came
+    and were measured alone."""
+    return -int(str(wildcards.shard).lstrip("s") or 0)
+
+
 def shard_shell() -> str:
     """The ``shell:`` of every stage's rule: this Python runs ``d5pipe.execute.jobs`` on the job's
     shard. Only names d5pipe made reach the shell: the stage (``params.stage``, from the

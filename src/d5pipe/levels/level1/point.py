@@ -92,7 +92,7 @@ def network_seed(config: dict[str, Any]) -> int:
     from d5pipe.core.seeds import derive_seed
 
     identity = canonical_json({"model": config.get("model") or {}, "dataset": config.get("dataset") or {}})
-    return derive_seed(int(config["seed"]), "level1-network:" + identity)
+    return derive_seed(int(config.get("seed", 0)), "level1-network:" + identity)  # RootConf.seed: 0
 
 
 def _build(ctx: PointContext, data: Dataset, name: str | None = None) -> nn.Module:
