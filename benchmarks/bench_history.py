@@ -29,7 +29,7 @@ def build(path: Path, runs: int, points: int, metrics: int) -> float:
     with store.connect(path, write=True) as con:
         con.execute(f"""INSERT INTO runs SELECT 'r' || lpad(r::VARCHAR, 6, '0'), 'bench',
             TIMESTAMPTZ '2026-01-01 00:00:00+00' + to_hours(r), '/bench/' || r, 'node' || (r % 4), 'm0',
-            'env' || (r // 100), '0.1.0', '', '{{}}', '{{}}', '{{}}', '', '', now() FROM range({runs}) t(r)""")
+            'env' || (r // 100), '0.1.0', '', '{{}}', '{{}}', '{{}}', '', '', '', now() FROM range({runs}) t(r)""")
         con.execute(f"""INSERT INTO results SELECT 'r' || lpad(r::VARCHAR, 6, '0'), 'bench', 'level0',
             's' || p, '{{"size":' || p || '}}', 'p' || p || '-' || k, k, 'm' || m, 's', 'timing',
             exp(ln(1e-3 * (1 + p % 7)) + 0.02 * sqrt(-2 * ln(random())) * cos(2 * pi() * random())
