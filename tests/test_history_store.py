@@ -122,18 +122,21 @@ def test_a_store_that_cannot_be_written_is_a_warning_not_a_failed_run(
 def test_a_series_is_the_points_config_not_where_it_ran_nor_its_code() -> None:
     """The same point config is one series whatever ran it (executor, threads, user code); another
     value of a key the point reads, swept or not, is another series."""
-    from d5pipe.history.run_rows import series_key
+    from d5pipe.history.run_rows import series_key, stage_config
+
+    def key_of(config: dict, params: dict) -> str:
+        return series_key("tiny", "level0", params, stage_config(config, "level0"))
 
     cfg = {"name": "tiny", "seed": 42, "timer": {"budget_s": 0.2}, "operators": {"op": "matmul", "size": 16},
            "executor": {"resources": {"level0": {"cpus_per_task": 1}}}}
     params = {"operators.size": 32}
-    key = series_key("tiny", "level0", params, cfg)
+    key = key_of(cfg, params)
     elsewhere = {**cfg, "executor": {"resources": {"level0": {"cpus_per_task": 2}}}}
-    assert series_key("tiny", "level0", params, elsewhere) == key
-    assert series_key("tiny", "level0", {**params, "repeat": 1}, cfg) == key
+    assert key_of(elsewhere, params) == key
+    assert key_of(cfg, {**params, "repeat": 1}) == key
     longer = {**cfg, "timer": {"budget_s": 2.0}}  # not swept, but the point measures otherwise
-    assert series_key("tiny", "level0", params, longer) != key
-    assert series_key("tiny", "level0", {"operators.size": 48}, cfg) != key
+    assert key_of(longer, params) != key
+    assert key_of(cfg, {"operators.size": 48}) != key
 
 
 def test_a_store_of_another_schema_is_a_one_line_error(tmp_path: Path) -> None:

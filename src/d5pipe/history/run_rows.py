@@ -33,15 +33,22 @@ RESULT_COLUMNS = ("run_id", "experiment", "stage", "series", "params", "point_id
 NUMERIC_KINDS = ("timing", "rate", "deterministic", "numerical", "count", "info", "quality")
 
 
-def series_key(experiment: str, stage: str, params: dict[str, Any], config: dict[str, Any]) -> str:
-    """16 hex digits naming a configuration across runs (its repetitions together): the point's
-    resolved config (what its stage reads of the run's ``config``, with ``params`` set), not the
-    user code's source nor where it ran. A stage this d5pipe does not know is named by its
-    parameters."""
+def stage_config(config: dict[str, Any], stage: str) -> dict[str, Any] | None:
+    """What ``stage`` reads of a run's ``config`` (d5pipe.plan.point_config.stage_base); None for a
+    stage this d5pipe does not know, or a run without its config."""
     from d5pipe.levels.registry import STAGES
-    from d5pipe.plan.point_config import point_config, stage_base
+    from d5pipe.plan.point_config import stage_base
 
-    point = point_config(stage_base(config, stage), params) if stage in STAGES and config else {"params": params}
+    return stage_base(config, stage) if stage in STAGES and config else None
+
+
+def series_key(experiment: str, stage: str, params: dict[str, Any], base: dict[str, Any] | None) -> str:
+    """16 hex digits naming a configuration across runs (its repetitions together): the point's
+    resolved config (its stage's ``base``, :func:`stage_config`, with ``params`` set), not the user
+    code's source nor where it ran. Without a base it is named by its parameters."""
+    from d5pipe.plan.point_config import point_config
+
+    point = point_config(base, params) if base is not None else {"params": params}
     text = canonical_json({"experiment": experiment, "stage": stage, "config": point})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -74,6 +81,7 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     results = load_results(run_dir)
     env = manifest.get("environment") or {}
     created = str(manifest.get("created") or "")
+    config = manifest.get("config") or {}
     run_id = hashlib.sha256(f"{manifest.get('config_hash')}|{created}|{manifest.get('env_hash')}".encode()
                             ).hexdigest()[:16]
     jobs = sorted({str(j) for j in results.get("slurm_job_id", pd.Series(dtype=str)).dropna().unique()})
@@ -87,9 +95,9 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
            "git_commit": str((env.get("git") or {}).get("commit") or ""),
            "packages": json.dumps(env.get("packages") or {}, sort_keys=True),
            "user_code": json.dumps(_user_code(Path(run_dir)), sort_keys=True),
-           "config": json.dumps(manifest.get("config") or {}, sort_keys=True, default=str),
+           "config": json.dumps(config, sort_keys=True, default=str),
            "slurm_jobs": ",".join(jobs), "slurm_nodes": ",".join(nodes), "slurm_cluster": ",".join(clusters)}
-    config = manifest.get("config") or {}
+    bases: dict[str, dict[str, Any] | None] = {}  # per stage, once: not once per point
     axes = [c for c in axis_columns(results) if c != REPEAT_AXIS]
     num = results[pd.to_numeric(results["value"], errors="coerce").notna()]
     out = []
@@ -97,7 +105,9 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
         first = grp.iloc[0]
         params = row_params(first, axes)
         rep = first[REPEAT_AXIS] if REPEAT_AXIS in grp.columns and not is_missing(first[REPEAT_AXIS]) else 0
-        key = series_key(run["experiment"], str(stage), params, config)
+        if str(stage) not in bases:
+            bases[str(stage)] = stage_config(config, str(stage))
+        key = series_key(run["experiment"], str(stage), params, bases[str(stage)])
         for r in grp.itertuples(index=False):
             row = r._asdict()
             out.append({"run_id": run_id, "experiment": run["experiment"], "stage": str(stage), "series": key,

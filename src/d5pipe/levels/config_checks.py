@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.fields import setting
 
 _DEVICE = re.compile(r"^(cpu|cuda(:[0-9]+)?)$")
 
@@ -22,3 +23,12 @@ def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise D5PipeError(f"config error: key '{name}' must be a mapping")
     return value
+
+
+def check_micro_batches(values: Mapping[str, Any], schema: type, name: str) -> None:
+    """``NAME.micro_batches`` splits a batch of ``NAME.batch_size``: no more parts than samples."""
+    k = int(setting(values, schema, "micro_batches"))
+    batch = int(setting(values, schema, "batch_size"))
+    if k > batch:
+        raise D5PipeError(f"{name}.micro_batches: {k} micro-batches of a batch of {batch} ({name}.batch_size) "
+                          "would leave some empty; use at most the batch size")

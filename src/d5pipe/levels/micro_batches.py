@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.verify import DEFAULT_DETECT, verdict
 
 
 def split(xb: torch.Tensor, yb: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -71,20 +72,23 @@ def _gradient(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int) -> t
                       for p in twin.parameters()])
 
 
-def check(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, tolerance: float
-          ) -> tuple[list[Metric], dict[str, Any]]:
-    """``micro_batch_check`` (pass/fail) and ``micro_batch_grad_rel_error``: the relative L2 error
-    of the gradient accumulated over ``k`` micro-batches of ``xb`` against the full batch's."""
+def check(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, tolerance: float,
+          detect: float = DEFAULT_DETECT) -> tuple[list[Metric], dict[str, Any]]:
+    """``micro_batch_check`` (pass, fail or undetectable: d5pipe.levels.verify.verdict) and
+    ``micro_batch_grad_rel_error``: the relative L2 error of the gradient accumulated over ``k``
+    micro-batches of ``xb`` against the full batch's."""
     full = _gradient(model, xb, yb, 1)
     accumulated = _gradient(model, xb, yb, k)
     norm = float(full.norm())
     error = float((accumulated - full).norm()) / norm if norm > 0 else float((accumulated - full).norm())
-    verdict = "pass" if error <= tolerance else "fail"
+    said = verdict(error, tolerance, detect)
     detail = (f"gradient of {k} micro-batches of the point's first batch ({len(yb)} samples) against the full batch's: "
-              f"relative L2 error {error:.3g} {'<=' if verdict == 'pass' else '>'} {tolerance:g}")
-    if verdict == "fail":
+              f"relative L2 error {error:.3g} {'>' if said == 'fail' else '<='} {tolerance:g}")
+    if said == "undetectable":
+        detail += f" (a tolerance of {tolerance:g} cannot see a {detect:g} error)"
+    if said == "fail":
         detail += " (a layer couples the samples of a batch, e.g. BatchNorm: micro-batches compute something else)"
-    metrics = [Metric("micro_batch_check", verdict, "", "verdict", detail=detail),
+    metrics = [Metric("micro_batch_check", said, "", "verdict", detail=detail),
                Metric("micro_batch_grad_rel_error", error, "", "numerical")]
     return metrics, {"micro_batches": k, "batch": len(yb), "rel_error": error, "tolerance": tolerance,
                      "dropout": "idle during the comparison"}

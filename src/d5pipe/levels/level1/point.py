@@ -252,7 +252,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         extra["not_measured"] = {"fwd_bwd": "level1.fwd_bwd is false"}
     if conf.micro_batches > 1 and len(modes) > 1:  # before anything is timed, on the initial weights
         found, extra["micro_batch_check"] = micro_batches.check(model, x, y, conf.micro_batches,
-                                                                 conf.micro_batch_tolerance)
+                                                                 conf.micro_batch_tolerance, conf.detect_rel_error)
         metrics += found
     label = str((cfg.get("model") or {}).get("name", "model"))
     for mode, fn, set_mode in modes:

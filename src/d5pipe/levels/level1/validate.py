@@ -7,7 +7,7 @@ from typing import Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
-from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.config_checks import check_device_name, check_micro_batches, section
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
@@ -33,11 +33,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     if runtime != "torch" and str(setting(level1, Level1Conf, "impl")) != "eager":
         raise D5PipeError(f"config error: key 'level1.impl': {level1.get('impl')!r} applies to level1.runtime=torch "
                           f"only (got runtime {runtime!r}; use impl eager)")
-    micro = int(setting(level1, Level1Conf, "micro_batches"))
-    if micro > int(setting(level1, Level1Conf, "batch_size")):
-        raise D5PipeError(f"level1.micro_batches: {micro} micro-batches of a batch of "
-                          f"{setting(level1, Level1Conf, 'batch_size')} (level1.batch_size) would leave some empty; "
-                          "use at most the batch size")
+    check_micro_batches(level1, Level1Conf, "level1")
     check_timer(dict(section(cfg, "timer")))
 
 

@@ -251,7 +251,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         first = (data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device))
         micro: tuple[list[Metric], dict[str, Any]] = ([], {})
         if conf.micro_batches > 1:  # before training: the gradients of the initial weights
-            micro = micro_batches.check(model, *first, conf.micro_batches, conf.micro_batch_tolerance)
+            micro = micro_batches.check(model, *first, conf.micro_batches, conf.micro_batch_tolerance,
+                                        conf.detect_rel_error)
         with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
             log.write({"event": "start", "point_id": ctx.point_id, "seed": ctx.seed,
                        "train": asdict(conf), "dataset": data.meta["key"]})

@@ -247,7 +247,7 @@ def train_epoch(
     micro_batches: int = 1,
 ) -> EpochStats:
     """One pass over ``loader`` (batches already on ``device``); steps are timed and logged. A
-    step's forward and backward run in ``micro_batches`` parts (d5pipe.levels.level2.micro_batches).
+    step's forward and backward run in ``micro_batches`` parts (d5pipe.levels.micro_batches).
 
     ``train_time_s`` is the wall time of the pass up to the device being idle; the step log is
     written after that.

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
-from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.config_checks import check_device_name, check_micro_batches, section
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_metrics, check_slots, metric_user_targets
@@ -24,16 +23,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
     check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
-    check_micro_batches(section(cfg, "train"))
-
-
-def check_micro_batches(train: Mapping[str, Any]) -> None:
-    """``train.micro_batches`` splits a batch: no more micro-batches than samples in it."""
-    k = int(setting(train, TrainConf, "micro_batches"))
-    batch = int(setting(train, TrainConf, "batch_size"))
-    if k > batch:
-        raise D5PipeError(f"train.micro_batches: {k} micro-batches of a batch of {batch} (train.batch_size) "
-                          "would leave some empty; use at most the batch size")
+    check_micro_batches(section(cfg, "train"), TrainConf, "train")
 
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
