@@ -23,6 +23,10 @@ BAD_VALUES = [
     ("train.epochs=0", "train.epochs"),
     ("train.batch_size=-1", "train.batch_size"),
     ("train.target_accuracy=1.5", "train.target_accuracy"),
+    ("train.sampler=nope", "train.sampler"),
+    ("train.prefetch_factor=0", "train.prefetch_factor"),
+    ("train.sampler_alpha=1", "train.sampler_alpha"),
+    ("stages=[level3] train.sampler=my +train.custom_samplers.my=x.y", "train.sampler"),
     ("model.name=resnet9000", "model.name"),
     ("model.hidden=[64,0]", "model.hidden"),
     ("+model.hiddenn=[3]", "model.hiddenn"),
@@ -70,7 +74,7 @@ def _plan(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_bad_value_is_one_line_naming_the_key(capsys: pytest.CaptureFixture[str], override: str,
                                               key: str) -> None:
     experiment = "train_digits" if override.startswith("train.optimizer=lion") else "quickstart"
-    rc, err = _plan(capsys, experiment, override)
+    rc, err = _plan(capsys, experiment, *override.split(" "))
     lines = err.strip().splitlines()
     assert rc == 2, err
     assert len(lines) == 1 and key in lines[0] and "Traceback" not in err, err

@@ -17,6 +17,7 @@ dataset             ``dataset.name``          ``dataset.custom``            (not
 optimizer           ``train.optimizer``       ``train.custom_optimizers``   ``params``
 reference_optimizer ``train.reference_optimizer`` ``train.custom_optimizers`` ``params``
 scheduler           ``train.schedule``        ``train.custom_schedulers``   ``optimizer``
+sampler             ``train.sampler``         ``train.custom_samplers``     ``n, labels, generator``
 strategy            ``distributed.strategy``  ``distributed.custom_strategies`` (nothing)
 runtime             ``level1.runtime``        ``level1.custom_runtimes``    (nothing)
 ==================  ========================  ============================  =========================
@@ -35,7 +36,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
-from d5pipe.levels.level2.schema import OPTIMIZERS, SCHEDULES
+from d5pipe.levels.level2.schema import OPTIMIZERS, SAMPLERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
 from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES, ZOO_NAMES
 
@@ -60,13 +61,14 @@ SLOTS: dict[str, Slot] = {
     "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS),
     "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, optional=True),
     "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES),
+    "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS),
     "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
     "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES),
 }
 
 DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
                             "optimizer": "adam", "reference_optimizer": "", "scheduler": "constant",
-                            "strategy": "allreduce", "runtime": "torch"}
+                            "sampler": "shuffle", "strategy": "allreduce", "runtime": "torch"}
 """The schema defaults of the selectors (a hand-made section may leave them out)."""
 
 BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
@@ -199,6 +201,8 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
             return {TARGET_KEY: "d5pipe.levels.optim.step", "step_size": period if period > 0 else max(1, epochs // 3),
                     "gamma": section["gamma"]}
         return {TARGET_KEY: "d5pipe.levels.optim.constant"}
+    if slot_name == "sampler":
+        return {TARGET_KEY: f"d5pipe.levels.level2.sampling.{name}"}
     if slot_name == "strategy":
         return {TARGET_KEY: f"d5pipe.levels.level3.strategies.{_STRATEGY_CLASSES[name]}"}
     if slot_name == "runtime":

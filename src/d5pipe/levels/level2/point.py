@@ -11,7 +11,9 @@ evaluated on the training split), ``best_test_accuracy``,
 ``time_to_target_s`` names the step times as its samples, so a re-run is tested on those while
 ``epochs_to_target`` is compared as a number), ``samples_per_s`` (all training samples over
 all training time = the harmonic mean of the per-epoch rates, weighted by samples),
-``step_time`` (median with 95% CI over every step), ``train_time_s`` and ``weights_sha256``
+``step_time`` (median with 95% CI over every step), the input pipeline's ``data_wait`` (median
+with CI of each step's wait for its batch), ``first_batch_s`` and ``data_stall_fraction`` (per
+epoch: waits / (waits + steps); median over epochs with CI), ``train_time_s`` and ``weights_sha256``
 (sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``),
 ``flops_per_sample`` (forward + backward of one training batch, counted; d5pipe.measure.flops),
 ``gflops`` (achieved at ``samples_per_s``) and, with ``train.peak``, ``pct_peak_flops`` against
@@ -27,7 +29,8 @@ scheduler (``train.schedule``) are built-ins or user targets; ``train.metrics`` 
 computed on the test split after training (d5pipe.levels.level2.metrics); with
 ``train.reference_optimizer`` the optimizer is checked against that reference from the same
 initial weights (``optimizer_check``, ``optimizer_divergence``;
-d5pipe.levels.level2.optimizer_check).
+d5pipe.levels.level2.optimizer_check); a user's sampler (``train.sampler``) orders the training
+samples and is checked first (``sampler_*`` verdicts; d5pipe.levels.level2.sampler_check).
 
 Timing (see :mod:`d5pipe.levels.level2.train_loop`): training time is the wall time of the training loops
 (batch gathering, forward, backward, optimizer step, the device drained at the end of each
@@ -66,9 +69,11 @@ from d5pipe.levels.device import require_device, state_dict_sha256
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
+from d5pipe.levels.level2.sampler_check import check_sampler
+from d5pipe.levels.level2.sampling import IndexBatches, make_sampler
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.level2.train_loop import StepLog, evaluate, make_loader, train_epoch
+from d5pipe.levels.level2.train_loop import LoaderOptions, StepLog, evaluate, make_loader, train_epoch
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler as build_scheduler
@@ -121,6 +126,11 @@ def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> Any:
 class TrainResult:
     curves: dict[str, list[float]]
     step_times_s: list[float]
+    wait_times_s: list[float]
+    """Per step, the wait for its batch (d5pipe.levels.level2.train_loop.StepClock.waits)."""
+    first_waits_s: list[float]
+    """Per epoch, the wait for its first batch."""
+    epoch_stall_fraction: list[float]
     epoch_train_time_s: list[float]
     epoch_samples: list[int]
     steps: int
@@ -129,17 +139,34 @@ class TrainResult:
     time_to_target_s: float | None
 
 
+def make_batches(conf: TrainConf, data: Dataset, seed: int) -> IndexBatches | None:
+    """The index batches of a user's sampler (``train.sampler``); None for the built-in shuffle."""
+    if conf.sampler == "shuffle":
+        return None
+    return IndexBatches(make_sampler(asdict(conf), len(data.y_train), train_labels(data), seed), conf.batch_size)
+
+
+def train_labels(data: Dataset) -> torch.Tensor:
+    """The training split's labels, whole (generated ones: only the labels, not the samples)."""
+    return data.y_train[torch.arange(len(data.y_train))]
+
+
 def fit(
     model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog
 ) -> TrainResult:
     """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
     optimizer = make_optimizer(model.parameters(), conf)
     scheduler = make_scheduler(optimizer, conf)
-    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device)
+    options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device,
+                         make_batches(conf, data, seed), options)
     names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
              "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
     curves: dict[str, list[float]] = {k: [] for k in names}
     step_times: list[float] = []
+    waits: list[float] = []
+    first_waits: list[float] = []
+    stalls: list[float] = []
     step_losses: list[float] = []
     epoch_samples: list[int] = []
     steps = 0
@@ -151,6 +178,9 @@ def fit(
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
         steps += len(stats.step_times_s)
         step_times += stats.step_times_s
+        waits += stats.wait_times_s
+        first_waits += stats.wait_times_s[:1]
+        stalls.append(stats.stall_fraction)
         step_losses += stats.step_losses
         epoch_samples.append(stats.samples)
         cum += stats.train_time_s
@@ -167,8 +197,8 @@ def fit(
         target = conf.target_accuracy
         if epochs_to_target is None and target is not None and test_acc >= target:
             epochs_to_target, time_to_target = epoch, cum
-    return TrainResult(curves, step_times, curves["epoch_train_time_s"], epoch_samples, steps, step_losses,
-                       epochs_to_target, time_to_target)
+    return TrainResult(curves, step_times, waits, first_waits, stalls, curves["epoch_train_time_s"], epoch_samples,
+                       steps, step_losses, epochs_to_target, time_to_target)
 
 
 def _nan_if_none(value: float | None) -> float:
@@ -211,11 +241,26 @@ def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_paramet
         throughput,
         Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
         *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+        *_data_metrics(result),
         Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
         Metric("n_parameters", n_parameters, "", "count"),
         Metric("train_steps", result.steps, "", "count"),
     ]
     return throughput, metrics, list(step_summary.warnings)
+
+
+def _data_metrics(result: TrainResult) -> list[Metric]:
+    """How long the steps waited for their batches: ``data_wait`` (median over steps, CI),
+    ``first_batch_s`` (median over epochs of the first batch's wait: the loader's start) and
+    ``data_stall_fraction`` (median over epochs of waits / (waits + steps), CI)."""
+    wait = summarize(result.wait_times_s)
+    first = summarize(result.first_waits_s)
+    stall = summarize(result.epoch_stall_fraction)
+    return [
+        Metric("data_wait", wait.median, "s", "timing", wait.ci_low, wait.ci_high, "data_wait_s"),
+        Metric("first_batch_s", first.median, "s", "timing", first.ci_low, first.ci_high, "first_batch_s"),
+        Metric("data_stall_fraction", stall.median, "", "timing", stall.ci_low, stall.ci_high, "epoch_stall_fraction"),
+    ]
 
 
 MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
@@ -249,6 +294,11 @@ def run_point(ctx: PointContext) -> PointOutcome:
         model.to(device)
         initial = copy.deepcopy(model) if conf.reference_optimizer else None
         first = (data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device))
+        sampling: tuple[list[Metric], dict[str, Any]] = ([], {})
+        if conf.sampler != "shuffle":  # a user's sampler is checked before it orders the run
+            labels = train_labels(data)
+            sampling = check_sampler(lambda s: make_sampler(asdict(conf), len(labels), labels, s), labels,
+                                     ctx.seed, data.n_classes, conf.sampler_alpha)
         micro: tuple[list[Metric], dict[str, Any]] = ([], {})
         if conf.micro_batches > 1:  # before training: the gradients of the initial weights
             micro = micro_batches.check(model, *first, conf.micro_batches, conf.micro_batch_tolerance,
@@ -273,7 +323,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
     notes = _notes(conf, curves, result.epochs_to_target)
     throughput, metrics, step_warnings = _train_metrics(conf, result, weights, count_parameters(model))
-    metrics += [*added, *checked[0], *sane[0], *micro[0]]
+    metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
         metrics.append(Metric("step_peak_memory", memory.bytes, "B", "numerical"))
     if counted is not None:
@@ -284,6 +334,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
         metrics=metrics,
         samples={
             "step_time_s": result.step_times_s,
+            "data_wait_s": result.wait_times_s,
+            "first_batch_s": result.first_waits_s,
+            "epoch_stall_fraction": result.epoch_stall_fraction,
             "epoch_train_time_s": result.epoch_train_time_s,
             "epoch_samples_per_s": curves["samples_per_s"],
         },
@@ -295,7 +348,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "target_accuracy": conf.target_accuracy,
             "timing": "training loop wall time (perf_counter, device drained per epoch), evaluation "
                       "and logging excluded; a step spans zero_grad to the end of optimizer.step() "
-                      + ("(cuda timing events)" if device.type == "cuda" else "(perf_counter_ns)"),
+                      + ("(cuda timing events)" if device.type == "cuda" else "(perf_counter_ns)")
+                      + "; a step's data wait spans the end of the previous step (an epoch's first: before "
+                        "the loader is asked) to its batch in hand, on the host clock",
             "notes": notes,
             "warnings": [*step_warnings, *flop_warnings],
             "flops": FLOPS_NOTE,
@@ -303,6 +358,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "sanity": sane[1],
             **({"optimizer_check": checked[1]} if checked[1] else {}),
             **({"micro_batch_check": micro[1]} if micro[1] else {}),
+            **({"sampler_check": sampling[1]} if sampling[1] else {}),
             **({"memory": {"method": memory.method, "note": memory.note, "what": MEMORY_NOTE}} if memory else {}),
         },
     )

@@ -9,6 +9,7 @@ from d5pipe.core.fields import at_least, between, later, positive
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
+SAMPLERS: tuple[str, ...] = ("shuffle",)
 
 
 @dataclass
@@ -35,6 +36,26 @@ class TrainConf:
     target_accuracy: Optional[float] = between(0.9, 0.0, 1.0, closed_high=True)  # noqa: UP045
     """Test accuracy whose first crossing gives ``time_to_target_s``; null disables it."""
     num_workers: int = at_least(0, 0)
+    """DataLoader worker processes that gather (or generate) the training batches; 0: the training
+    process itself, without DataLoader machinery for data held in memory."""
+    pin_memory: Optional[bool] = later(None)  # noqa: UP045
+    """Level 2, with ``num_workers`` > 0: the DataLoader's ``pin_memory``; null: pinned when
+    ``train.device`` is CUDA."""
+    prefetch_factor: int = later(2, min=1)
+    """Level 2, with ``num_workers`` > 0: batches each worker loads ahead (torch's default, 2)."""
+    persistent_workers: bool = later(False)
+    """Level 2, with ``num_workers`` > 0: keep the workers between epochs instead of starting
+    them at each epoch's first batch (that start is part of ``first_batch_s``)."""
+    sampler: str = later("shuffle")
+    """Level 2: the order of the training samples in an epoch: ``shuffle`` (a seeded permutation
+    per epoch) or a key of ``custom_samplers``, whose sampler is checked before training
+    (d5pipe.levels.level2.sampler_check)."""
+    custom_samplers: dict[str, Any] = later({})
+    """User samplers: name -> target called with ``n`` (training samples), ``labels`` (their
+    int64 labels) and ``generator`` (a seeded ``torch.Generator``), returning an iterable of
+    sample indices per epoch (a ``torch.utils.data.Sampler``)."""
+    sampler_alpha: float = later(1e-3, gt=0.0, lt=1.0)
+    """The class-histogram check of a user sampler fails below this chi-square p-value."""
     device: str = "cpu"
     peak: bool = True
     """Measure the machine's matmul FLOP/s once per shard process and report ``pct_peak_flops``

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import torch
 from torch import nn
@@ -41,6 +41,15 @@ from d5pipe.levels.micro_batches import backward
 from d5pipe.measure.determinism import loader_generator, seed_worker
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
+
+
+class IndexSampler(Protocol):
+    """Index tensors, one per batch of an epoch (:class:`ShuffledBatches`, a user sampler's
+    d5pipe.levels.level2.sampling.IndexBatches)."""
+
+    def __iter__(self) -> Iterator[torch.Tensor]: ...
+
+    def __len__(self) -> int: ...
 
 
 class ShuffledBatches(Sampler[torch.Tensor]):
@@ -63,7 +72,7 @@ class ShuffledBatches(Sampler[torch.Tensor]):
 class InProcessBatches:
     """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, sampler: ShuffledBatches) -> None:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, sampler: IndexSampler) -> None:
         self.x, self.y, self.sampler = x, y, sampler
 
     def __len__(self) -> int:
@@ -82,7 +91,7 @@ class GeneratedBatches:
     """``(x[idx], y[idx])`` generated on the CPU for each index batch of the sampler (a generated
     dataset, d5pipe.levels.lazy_samples); with workers, DataLoader items (``batch_size=None``)."""
 
-    def __init__(self, x: Samples, y: Samples, sampler: ShuffledBatches | None = None) -> None:
+    def __init__(self, x: Samples, y: Samples, sampler: IndexSampler | None = None) -> None:
         self.x, self.y, self.sampler = x, y, sampler
 
     def __len__(self) -> int:
@@ -108,24 +117,36 @@ class OnDevice:
             yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
 
 
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The DataLoader's settings with workers (``train.pin_memory``, ``prefetch_factor``,
+    ``persistent_workers``); ``pin_memory`` None: pinned when the device is CUDA."""
+
+    pin_memory: bool | None = None
+    prefetch_factor: int = 2
+    persistent_workers: bool = False
+
+
 def make_loader(
     x: Samples, y: Samples, batch_size: int, seed: int, num_workers: int = 0,
-    device: torch.device | None = None,
+    device: torch.device | None = None, batches: IndexSampler | None = None,
+    options: LoaderOptions | None = None,
 ) -> Batches:
-    """Shuffled batches on ``device`` (default CPU) from a sampler seeded with ``seed``.
+    """Shuffled batches on ``device`` (default CPU) from a sampler seeded with ``seed``, or the index
+    batches of ``batches`` (a user's sampler, d5pipe.levels.level2.sampling.IndexBatches).
 
     The batches are the same for any ``num_workers``. Without workers the whole split is moved to
     the device once and batches are gathered there (the DataLoader's per-batch cost is measurable
-    on small models); with workers a DataLoader (seeded generator, :func:`seed_worker`) gathers
-    them on the CPU and each batch is copied to the device.
+    on small models); with workers a DataLoader (seeded generator, :func:`seed_worker`,
+    ``options``) gathers them on the CPU and each batch is copied to the device.
     """
     device = device or torch.device("cpu")
-    sampler = ShuffledBatches(len(y), batch_size, loader_generator(seed))
+    sampler = batches if batches is not None else ShuffledBatches(len(y), batch_size, loader_generator(seed))
     generated = isinstance(x, LazySamples) or isinstance(y, LazySamples)
     if num_workers <= 0:
         if generated:  # never the whole split on the device: each batch generated, then copied
-            batches = GeneratedBatches(x, y, sampler)
-            return batches if device.type == "cpu" else OnDevice(batches, device)
+            batches_ = GeneratedBatches(x, y, sampler)
+            return batches_ if device.type == "cpu" else OnDevice(batches_, device)
         assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
         return InProcessBatches(x.to(device), y.to(device), sampler)
     # worker base seeds come from their own generator, so the shuffle does not depend on workers
@@ -134,6 +155,7 @@ def make_loader(
     else:
         assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
         items = TensorDataset(x, y)
+    opts = options or LoaderOptions()
     loader: DataLoader[Any] = DataLoader(
         items,
         batch_size=None,
@@ -141,7 +163,9 @@ def make_loader(
         num_workers=num_workers,
         worker_init_fn=seed_worker,
         generator=loader_generator(derive_seed(seed, "dataloader-workers")),
-        pin_memory=device.type == "cuda",
+        pin_memory=device.type == "cuda" if opts.pin_memory is None else opts.pin_memory,
+        prefetch_factor=opts.prefetch_factor,
+        persistent_workers=opts.persistent_workers,
     )
     return OnDevice(loader, device)
 
@@ -208,14 +232,19 @@ class StepClock:
         # the stream the model's kernels go to: the current stream of *its* device
         self.stream = torch.cuda.current_stream(device) if self.cuda else None
         self.marks: list[Any] = []
+        self.host: list[int] = []
+        """``perf_counter_ns`` at every mark (on the CPU these are the marks themselves)."""
 
     def mark(self) -> None:
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record(self.stream)
             self.marks.append(event)
+            self.host.append(time.perf_counter_ns())
         else:
-            self.marks.append(time.perf_counter_ns())
+            now = time.perf_counter_ns()
+            self.marks.append(now)
+            self.host.append(now)
 
     def seconds(self) -> list[float]:
         """Per-step durations; call after the device has been synchronised."""
@@ -223,6 +252,13 @@ class StepClock:
         if self.cuda:
             return [float(m[i].elapsed_time(m[i + 1])) * 1e-3 for i in range(0, len(m), 2)]
         return [(m[i + 1] - m[i]) * 1e-9 for i in range(0, len(m), 2)]
+
+    def waits(self, start_ns: int) -> list[float]:
+        """Per step, the host's wait for its batch: from the end of the previous step (the first:
+        from ``start_ns``, before the loader was asked) to the batch being in hand, in seconds."""
+        h = self.host
+        ends = [start_ns, *h[1::2]]
+        return [(h[i] - ends[i // 2]) * 1e-9 for i in range(0, len(h), 2)]
 
 
 @dataclass
@@ -233,6 +269,16 @@ class EpochStats:
     step_times_s: list[float] = field(default_factory=list)
     step_losses: list[float] = field(default_factory=list)
     """Every step's training loss (read once, after the epoch)."""
+    wait_times_s: list[float] = field(default_factory=list)
+    """Per step, the wait for its batch (:meth:`StepClock.waits`); the first includes starting
+    the loader's iterator (its workers, when they are not persistent)."""
+
+    @property
+    def stall_fraction(self) -> float:
+        """The share of the epoch's step time spent waiting for batches: waits / (waits + steps)."""
+        waits = sum(self.wait_times_s)
+        total = waits + sum(self.step_times_s)
+        return waits / total if total > 0 else math.nan
 
 
 def train_epoch(
@@ -261,6 +307,7 @@ def train_epoch(
     lr = float(optimizer.param_groups[0]["lr"])
     synchronize(device)
     t_epoch = time.perf_counter()
+    t_start = time.perf_counter_ns()
     for xb, yb in loader:
         mark()
         optimizer.zero_grad(set_to_none=True)
@@ -279,7 +326,7 @@ def train_epoch(
     step_times = clock.seconds()
     log.write_steps(epoch, first_step, lr, loss_values, batches, step_times, log_every)
     loss_mean = sum(v * n for v, n in zip(loss_values, batches, strict=True)) / seen
-    return EpochStats(loss_mean, train_time, seen, step_times, loss_values)
+    return EpochStats(loss_mean, train_time, seen, step_times, loss_values, clock.waits(t_start))
 
 
 @torch.no_grad()

@@ -12,7 +12,7 @@ from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_metrics, check_slots, metric_user_targets
 from d5pipe.levels.targets import used_targets as _used
 
-SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "reference_optimizer", "scheduler")
+SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "reference_optimizer", "scheduler", "sampler")
 """The plug-in slots a level-2 point uses (d5pipe.levels.targets.SLOTS)."""
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.fields import setting
+from d5pipe.core.fields import default_of, setting
 from d5pipe.levels.config_checks import check_device_name, section
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3.schema import DistributedConf
@@ -16,6 +16,10 @@ from d5pipe.levels.targets import used_targets as _used
 
 SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "strategy")
 """The plug-in slots a level-3 point uses (d5pipe.levels.targets.SLOTS)."""
+LEVEL2_ONLY_KEYS: tuple[str, ...] = ("sampler",)
+"""``train`` keys that change what a level-2 run computes and that level 3, which draws its global
+batches itself (d5pipe.levels.level3.training), would ignore. (The DataLoader's settings change only
+how fast batches come, and level 3 has no DataLoader: they are not refused.)"""
 
 
 def check_distributed(dist: Mapping[str, Any]) -> None:
@@ -45,10 +49,16 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
     check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
-    micro = setting(section(cfg, "train"), TrainConf, "micro_batches")
+    train = section(cfg, "train")
+    micro = setting(train, TrainConf, "micro_batches")
     if micro != 1:
         raise D5PipeError(f"train.micro_batches: {micro} -- level 3 does not split batches into micro-batches "
                           "(levels 1 and 2 do); leave it at 1 for level-3 stages")
+    for key in LEVEL2_ONLY_KEYS:  # level 3 draws its own global batches (d5pipe.levels.level3.training)
+        value = setting(train, TrainConf, key)
+        if value != default_of(TrainConf, key):
+            raise D5PipeError(f"train.{key}: {value!r} -- level 3 draws its global batches itself and does not "
+                              "read it (level 2 does); leave it at its default for level-3 stages")
     check_distributed(section(cfg, "distributed"))
 
 
