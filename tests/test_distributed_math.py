@@ -115,3 +115,15 @@ def test_scaling_table_without_swept_backend_column() -> None:
     assert table["speedup"].tolist() == pytest.approx([1.0, 2.0])
     with pytest.raises(ValueError, match="distributed.ranks"):
         scaling_table(df.drop(columns=["distributed.ranks"]))
+
+
+def test_rank_shares_are_checked_from_the_indices_the_ranks_used() -> None:
+    from d5pipe.levels.level3.shard_check import check_shards
+
+    batches = list(global_batches(100, 16, 13, data_seed=3))  # 6 steps an epoch: 2 full epochs and 1 step
+    shares = [np.stack([rank_slice(b, r, 4) for b in batches]) for r in range(4)]
+    verdict, detail = check_shards(shares, 100, 16)
+    assert verdict == "pass" and "covered 96 of 100 samples (4 left out" in detail
+    shares[2][5] = shares[1][5]  # two ranks train on the same share at step 5
+    verdict, detail = check_shards(shares, 100, 16)
+    assert verdict == "fail" and "1 steps with overlapping shares" in detail

@@ -71,9 +71,12 @@ def test_curves_metrics_and_step_log(tmp_path: Path) -> None:
 
 
 def test_worker_processes_do_not_change_the_batches(tmp_path: Path) -> None:
-    a = run_point(make_ctx(tmp_path, {"epochs": 1}, work="a"))
-    b = run_point(make_ctx(tmp_path, {"epochs": 1, "num_workers": 2}, work="b"))
-    assert metric(a, "weights_sha256").value == metric(b, "weights_sha256").value
+    runs = []
+    for workers in (0, 2):  # a sweep over train.num_workers: the variants share their training seed
+        ctx = make_ctx(tmp_path, {"epochs": 1, "num_workers": workers}, work=f"w{workers}", seed=11 + workers)
+        ctx.params["train.num_workers"] = workers
+        runs.append(run_point(ctx))
+    assert metric(runs[0], "weights_sha256").value == metric(runs[1], "weights_sha256").value
 
 
 def test_target_never_reached_is_nan_with_a_note(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ micro-batch size, and bad values are stopped by ``d5pipe plan``. Real training o
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,8 +18,12 @@ from tests.test_level2 import make_ctx, metric
 
 
 def test_accumulated_gradient_equals_the_full_batch_and_training_follows_it(tmp_path: Path) -> None:
-    one = run_point(make_ctx(tmp_path, {"epochs": 1}, work="k1"))
-    four = run_point(make_ctx(tmp_path, {"epochs": 1, "micro_batches": 4}, work="k4"))
+    def train(k: int) -> Any:  # a sweep over train.micro_batches: its variants share their training seed
+        ctx = make_ctx(tmp_path, {"epochs": 1, "micro_batches": k}, work=f"k{k}", seed=11 + k)
+        ctx.params["train.micro_batches"] = k
+        return run_point(ctx)
+
+    one, four = train(1), train(4)
     check = metric(four, "micro_batch_check")
     assert check.value == "pass" and check.kind == "verdict"
     assert metric(four, "micro_batch_grad_rel_error").value < 1e-5

@@ -270,10 +270,11 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     assert list(df.columns) == before["quickstart_results"]["columns"]
     ids = {s: set(v) for s, v in before["experiments"]["quickstart"].items()}
     assert all(set(g.point_id) <= ids[str(s)] for s, g in df.groupby("stage"))
-    added_since = {"level2": {"data_wait", "first_batch_s", "data_stall_fraction"}}  # issue 38's data waits
+    added_since = {"level2": {"data_wait", "first_batch_s", "data_stall_fraction"},  # issue 38's data waits
+                   "level3": {"rank_samples_disjoint"}}  # and its check of the ranks' shares
     assert {str(s): sorted({m for m in g.metric if not m.startswith("plausibility:")} - added_since.get(str(s), set()))
             for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
-    assert added_since["level2"] <= set(df[df.stage == "level2"].metric)
+    assert all(added <= set(df[df.stage == stage].metric) for stage, added in added_since.items())
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")
     assert report["status"] == "reproduced" and report["failures"] == []

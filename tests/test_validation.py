@@ -32,6 +32,12 @@ BAD_VALUES = [
     ("+model.hiddenn=[3]", "model.hiddenn"),
     ("dataset.name=imagenet", "dataset.name"),
     ("dataset.test_fraction=1.0", "dataset.test_fraction"),
+    ("dataset.storage=tape", "dataset.storage"),
+    ("dataset.storage=npy", "dataset.storage"),  # the quickstart's levels 1 and 3 would not read it
+    ("stages=[level2] dataset.storage=png dataset.name=wine", "dataset.storage"),
+    ("stages=[level2] dataset.storage=png dataset.name=synthetic_images dataset.image_shape=[3,8,8]",
+     "dataset.storage"),
+    ("dataset.pixels=uint8", "dataset.pixels"),
     ("distributed.backend=nope", "distributed.backend"),
     ("distributed.mode=async", "distributed.mode"),
     ("distributed.scaling=diagonal", "distributed.scaling"),

@@ -91,7 +91,8 @@ def prepare_data_job(smk: Any) -> None:
         meta = prepare(dataset_config(".", key), Path(str(smk.output.data)))
         seconds = time.perf_counter() - t0
         write_json(Path(str(smk.output.meta)), {"key": key, **meta})
-        store(key, Path(str(smk.output.data)), {"key": key, **meta}, seconds)  # for other run directories
+        if meta.get("storage", "memory") == "memory":  # the cache holds one file a dataset
+            store(key, Path(str(smk.output.data)), {"key": key, **meta}, seconds)  # for other run directories
         print(f"prepared dataset {key} in {seconds:.1f} s: {meta.get('checksum')}")
 
 

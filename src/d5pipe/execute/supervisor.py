@@ -14,7 +14,8 @@ of microseconds) and writes each point's record itself. The parent waits for eac
   ``failed: timeout after N s``.
 
 A worker is forked from a parent that has imported torch but run no torch operation and never
-touched CUDA, so the fork is cheap and safe. Workers die with their parent (``PR_SET_PDEATHSIG``).
+touched CUDA, so the fork is cheap and safe. Workers die with their parent (``PR_SET_PDEATHSIG``)
+and are not daemonic processes, so that a point may start its own (a DataLoader's workers).
 """
 
 from __future__ import annotations
@@ -90,7 +91,10 @@ class Supervisor:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=_worker_loop, args=(child, self._run, self._on_exit), daemon=True)
+        # not daemonic: a daemonic process may not start children, and a point's DataLoader starts its
+        # workers (train.num_workers); the worker still dies with the shard (PR_SET_PDEATHSIG), and a
+        # timeout kills its process group, what it started included
+        proc = self._ctx.Process(target=_worker_loop, args=(child, self._run, self._on_exit), daemon=False)
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent

@@ -59,7 +59,18 @@ def _synthetic(conf: DatasetConf) -> tuple[np.ndarray, np.ndarray]:
     y = np.arange(conf.n_samples, dtype=np.int64) % conf.n_classes
     y = y[rng.permutation(conf.n_samples)]
     x = protos[y] + conf.noise * rng.normal(size=(conf.n_samples, *shape))
-    return x, y
+    return (to_pixels(x) if conf.pixels == "uint8" else x), y
+
+
+def to_pixels(x: np.ndarray) -> np.ndarray:
+    """``pixels: uint8``: each value rounded to the nearest of ``(q - 128) / 32``, ``q`` in 0..255
+    (the float32 values are exact; d5pipe.levels.stored_samples writes ``q`` as PNG pixels)."""
+    q = np.clip(np.rint(x * PIXEL_SCALE + PIXEL_ZERO), 0, 255)
+    return ((q - PIXEL_ZERO) / PIXEL_SCALE).astype(x.dtype)
+
+
+PIXEL_SCALE, PIXEL_ZERO = 32.0, 128.0
+"""``pixels: uint8`` levels: value = (q - PIXEL_ZERO) / PIXEL_SCALE."""
 
 
 def builtin_arrays(**section: Any) -> dict[str, np.ndarray]:

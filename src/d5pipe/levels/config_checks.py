@@ -32,3 +32,14 @@ def check_micro_batches(values: Mapping[str, Any], schema: type, name: str) -> N
     if k > batch:
         raise D5PipeError(f"{name}.micro_batches: {k} micro-batches of a batch of {batch} ({name}.batch_size) "
                           "would leave some empty; use at most the batch size")
+
+
+def check_memory_storage(cfg: Mapping[str, Any], level: str) -> None:
+    """``dataset.storage`` is level 2's (its training split read one sample at a time): a level
+    that reads its data otherwise refuses a storage it would ignore."""
+    from d5pipe.levels.schema import DatasetConf
+
+    storage = setting(section(cfg, "dataset"), DatasetConf, "storage")
+    if storage != "memory":
+        raise D5PipeError(f"dataset.storage: {storage!r} -- {level} does not read a stored training split "
+                          "(level 2 does); leave it at memory for its stages")

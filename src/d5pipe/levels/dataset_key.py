@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from d5pipe.core.canonical import digest
-from d5pipe.core.fields import conf_from_dict, setting
+from d5pipe.core.fields import conf_from_dict, default_of, setting
 from d5pipe.levels.schema import DATASET_NAMES as SCHEMA_DATASET_NAMES
 from d5pipe.levels.schema import DatasetConf, check_dataset
 
@@ -42,6 +42,9 @@ LAZY_KEYS: dict[str, tuple[str, ...]] = {
                          "generator_seed"),
 }
 """What shapes a generated dataset (``split_seed`` does not: its split is by index)."""
+LATER_KEYS: tuple[str, ...] = ("storage", "pixels")
+"""Keys added after dataset keys were published: part of a key only away from their defaults, so
+the datasets that existed before them keep their keys (and files, caches and checksums)."""
 LAZY_DATASET_NAMES: tuple[str, ...] = tuple(LAZY_KEYS)
 """Built-in datasets generated per sample on demand, never materialised."""
 LAZY_GENERATOR_VERSION = 1
@@ -73,13 +76,15 @@ def canonical_config(dataset_cfg: dict[str, Any]) -> dict[str, Any]:
     """The keys that determine the arrays, plus the format version (and, for a user dataset,
     its target and code hash)."""
     conf = dataclasses.asdict(resolve(dataset_cfg))
+    later = {k: conf[k] for k in LATER_KEYS if conf[k] != default_of(DatasetConf, k)}
     if conf["name"] not in DATASET_NAMES:
-        return _custom_canonical(conf)
+        return {**_custom_canonical(conf), **later}
     if conf["name"] in LAZY_KEYS:
         lazy = {k: conf[k] for k in LAZY_KEYS[conf["name"]]}
-        return {**lazy, "format_version": DATASET_FORMAT_VERSION, "generator_version": LAZY_GENERATOR_VERSION}
+        return {**lazy, **later, "format_version": DATASET_FORMAT_VERSION, "generator_version": LAZY_GENERATOR_VERSION}
     keys = COMMON_KEYS + (SYNTHETIC_KEYS if conf["name"] == "synthetic" else ())
     out = {k: conf[k] for k in keys}
+    out.update(later)
     out["format_version"] = DATASET_FORMAT_VERSION
     return out
 

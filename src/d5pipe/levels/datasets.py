@@ -48,6 +48,7 @@ import torch
 from d5pipe.core.atomic import write_bytes
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
+from d5pipe.levels import stored_samples
 from d5pipe.levels.dataset_key import (
     DATASET_FORMAT_VERSION,
     canonical_config,
@@ -159,20 +160,27 @@ def materialise(data: Any, key: str) -> tuple[dict[str, np.ndarray], int | None]
 
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
-    """sha256 over each array's name, dtype, shape and bytes (in :data:`ARRAY_NAMES` order)."""
+    """sha256 over each array's name, dtype, shape and bytes (in :data:`ARRAY_NAMES` order; those
+    of them that ``arrays`` holds)."""
     h = hashlib.sha256()
-    for name in ARRAY_NAMES:
+    for name in (n for n in ARRAY_NAMES if n in arrays):
         arr = np.ascontiguousarray(arrays[name])
         h.update(f"{name}|{arr.dtype.str}|{list(arr.shape)}|".encode())
         h.update(arr.tobytes())
     return h.hexdigest()
 
 
+def _stored(meta: dict[str, Any]) -> bool:
+    """Whether the training samples are stored beside the file (d5pipe.levels.stored_samples)."""
+    return meta.get("storage", "memory") != "memory"
+
+
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays (none for a generated dataset: its file is metadata only) and the metadata."""
+    """The arrays (none for a generated dataset: its file is metadata only; no ``x_train`` when it
+    is stored beside the file) and the metadata."""
     with np.load(path, allow_pickle=False) as npz:
         meta: dict[str, Any] = json.loads(str(npz["meta_json"]))
-        names = () if meta.get("generated") else ARRAY_NAMES
+        names = () if meta.get("generated") else [n for n in ARRAY_NAMES if not (n == "x_train" and _stored(meta))]
         arrays = {name: np.array(npz[name]) for name in names}
     return arrays, meta
 
@@ -182,17 +190,35 @@ def _content_checksum(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> st
         else arrays_checksum(arrays)
 
 
+def _check_content(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> bool:
+    """The file's arrays (or generated samples) and its stored samples are what was prepared."""
+    expected = meta.get("file_checksum") if _stored(meta) and not meta.get("generated") else meta.get("checksum")
+    if expected != _content_checksum(arrays, meta):
+        return False
+    if _stored(meta):
+        stored_samples.verify(path, meta)
+    return True
+
+
 def _valid_existing(path: Path, key: str) -> dict[str, Any] | None:
     """The stored metadata when ``path`` holds dataset ``key`` with a matching checksum."""
     if not path.is_file():
         return None
     try:
         arrays, meta = _read_npz(path)
-        if meta.get("key") != key or meta.get("checksum") != _content_checksum(arrays, meta):
+        if meta.get("key") != key or not _check_content(path, arrays, meta):
             return None
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError, D5PipeError):
         return None
     return meta
+
+
+def _store(meta: dict[str, Any], x_train: Any, out_path: Path) -> None:
+    """``storage`` npy or png: write the training samples beside ``out_path`` first (the file
+    written after them says they are complete) and note them in ``meta``."""
+    storage = meta["config"].get("storage", "memory")
+    if storage != "memory":
+        meta.update(stored_samples.write(x_train, int(meta["n_train"]), storage, out_path, "dataset.storage"))
 
 
 def _generated_splits(meta: dict[str, Any]) -> dict[str, LazySamples]:
@@ -236,6 +262,7 @@ def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) ->
         "n_train": len(x_train),
         "n_test": len(splits["x_test"]),
     })
+    _store(meta, x_train, out_path)
     buf = io.BytesIO()
     np.savez(buf, meta_json=np.array(json.dumps(meta, sort_keys=True)))
     write_bytes(out_path, buf.getvalue())
@@ -272,6 +299,10 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
         "n_train": int(arrays["y_train"].shape[0]),
         "n_test": int(arrays["y_test"].shape[0]),
     }
+    _store(meta, arrays["x_train"], out_path)
+    if _stored(meta):
+        arrays = {k: v for k, v in arrays.items() if k != "x_train"}
+        meta["file_checksum"] = arrays_checksum(arrays)
     buf = io.BytesIO()
     payload: dict[str, Any] = {"meta_json": np.array(json.dumps(meta, sort_keys=True)), **arrays}
     np.savez(buf, **payload)
@@ -290,10 +321,10 @@ def load(path: Path) -> Dataset:
         raise D5PipeError(f"dataset file {path} is not a d5pipe dataset: {exc}") from exc
     if meta.get("generated"):
         return _load_generated(path, meta)
-    if meta.get("checksum") != arrays_checksum(arrays):
+    if not _check_content(path, arrays, meta):
         raise D5PipeError(f"dataset file {path}: checksum mismatch (file corrupt or modified)")
     return Dataset(
-        x_train=torch.from_numpy(arrays["x_train"]),
+        x_train=_stored_train(path, meta) if _stored(meta) else torch.from_numpy(arrays["x_train"]),
         y_train=torch.from_numpy(arrays["y_train"]),
         x_test=torch.from_numpy(arrays["x_test"]),
         y_test=torch.from_numpy(arrays["y_test"]),
@@ -301,6 +332,11 @@ def load(path: Path) -> Dataset:
         n_classes=int(meta["n_classes"]),
         meta=meta,
     )
+
+
+def _stored_train(path: Path, meta: dict[str, Any]) -> LazySamples:
+    """The stored training samples, read by index like a tensor (one sample at a time by the loop)."""
+    return LazySamples(stored_samples.source(path, meta), "x", 0, int(meta["n_train"]))  # type: ignore[arg-type]
 
 
 def _load_generated(path: Path, meta: dict[str, Any]) -> Dataset:
@@ -314,8 +350,10 @@ def _load_generated(path: Path, meta: dict[str, Any]) -> Dataset:
     if meta.get("checksum") != checksum:
         raise D5PipeError(f"dataset file {path}: checksum mismatch (the generator changed, or the file was "
                           "modified; prepare it again)")
+    if _stored(meta):
+        stored_samples.verify(path, meta)
     return Dataset(
-        x_train=splits["x_train"],
+        x_train=_stored_train(path, meta) if _stored(meta) else splits["x_train"],
         y_train=splits["y_train"],
         x_test=splits["x_test"],
         y_test=splits["y_test"],

@@ -92,6 +92,8 @@ class Generator:
     seed: int
     noise: float = 1.0
     vocab_size: int = 2
+    pixels: str = "float32"
+    """``uint8``: images rounded to 8-bit levels (d5pipe.levels.builtin_datasets.to_pixels)."""
 
     @classmethod
     def from_section(cls, conf: Any) -> Generator:
@@ -99,7 +101,7 @@ class Generator:
         if conf.name == "synthetic_images":
             shape = tuple(int(d) for d in conf.image_shape)
             return cls("synthetic_images", shape, int(conf.n_samples), int(conf.n_classes),
-                       int(conf.generator_seed), noise=float(conf.noise))
+                       int(conf.generator_seed), noise=float(conf.noise), pixels=str(conf.pixels))
         if conf.name == "synthetic_tokens":
             return cls("synthetic_tokens", (int(conf.seq_len),), int(conf.n_samples), int(conf.n_classes),
                        int(conf.generator_seed), vocab_size=int(conf.vocab_size))
@@ -152,6 +154,10 @@ class Generator:
         for k in range(len(classes)):  # nearest upsampling, added in place (no batch-sized temporary)
             members = np.flatnonzero(inverse == k)
             x[members] += coarse[k][:, rows[:, None], cols[None, :]]
+        if self.pixels == "uint8":
+            from d5pipe.levels.builtin_datasets import to_pixels
+
+            return to_pixels(x)
         return x
 
     def _tokens(self, idx: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.fields import at_least, between, items_at_least, setting
+from d5pipe.core.fields import at_least, between, items_at_least, later, setting
 
 ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
 """Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
@@ -23,6 +23,10 @@ FLOAT_INPUT_MODELS: tuple[str, ...] = tuple(n for n in MODEL_NAMES if n not in T
 ADAPTER_KEYS: tuple[str, ...] = ("_input_", "_output_")
 """Keys of a ``model.custom`` entry that declare its adapter (d5pipe.levels.models.Adapter), not
 arguments of its factory: the keyword the input goes to, the output field holding the logits."""
+STORAGES: tuple[str, ...] = ("memory", "npy", "png")
+PIXELS: tuple[str, ...] = ("float32", "uint8")
+PNG_CHANNELS: tuple[int, ...] = (1, 3)
+"""Image channels a PNG of d5pipe holds (grey, RGB)."""
 DATASET_NAMES: tuple[str, ...] = ("digits", "breast_cancer", "wine", "synthetic", "synthetic_images",
                                   "synthetic_tokens")
 DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
@@ -89,6 +93,17 @@ class DatasetConf:
     split (at least one sample each)."""
     split_seed: int = 0
     """Seeds the stratified train/test split (not used by synthetic_images/_tokens)."""
+    storage: str = later("memory", choices=STORAGES)
+    """Level 2: how the training split is stored and read: ``memory`` (held in memory, or generated
+    per batch for synthetic_images/_tokens), ``npy`` (one NumPy file, each sample read through a
+    memory map) or ``png`` (one PNG file a sample, decoded per sample; 8-bit pixels: digits, or
+    ``pixels: uint8``). ``npy`` and ``png`` are written once by the prepare_data job and read by a
+    DataLoader over one sample at a time (d5pipe.levels.stored_samples); every storage of a
+    dataset holds the same values."""
+    pixels: str = later("float32", choices=PIXELS)
+    """synthetic (with ``image_shape``) and synthetic_images: ``uint8`` rounds every value to one of
+    256 levels, ``(q - 128) / 32`` for ``q`` in 0..255, so that the images are 8-bit pixels (what
+    ``storage: png`` needs); ``float32`` keeps them unrounded."""
 
 
 ZOO_PACKAGE = "transformers"
@@ -127,6 +142,7 @@ def check_dataset(dataset: Mapping[str, Any], where: str = "dataset") -> None:
         raise D5PipeError(f"{where}.image_shape: {list(shape)}; synthetic_images needs [C, H, W]")
     if len(shape) not in (0, 3):
         raise D5PipeError(f"{where}.image_shape: {list(shape)} must be empty or [C, H, W]")
+    _check_storage(dataset, where)
     if dataset.get("name") == "synthetic":
         n, classes = setting(dataset, DatasetConf, "n_samples"), setting(dataset, DatasetConf, "n_classes")
         if isinstance(n, int) and isinstance(classes, int) and n < 2 * classes:
@@ -134,4 +150,21 @@ def check_dataset(dataset: Mapping[str, Any], where: str = "dataset") -> None:
                               f"got n_samples={n}, n_classes={classes}")
 
 
-
+def _check_storage(dataset: Mapping[str, Any], where: str) -> None:
+    """``pixels`` only where there are synthetic images; ``png`` only for 8-bit images."""
+    name, shape = dataset.get("name"), list(dataset.get("image_shape") or [])
+    pixels, storage = setting(dataset, DatasetConf, "pixels"), setting(dataset, DatasetConf, "storage")
+    synthetic_images = name == "synthetic_images" or (name == "synthetic" and len(shape) == 3)
+    if pixels != "float32" and not synthetic_images:
+        raise D5PipeError(f"{where}.pixels: {pixels!r} -- only synthetic images (synthetic with image_shape, "
+                          "synthetic_images) are rounded to pixels")
+    if storage != "png" or name not in DATASET_NAMES:  # a user's dataset is checked when it is prepared
+        return
+    if name == "digits":
+        return
+    if not synthetic_images or pixels != "uint8":
+        raise D5PipeError(f"{where}.storage: png holds 8-bit images: digits, or synthetic images with "
+                          f"{where}.pixels: uint8 (got {name}{' pixels ' + str(pixels) if synthetic_images else ''})")
+    if shape[0] not in PNG_CHANNELS:
+        raise D5PipeError(f"{where}.storage: png holds {' or '.join(map(str, PNG_CHANNELS))} channels, "
+                          f"{where}.image_shape has {shape[0]}")

@@ -12,6 +12,7 @@ from typing import Any
 
 from d5pipe.core.fields import neutral_defaults
 from d5pipe.levels.registry import SECTION_SCHEMAS, STAGES
+from d5pipe.levels.schema import DatasetConf, ModelConf
 
 REPEAT_AXIS = "repeat"
 """The axis a plan adds when ``repetitions`` > 1: the repetition index (0, 1, ...) of a point.
@@ -46,13 +47,18 @@ def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     return out
 
 
+IDENTITY_SCHEMAS: dict[str, type] = {**SECTION_SCHEMAS, "model": ModelConf, "dataset": DatasetConf}
+"""The sections whose :func:`d5pipe.core.fields.later` fields stage_base leaves out at their default:
+the levels' own and the ``model``/``dataset`` sections they share."""
+
+
 def stage_base(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """The part of the config a stage reads (its sections, plus name and root seed). Fields added
     after IDs were published (d5pipe.core.fields.later) are left out at their default: the point
     computes what it computed before they existed, and keeps its ID."""
     base = {s: config[s] for s in STAGES[stage].sections if s in config}
     for section, values in list(base.items()):
-        schema = SECTION_SCHEMAS.get(section)
+        schema = IDENTITY_SCHEMAS.get(section)
         neutral = neutral_defaults(schema) if schema is not None else None
         if neutral and isinstance(values, Mapping):
             base[section] = {k: v for k, v in values.items() if k not in neutral or v != neutral[k]}

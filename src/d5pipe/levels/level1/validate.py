@@ -7,7 +7,7 @@ from typing import Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
-from d5pipe.levels.config_checks import check_device_name, check_micro_batches, section
+from d5pipe.levels.config_checks import check_device_name, check_memory_storage, check_micro_batches, section
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
@@ -23,6 +23,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_slots(cfg, SLOTS)
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
+    check_memory_storage(cfg, "level 1")
     level1 = section(cfg, "level1")
     check_device_name(setting(level1, Level1Conf, "device"), "level1.device")
     check_onnx_file(level1.get("onnx_file"))

@@ -13,7 +13,9 @@ evaluated on the training split), ``best_test_accuracy``,
 all training time = the harmonic mean of the per-epoch rates, weighted by samples),
 ``step_time`` (median with 95% CI over every step), the input pipeline's ``data_wait`` (median
 with CI of each step's wait for its batch), ``first_batch_s`` and ``data_stall_fraction`` (per
-epoch: waits / (waits + steps); median over epochs with CI), ``train_time_s`` and ``weights_sha256``
+epoch: waits / (waits + steps); median over epochs with CI), with ``train.measure_loader`` the
+loader alone (``loader_samples_per_s``) and steps on batches held in memory (``step_time_in_memory``,
+``model_samples_per_s``), ``train_time_s`` and ``weights_sha256``
 (sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``),
 ``flops_per_sample`` (forward + backward of one training batch, counted; d5pipe.measure.flops),
 ``gflops`` (achieved at ``samples_per_s``) and, with ``train.peak``, ``pct_peak_flops`` against
@@ -53,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -60,12 +63,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe.core.fields import conf_from_dict, setting
+from d5pipe.core.canonical import canonical_json
+from d5pipe.core.fields import conf_from_dict, default_of, setting
 from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.core.seeds import derive_seed
 from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
-from d5pipe.levels.device import require_device, state_dict_sha256
+from d5pipe.levels.device import require_device, state_dict_sha256, synchronize
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
@@ -77,7 +82,7 @@ from d5pipe.levels.level2.train_loop import LoaderOptions, StepLog, evaluate, ma
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler as build_scheduler
-from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.schema import DatasetConf, ModelConf
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
@@ -263,6 +268,55 @@ def _data_metrics(result: TrainResult) -> list[Metric]:
     ]
 
 
+IN_MEMORY_STEPS = 20
+"""``train.measure_loader``: steps timed on batches held in memory (fewer when an epoch has fewer)."""
+
+
+def _loader_alone(data: Dataset, conf: TrainConf, seed: int, device: torch.device) -> list[float]:
+    """One epoch of the training loader without the model (the same batches as the first epoch):
+    each batch's samples over the time from asking for it to having it on the device."""
+    options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device,
+                         make_batches(conf, data, seed), options)
+    rates: list[float] = []
+    last = time.perf_counter_ns()
+    for _, yb in loader:
+        synchronize(device)
+        now = time.perf_counter_ns()
+        rates.append(len(yb) / max((now - last) * 1e-9, 1e-12))
+        last = now
+    return rates
+
+
+def _in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device
+                     ) -> tuple[list[float], int]:
+    """Step times of a copy of ``model`` (and a fresh optimizer) on the first batches of an epoch,
+    held on the device before the first step: the training step with no loader at all."""
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, 0, device, make_batches(conf, data, seed))
+    held = [b for b, _ in zip(loader, range(IN_MEMORY_STEPS), strict=False)]
+    twin = copy.deepcopy(model)
+    stats = train_epoch(twin, held, make_optimizer(twin.parameters(), conf), device, 0, StepLog(None),
+                        micro_batches=conf.micro_batches)
+    return stats.step_times_s, len(held[0][1]) if held else 0
+
+
+def _loader_metrics(rates: list[float], in_memory: list[float], batch: int) -> list[Metric]:
+    """``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
+    (median, CI) and the model's consumption rate ``model_samples_per_s`` (a batch over each step)."""
+    out: list[Metric] = []
+    if rates:
+        r = summarize(rates)
+        out.append(Metric("loader_samples_per_s", r.median, "samples/s", "timing", r.ci_low, r.ci_high,
+                          "loader_batch_samples_per_s"))
+    if in_memory and batch:
+        t = summarize(in_memory)
+        m = summarize([batch / s for s in in_memory])
+        out += [Metric("step_time_in_memory", t.median, "s", "timing", t.ci_low, t.ci_high, "in_memory_step_s"),
+                Metric("model_samples_per_s", m.median, "samples/s", "timing", m.ci_low, m.ci_high,
+                       "in_memory_samples_per_s")]
+    return out
+
+
 MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
                "the optimizer's state and step are the same for every micro_batches and are not in it")
 
@@ -278,14 +332,50 @@ def _step_memory(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, d
     return peak
 
 
+PIPELINE_KEYS: dict[str, tuple[str, ...]] = {
+    "train": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "measure_loader",
+              "micro_batches"),
+    "dataset": ("storage",),
+}
+"""Keys that change how a training run gets its batches or splits them, not what it computes:
+variants that differ only in them train from the same seed (:func:`training_seed`)."""
+
+
+def training_seed(ctx: PointContext) -> tuple[int, str]:
+    """The seed of a training run (initial weights, batch order, dropout) and how it was found.
+
+    The point seed, unless the experiment sweeps or sets a key of :data:`PIPELINE_KEYS`: then a seed
+    derived from the root seed and the point's config and sweep values without those keys, so the
+    variants of one configuration (storage x workers x micro-batches, in the same repetition) train
+    from the same weights on the same batches and must end with the same weights. (A point that
+    uses none of them keeps the seed it always had.)
+    """
+    keys = {f"{section}.{k}" for section, names in PIPELINE_KEYS.items() for k in names}
+    schemas = {"train": TrainConf, "dataset": DatasetConf}
+    used = any(k in keys for k in ctx.params) or any(
+        setting(ctx.config.get(section), schemas[section], k) != default_of(schemas[section], k)
+        for section, names in PIPELINE_KEYS.items() for k in names)
+    if not used:
+        return ctx.seed, "the point seed"
+    config = {section: dict(values) for section, values in ctx.config.items() if isinstance(values, dict)}
+    for section, names in PIPELINE_KEYS.items():
+        for k in names:
+            config.get(section, {}).pop(k, None)
+    identity = canonical_json({"root": ctx.config.get("seed", 0), "stage": ctx.stage, "config": config,
+                               "params": {k: v for k, v in ctx.params.items() if k not in keys}})
+    return derive_seed(int(ctx.config.get("seed", 0)), "level2-training:" + identity), \
+        "shared by the variants that differ only in " + ", ".join(sorted(keys))
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Train one point; see the module docstring for what is measured."""
     cfg = ctx.config
+    seed, seed_note = training_seed(ctx)
     conf = resolve_train(cfg.get("train") or {})
     device = require_device(conf.device, "train.device")
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     _check_generated(cfg, conf, data)
-    seeds = seed_everything(ctx.seed)
+    seeds = seed_everything(seed)
     with deterministic_mode(conf.deterministic, str(device)) as det:
         try:
             model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
@@ -298,15 +388,15 @@ def run_point(ctx: PointContext) -> PointOutcome:
         if conf.sampler != "shuffle":  # a user's sampler is checked before it orders the run
             labels = train_labels(data)
             sampling = check_sampler(lambda s: make_sampler(asdict(conf), len(labels), labels, s), labels,
-                                     ctx.seed, data.n_classes, conf.sampler_alpha)
+                                     seed, data.n_classes, conf.sampler_alpha)
         micro: tuple[list[Metric], dict[str, Any]] = ([], {})
         if conf.micro_batches > 1:  # before training: the gradients of the initial weights
             micro = micro_batches.check(model, *first, conf.micro_batches, conf.micro_batch_tolerance,
                                         conf.detect_rel_error)
         with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
-            log.write({"event": "start", "point_id": ctx.point_id, "seed": ctx.seed,
+            log.write({"event": "start", "point_id": ctx.point_id, "seed": seed, "point_seed": ctx.seed,
                        "train": asdict(conf), "dataset": data.meta["key"]})
-            result = fit(model, data, conf, ctx.seed, device, log)
+            result = fit(model, data, conf, seed, device, log)
             weights = state_dict_sha256(model)
             weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
             log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
@@ -314,10 +404,15 @@ def run_point(ctx: PointContext) -> PointOutcome:
         added = extra_metrics(asdict(conf), model, data.x_test[:n_test].to(device), data.y_test[:n_test].to(device))
         checked: tuple[list[Metric], dict[str, Any]] = ([], {})
         if initial is not None:
-            checked = check_optimizer(initial, data, asdict(conf), conf, ctx.seed, device)
+            checked = check_optimizer(initial, data, asdict(conf), conf, seed, device)
         flop_warnings: list[str] = []
         counted = safe_count(lambda: training_step_flops(model, *first), flop_warnings)
         memory = _step_memory(model, *first, conf.micro_batches, device) if conf.measure_memory else None
+        rates: list[float] = []
+        in_memory: tuple[list[float], int] = ([], 0)
+        if conf.measure_loader:
+            rates = _loader_alone(data, conf, seed, device)
+            in_memory = _in_memory_steps(model, data, conf, seed, device)
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
@@ -326,6 +421,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
         metrics.append(Metric("step_peak_memory", memory.bytes, "B", "numerical"))
+    metrics += _loader_metrics(rates, in_memory[0], in_memory[1])
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
         peak = flops_peak(ctx.cache, str(device), torch.float32) if conf.peak else None
@@ -337,12 +433,16 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "data_wait_s": result.wait_times_s,
             "first_batch_s": result.first_waits_s,
             "epoch_stall_fraction": result.epoch_stall_fraction,
+            **({"loader_batch_samples_per_s": rates} if rates else {}),
+            **({"in_memory_step_s": in_memory[0],
+                "in_memory_samples_per_s": [in_memory[1] / t for t in in_memory[0]]} if in_memory[0] else {}),
             "epoch_train_time_s": result.epoch_train_time_s,
             "epoch_samples_per_s": curves["samples_per_s"],
         },
         extra={
             "curves": curves,
             "seeds": seeds,
+            "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note},
             "determinism": det,
             "dataset": {k: data.meta[k] for k in ("key", "checksum", "n_train", "n_test", "input_shape")},
             "target_accuracy": conf.target_accuracy,

@@ -46,6 +46,10 @@ class TrainConf:
     persistent_workers: bool = later(False)
     """Level 2, with ``num_workers`` > 0: keep the workers between epochs instead of starting
     them at each epoch's first batch (that start is part of ``first_batch_s``)."""
+    measure_loader: bool = later(False)
+    """Level 2: after training, also time one epoch of the loader alone (``loader_samples_per_s``)
+    and steps on batches already in memory (``step_time_in_memory``, ``model_samples_per_s``: what
+    the model consumes when it never waits), on a copy of the model."""
     sampler: str = later("shuffle")
     """Level 2: the order of the training samples in an epoch: ``shuffle`` (a seeded permutation
     per epoch) or a key of ``custom_samplers``, whose sampler is checked before training

@@ -32,6 +32,7 @@ from typing import IO, Any, Protocol
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import Dataset as TorchDataset
 
 from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.datasets import Samples
@@ -143,6 +144,9 @@ def make_loader(
     device = device or torch.device("cpu")
     sampler = batches if batches is not None else ShuffledBatches(len(y), batch_size, loader_generator(seed))
     generated = isinstance(x, LazySamples) or isinstance(y, LazySamples)
+    opts = options or LoaderOptions()
+    if isinstance(x, LazySamples) and getattr(x.generator, "per_sample", False):
+        return OnDevice(_per_sample_loader(x, y, sampler, seed, num_workers, device, opts), device)
     if num_workers <= 0:
         if generated:  # never the whole split on the device: each batch generated, then copied
             batches_ = GeneratedBatches(x, y, sampler)
@@ -155,7 +159,6 @@ def make_loader(
     else:
         assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
         items = TensorDataset(x, y)
-    opts = options or LoaderOptions()
     loader: DataLoader[Any] = DataLoader(
         items,
         batch_size=None,
@@ -168,6 +171,37 @@ def make_loader(
         persistent_workers=opts.persistent_workers,
     )
     return OnDevice(loader, device)
+
+
+class PerSample(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Sample ``i`` and its label, one ``__getitem__`` a sample (a stored split's samples are read
+    from disk and decoded here: d5pipe.levels.stored_samples)."""
+
+    def __init__(self, x: Samples, y: Samples) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[int(i)], self.y[int(i)]
+
+
+def _per_sample_loader(x: Samples, y: Samples, sampler: IndexSampler, seed: int, num_workers: int,
+                       device: torch.device, opts: LoaderOptions) -> DataLoader[Any]:
+    """A DataLoader that reads each batch one sample at a time (in the training process with 0
+    workers) and collates it; the batches are the sampler's index batches, as for data in memory."""
+    workers = num_workers > 0
+    return DataLoader(
+        PerSample(x, y),
+        batch_sampler=sampler,  # type: ignore[arg-type]
+        num_workers=num_workers,
+        worker_init_fn=seed_worker if workers else None,
+        generator=loader_generator(derive_seed(seed, "dataloader-workers")),
+        pin_memory=device.type == "cuda" if opts.pin_memory is None else opts.pin_memory,
+        prefetch_factor=opts.prefetch_factor if workers else None,
+        persistent_workers=opts.persistent_workers and workers,
+    )
 
 
 class StepLog:

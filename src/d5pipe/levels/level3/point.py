@@ -41,6 +41,7 @@ from d5pipe.levels.level3 import outcome, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, session_for
+from d5pipe.levels.level3.shard_check import shard_metric
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import ModelConf
 from d5pipe.measure.process import die_with_parent
@@ -241,6 +242,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         serial = serial_comparison(spec, data, out_dir, float(dist_cfg["tolerance"]))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
+    result.metrics.append(shard_metric(out_dir, int(spec["ranks"]), len(data.y_train), int(spec["global_batch"])))
     peak = bool(setting(cfg["train"], TrainConf, "peak"))
     add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result

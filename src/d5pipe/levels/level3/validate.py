@@ -7,7 +7,7 @@ from typing import Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import default_of, setting
-from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.config_checks import check_device_name, check_memory_storage, section
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.schema import check_dataset, check_model
@@ -48,6 +48,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_slots(cfg, SLOTS)
     check_model(section(cfg, "model"))
     check_dataset(section(cfg, "dataset"))
+    check_memory_storage(cfg, "level 3")
     check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
     train = section(cfg, "train")
     micro = setting(train, TrainConf, "micro_batches")

@@ -22,12 +22,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from d5pipe.core.atomic import write_json
 from d5pipe.levels.level3 import training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
+from d5pipe.levels.level3.shard_check import save_samples
 from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.measure.process import die_with_parent
 
@@ -73,8 +75,11 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     step_calls: list[int] = []
     losses: list[float] = []
     batches = training.global_batches(len(y), int(spec["global_batch"]), warmup + steps, int(spec["data_seed"]))
+    used: list[np.ndarray] = []
     for i, idx in enumerate(batches):
-        local = torch.from_numpy(training.rank_slice(idx, rank, size)).to(device)
+        share = training.rank_slice(idx, rank, size)
+        used.append(share)
+        local = torch.from_numpy(share).to(device)
         xb, yb = x[local], y[local]
         backend.barrier()
         _sync(device)
@@ -88,6 +93,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
             times.append(t1 - t0)
             step_bytes.append(nbytes)
             step_calls.append(ncalls)
+    save_samples(out_dir, rank, used)
     if rank == 0:
         torch.save(training.flat_params(model), out_dir / "params_rank0.pt")
     return {

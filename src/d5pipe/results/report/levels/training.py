@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from d5pipe.levels.level2.stage import LEVEL
-from d5pipe.results.report.blocks import Block, Figure, Section, Table
+from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.figures import verdict_table
 from d5pipe.results.report.frames import (
+    REPEAT_AXIS,
+    fmt_plain,
     label_of,
+    metric_frame,
     metric_names,
     natural_order,
     varying_axes,
@@ -17,6 +22,65 @@ from d5pipe.results.report.frames import (
 from d5pipe.results.report.levels.common import finish, repetition_means, upper_bounds
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.plots import curves as plot_curves
+from d5pipe.results.report.plots import metric_vs_axis
+
+PIPELINE_METRICS = ("data_stall_fraction", "data_wait", "first_batch_s", "step_time", "step_time_in_memory",
+                    "loader_samples_per_s", "model_samples_per_s")
+"""The input pipeline's table, in this order (those a run has)."""
+
+
+def input_pipeline(rows: pd.DataFrame) -> list[Block]:
+    """How the training waited for its data: the loader's throughput against ``train.num_workers``
+    beside the model's own consumption rate (read off: the workers that remove the stall), and a
+    table of the stall fraction, the waits and the step times."""
+    names = set(metric_names(rows))
+    blocks: list[Block] = []
+    axes = varying_axes(rows, repeat=True)
+    if "loader_samples_per_s" in names and "model_samples_per_s" in names and "train.num_workers" in axes:
+        others = [a for a in axes if a not in ("train.num_workers", REPEAT_AXIS)]
+        series = [a for a in others if a == "dataset.storage"]
+        facets = [a for a in others if a not in series]
+        loader = metric_frame(rows, "loader_samples_per_s", "train.num_workers", series, facets)
+        model = metric_frame(rows, "model_samples_per_s", "train.num_workers", [], facets)
+        frame = pd.concat([loader.assign(series="loader: " + loader["series"].astype(str)),
+                           model.assign(series="model, batches in memory")], ignore_index=True)
+        png, _ = metric_vs_axis(frame, xlabel="train.num_workers", ylabel="throughput", numeric_x=True,
+                                logy=True, unit="samples/s")
+        blocks.append(Figure(png, "loader_samples_per_s vs train.num_workers",
+                             "Input pipeline (log scale): the loader alone (median per-batch rate, 95% CI) against "
+                             "train.num_workers, one line per storage, and the model's own consumption rate "
+                             "(a batch over a step on batches held in memory). With workers, a loader line below "
+                             "the model's means the training waits for its data; with 0 workers the loading is not "
+                             "overlapped with the steps, and data_stall_fraction is its share of the time."))
+    blocks += stall_sentence(rows, [a for a in axes if a != REPEAT_AXIS])
+    present = [m for m in PIPELINE_METRICS if m in names]
+    if "data_stall_fraction" in names and len(axes) > 0:
+        cols, body, total = wide_table(rows, present, axes)
+        more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
+        blocks.append(Table(cols, body, "Input pipeline: the share of step time spent waiting for the next batch "
+                            "(data_stall_fraction, median over epochs [95% CI]), each step's wait (data_wait) and "
+                            "an epoch's first (first_batch_s: the loader's start), the step time with and without "
+                            f"a loader{more}"))
+    return blocks
+
+
+def stall_sentence(rows: pd.DataFrame, axes: list[str]) -> list[Block]:
+    """Which configurations wait longest and shortest for their data (median over repetitions)."""
+    stall = rows[(rows["metric"] == "data_stall_fraction") & (rows["status"] == "ok") & rows["value"].notna()]
+    if not axes or stall.empty:
+        return []
+    per = stall.groupby(axes, dropna=False)["value"].median().sort_values(ascending=False)
+    if len(per) < 2:
+        return []
+
+    def name(key: object) -> str:
+        values = key if isinstance(key, tuple) else (key,)
+        return ", ".join(f"{a.rsplit('.', 1)[-1]}={fmt_plain(v)}" for a, v in zip(axes, values, strict=True))
+
+    worst, best = per.index[0], per.index[-1]
+    return [Text(f"Waiting for data: {name(worst)} spends {per.iloc[0]:.1%} of its step time waiting for the next "
+                 f"batch, the most of the {len(per)} configurations; {name(best)} the least, {per.iloc[-1]:.1%} "
+                 "(data_stall_fraction, median over epochs and repetitions).", "note")]
 
 
 def section(data: RunData) -> Section:
@@ -43,6 +107,7 @@ def section(data: RunData) -> Section:
                    "Time to target accuracy (one training run per point: a single value, no CI)")
         blocks.append(Table(cols, body, caption))
     blocks += repetition_means(rows, ("test_accuracy", "train_loss", "test_loss", "time_to_target_s"))
+    blocks += input_pipeline(rows)
     names = metric_names(rows)
     checks: list[str] = [n for n in ("optimizer_check", "optimizer_divergence") if n in names]
     checks += [n for n in names if n.startswith("sanity:")]
