@@ -14,6 +14,7 @@ from d5pipe import D5PipeError
 from d5pipe.levels.datasets import load, load_for
 from d5pipe.levels.level2.point import run_point
 from d5pipe.levels.stored_samples import pixel_map, side_path
+from tests.conftest import PLUGIN_FIXTURES
 from tests.test_level2 import make_ctx, metric
 
 IMAGES = {"name": "synthetic_images", "image_shape": [3, 8, 8], "n_samples": 96, "pixels": "uint8"}
@@ -79,3 +80,49 @@ def test_measure_loader_times_the_loader_alone_and_the_model_without_it(tmp_path
     assert len(out.samples["loader_batch_samples_per_s"]) == len(out.samples["step_time_s"])
     assert len(out.samples["in_memory_step_s"]) == min(20, len(out.samples["step_time_s"]))
     assert metric(out, "step_time_in_memory").ci_low <= metric(out, "step_time_in_memory").value
+
+
+def test_augmentation_flips_the_same_samples_in_every_loader(tmp_path: Path) -> None:
+    from d5pipe.levels.level2.augment import flip_mask
+
+    tags = np.arange(10_000)
+    assert 0.45 < flip_mask(7, tags).mean() < 0.55 and not np.array_equal(flip_mask(7, tags), flip_mask(8, tags))
+
+    def train(storage: str, workers: int, augment: str) -> Any:
+        ctx = make_ctx(tmp_path, {"epochs": 2, "num_workers": workers, "augment": augment}, work=f"{storage}{workers}{augment}")
+        ctx.config["dataset"] = {"name": "digits", "storage": storage}
+        ctx.params.update({"dataset.storage": storage, "train.num_workers": workers})
+        return run_point(ctx)
+
+    flipped = [metric(train(s, w, "flip"), "weights_sha256").value for s, w in (("memory", 0), ("png", 1))]
+    assert flipped[0] == flipped[1]
+    assert metric(train("memory", 0, "none"), "weights_sha256").value != flipped[0]
+
+
+@pytest.fixture()
+def user_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(PLUGIN_FIXTURES))
+    monkeypatch.setenv("D5PIPE_ALLOW", "user_datasets")
+
+
+def test_a_users_dataset_stays_lazy_and_trains_as_its_stacked_form(tmp_path: Path, user_data: None) -> None:
+    import user_datasets  # type: ignore[import-not-found]
+
+    custom = {"name": "mine", "custom": {"mine": "user_datasets.digits"}}
+    data = load_for({**custom, "storage": "lazy"}, tmp_path)
+    assert data.meta["n_train"] == 1400 and data.meta["n_classes"] == 10
+    before = user_datasets.READS["items"]
+    assert torch.equal(data.x_train[3], load_for(custom, tmp_path).x_train[3])  # the same values as stacked
+    assert user_datasets.READS["items"] - before < 1400 * 2  # nothing stacked at load: a few items read
+
+    def train(storage: str, workers: int) -> Any:
+        ctx = make_ctx(tmp_path, {"epochs": 1, "num_workers": workers}, work=f"{storage}{workers}")
+        ctx.config["dataset"] = {**custom, "storage": storage}
+        ctx.params.update({"dataset.storage": storage, "train.num_workers": workers})
+        return run_point(ctx)
+
+    stacked = metric(train("memory", 0), "weights_sha256").value
+    assert metric(train("lazy", 0), "weights_sha256").value == stacked
+    assert metric(train("lazy", 1), "weights_sha256").value == stacked
+    with pytest.raises(D5PipeError, match="lazy keeps a factory's .train, test. torch Datasets"):
+        load_for({"name": "arr", "custom": {"arr": "user_datasets.arrays"}, "storage": "lazy"}, tmp_path)

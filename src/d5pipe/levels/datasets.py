@@ -48,7 +48,7 @@ import torch
 from d5pipe.core.atomic import write_bytes
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
-from d5pipe.levels import stored_samples
+from d5pipe.levels import stored_samples, user_samples
 from d5pipe.levels.dataset_key import (
     DATASET_FORMAT_VERSION,
     canonical_config,
@@ -172,7 +172,7 @@ def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
 
 def _stored(meta: dict[str, Any]) -> bool:
     """Whether the training samples are stored beside the file (d5pipe.levels.stored_samples)."""
-    return meta.get("storage", "memory") != "memory"
+    return meta.get("storage", "memory") not in ("memory", "lazy") and not meta.get("lazy")
 
 
 def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -180,7 +180,8 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     is stored beside the file) and the metadata."""
     with np.load(path, allow_pickle=False) as npz:
         meta: dict[str, Any] = json.loads(str(npz["meta_json"]))
-        names = () if meta.get("generated") else [n for n in ARRAY_NAMES if not (n == "x_train" and _stored(meta))]
+        names = () if meta.get("generated") or meta.get("lazy") else [
+            n for n in ARRAY_NAMES if not (n == "x_train" and _stored(meta))]
         arrays = {name: np.array(npz[name]) for name in names}
     return arrays, meta
 
@@ -192,6 +193,9 @@ def _content_checksum(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> st
 
 def _check_content(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> bool:
     """The file's arrays (or generated samples) and its stored samples are what was prepared."""
+    if meta.get("lazy"):
+        train, test = _user_splits(meta)
+        return user_samples.head_checksum(train, test, str(meta["key"])) == meta.get("head_checksum")
     expected = meta.get("file_checksum") if _stored(meta) and not meta.get("generated") else meta.get("checksum")
     if expected != _content_checksum(arrays, meta):
         return False
@@ -269,6 +273,55 @@ def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) ->
     return meta
 
 
+def _user_datasets(data: Any, key: str) -> tuple[Any, Any]:
+    """``(train, test)`` torch Datasets of a factory's result (what ``storage: lazy`` keeps)."""
+    from torch.utils.data import Dataset as TorchDataset
+
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(d, TorchDataset) for d in data):
+        return data[0], data[1]
+    raise D5PipeError(f"{key}: dataset.storage lazy keeps a factory's (train, test) torch Datasets unstacked; "
+                      f"it returned {type(data).__name__}" + (" with a collate function (not read lazily)"
+                                                              if isinstance(data, (tuple, list)) and len(data) == 3 else ""))
+
+
+def _prepare_user_lazy(dataset_cfg: dict[str, Any], key: str, splits: tuple[Any, Any], out_path: Path) -> dict[str, Any]:
+    """A lazy user dataset's metadata file (d5pipe.levels.user_samples: one pass over its items)."""
+    meta: dict[str, Any] = {"schema_version": DATASET_FORMAT_VERSION, "key": key,
+                            "config": canonical_config(dataset_cfg), **user_samples.describe(*splits, key)}
+    buf = io.BytesIO()
+    np.savez(buf, meta_json=np.array(json.dumps(meta, sort_keys=True)))
+    write_bytes(out_path, buf.getvalue())
+    return meta
+
+
+def _user_splits(meta: dict[str, Any]) -> tuple[Any, Any]:
+    """The factory's Datasets again (the runner's allow-list applies, as when it was prepared)."""
+    from d5pipe.levels.instantiate import build
+
+    name = str(meta["config"]["name"])
+    tkey = f"dataset.custom.{name}"
+    return _user_datasets(build(meta["config"]["target"], tkey), tkey)
+
+
+def _load_user_lazy(path: Path, meta: dict[str, Any]) -> Dataset:
+    """A lazy user dataset: its Datasets wrapped to index like tensors, first items checked."""
+    train, test = _user_splits(meta)
+    key = str(meta["key"])
+    if len(train) != meta["n_train"] or len(test) != meta["n_test"] or \
+            user_samples.head_checksum(train, test, key) != meta.get("head_checksum"):
+        raise D5PipeError(f"dataset file {path}: the user's Datasets no longer give what was prepared (sizes or first "
+                          "items differ; prepare it again)")
+    shape = tuple(int(d) for d in meta["input_shape"])
+    tr, te = (user_samples.DatasetSource(ds, shape, key) for ds in (train, test))
+    return Dataset(
+        x_train=LazySamples(tr, "x", 0, len(train)),  # type: ignore[arg-type]
+        y_train=LazySamples(tr, "y", 0, len(train)),  # type: ignore[arg-type]
+        x_test=LazySamples(te, "x", 0, len(test)),  # type: ignore[arg-type]
+        y_test=LazySamples(te, "y", 0, len(test)),  # type: ignore[arg-type]
+        input_shape=shape, n_classes=int(meta["n_classes"]), meta=meta,
+    )
+
+
 def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
     """Materialise the dataset at ``out_path`` (atomic) unless a valid copy is there; its metadata."""
     out_path = Path(out_path)
@@ -285,6 +338,8 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
 
     conf = resolve(dataset_cfg)
     tkey, target = target_of(dataclasses.asdict(conf), "dataset")
+    if conf.storage == "lazy":
+        return _prepare_user_lazy(dataset_cfg, key, _user_datasets(build(target, tkey), tkey), out_path)
     arrays, declared = materialise(build(target, tkey), tkey)
     labels = int(max(arrays["y_train"].max(), arrays["y_test"].max()) + 1)
     if declared is not None and declared < labels:
@@ -321,6 +376,8 @@ def load(path: Path) -> Dataset:
         raise D5PipeError(f"dataset file {path} is not a d5pipe dataset: {exc}") from exc
     if meta.get("generated"):
         return _load_generated(path, meta)
+    if meta.get("lazy"):
+        return _load_user_lazy(path, meta)
     if not _check_content(path, arrays, meta):
         raise D5PipeError(f"dataset file {path}: checksum mismatch (file corrupt or modified)")
     return Dataset(

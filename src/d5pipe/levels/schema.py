@@ -23,7 +23,7 @@ FLOAT_INPUT_MODELS: tuple[str, ...] = tuple(n for n in MODEL_NAMES if n not in T
 ADAPTER_KEYS: tuple[str, ...] = ("_input_", "_output_")
 """Keys of a ``model.custom`` entry that declare its adapter (d5pipe.levels.models.Adapter), not
 arguments of its factory: the keyword the input goes to, the output field holding the logits."""
-STORAGES: tuple[str, ...] = ("memory", "npy", "png")
+STORAGES: tuple[str, ...] = ("memory", "npy", "png", "lazy")
 PIXELS: tuple[str, ...] = ("float32", "uint8")
 PNG_CHANNELS: tuple[int, ...] = (1, 3)
 """Image channels a PNG of d5pipe holds (grey, RGB)."""
@@ -99,7 +99,9 @@ class DatasetConf:
     memory map) or ``png`` (one PNG file a sample, decoded per sample; 8-bit pixels: digits, or
     ``pixels: uint8``). ``npy`` and ``png`` are written once by the prepare_data job and read by a
     DataLoader over one sample at a time (d5pipe.levels.stored_samples); every storage of a
-    dataset holds the same values."""
+    dataset holds the same values. ``lazy``: a user's dataset whose factory returns ``(train,
+    test)`` torch Datasets is never stacked; each sample is read through its ``__getitem__``
+    (d5pipe.levels.user_samples)."""
     pixels: str = later("float32", choices=PIXELS)
     """synthetic (with ``image_shape``) and synthetic_images: ``uint8`` rounds every value to one of
     256 levels, ``(q - 128) / 32`` for ``q`` in 0..255, so that the images are 8-bit pixels (what
@@ -158,6 +160,9 @@ def _check_storage(dataset: Mapping[str, Any], where: str) -> None:
     if pixels != "float32" and not synthetic_images:
         raise D5PipeError(f"{where}.pixels: {pixels!r} -- only synthetic images (synthetic with image_shape, "
                           "synthetic_images) are rounded to pixels")
+    if storage == "lazy" and name in DATASET_NAMES:
+        raise D5PipeError(f"{where}.storage: lazy keeps a user's torch Datasets unstacked (dataset.custom); "
+                          f"{name} is built in: use memory, npy or png")
     if storage != "png" or name not in DATASET_NAMES:  # a user's dataset is checked when it is prepared
         return
     if name == "digits":

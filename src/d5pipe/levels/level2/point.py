@@ -164,7 +164,8 @@ def fit(
     scheduler = make_scheduler(optimizer, conf)
     options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
     loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device,
-                         make_batches(conf, data, seed), options)
+                         make_batches(conf, data, seed), options,
+                         conf.augment, derive_seed(seed, "augment"))
     names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
              "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
     curves: dict[str, list[float]] = {k: [] for k in names}
@@ -277,7 +278,8 @@ def _loader_alone(data: Dataset, conf: TrainConf, seed: int, device: torch.devic
     each batch's samples over the time from asking for it to having it on the device."""
     options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
     loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device,
-                         make_batches(conf, data, seed), options)
+                         make_batches(conf, data, seed), options,
+                         conf.augment, derive_seed(seed, "augment"))
     rates: list[float] = []
     last = time.perf_counter_ns()
     for _, yb in loader:
@@ -292,7 +294,8 @@ def _in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int
                      ) -> tuple[list[float], int]:
     """Step times of a copy of ``model`` (and a fresh optimizer) on the first batches of an epoch,
     held on the device before the first step: the training step with no loader at all."""
-    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, 0, device, make_batches(conf, data, seed))
+    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, 0, device, make_batches(conf, data, seed),
+                         augment=conf.augment, augment_seed=derive_seed(seed, "augment"))
     held = [b for b, _ in zip(loader, range(IN_MEMORY_STEPS), strict=False)]
     twin = copy.deepcopy(model)
     stats = train_epoch(twin, held, make_optimizer(twin.parameters(), conf), device, 0, StepLog(None),

@@ -46,6 +46,10 @@ class TrainConf:
     persistent_workers: bool = later(False)
     """Level 2, with ``num_workers`` > 0: keep the workers between epochs instead of starting
     them at each epoch's first batch (that start is part of ``first_batch_s``)."""
+    augment: str = later("none", choices=("none", "flip"))
+    """Level 2: per-sample augmentation in the loader: ``flip`` mirrors each drawn sample left-right
+    with probability 1/2, by a hash of the training seed, epoch and index (the same samples in every
+    loader and storage; d5pipe.levels.level2.augment)."""
     measure_loader: bool = later(False)
     """Level 2: after training, also time one epoch of the loader alone (``loader_samples_per_s``)
     and steps on batches already in memory (``step_time_in_memory``, ``model_samples_per_s``: what

@@ -38,6 +38,7 @@ from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.datasets import Samples
 from d5pipe.levels.device import synchronize
 from d5pipe.levels.lazy_samples import LazySamples
+from d5pipe.levels.level2.augment import Augmented, EpochTagged
 from d5pipe.levels.micro_batches import backward
 from d5pipe.measure.determinism import loader_generator, seed_worker
 
@@ -131,7 +132,7 @@ class LoaderOptions:
 def make_loader(
     x: Samples, y: Samples, batch_size: int, seed: int, num_workers: int = 0,
     device: torch.device | None = None, batches: IndexSampler | None = None,
-    options: LoaderOptions | None = None,
+    options: LoaderOptions | None = None, augment: str = "none", augment_seed: int = 0,
 ) -> Batches:
     """Shuffled batches on ``device`` (default CPU) from a sampler seeded with ``seed``, or the index
     batches of ``batches`` (a user's sampler, d5pipe.levels.level2.sampling.IndexBatches).
@@ -139,13 +140,20 @@ def make_loader(
     The batches are the same for any ``num_workers``. Without workers the whole split is moved to
     the device once and batches are gathered there (the DataLoader's per-batch cost is measurable
     on small models); with workers a DataLoader (seeded generator, :func:`seed_worker`,
-    ``options``) gathers them on the CPU and each batch is copied to the device.
+    ``options``) gathers them on the CPU and each batch is copied to the device. ``augment``
+    (d5pipe.levels.level2.augment, seeded by ``augment_seed``) works on the CPU in whatever fetches
+    the batch.
     """
     device = device or torch.device("cpu")
-    sampler = batches if batches is not None else ShuffledBatches(len(y), batch_size, loader_generator(seed))
-    generated = isinstance(x, LazySamples) or isinstance(y, LazySamples)
+    sampler: IndexSampler = batches if batches is not None else ShuffledBatches(len(y), batch_size,
+                                                                                loader_generator(seed))
+    if augment != "none":
+        n = len(y)
+        sampler = EpochTagged(sampler, n)
+        x, y = Augmented(x, n, augment_seed), Augmented(y, n, None)  # type: ignore[assignment]
+    generated = isinstance(x, (LazySamples, Augmented)) or isinstance(y, (LazySamples, Augmented))
     opts = options or LoaderOptions()
-    if isinstance(x, LazySamples) and getattr(x.generator, "per_sample", False):
+    if getattr(x, "per_sample", False) or (isinstance(x, LazySamples) and getattr(x.generator, "per_sample", False)):
         return OnDevice(_per_sample_loader(x, y, sampler, seed, num_workers, device, opts), device)
     if num_workers <= 0:
         if generated:  # never the whole split on the device: each batch generated, then copied
@@ -184,6 +192,9 @@ class PerSample(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
         return len(self.y)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        source = getattr(self.x, "generator", None)
+        if source is not None and source is getattr(self.y, "generator", None) and hasattr(source, "item"):
+            return source.item(int(i) + self.x.start)  # type: ignore[union-attr]  # a user's item, read once
         return self.x[int(i)], self.y[int(i)]
 
 

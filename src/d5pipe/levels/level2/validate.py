@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, check_micro_batches, section
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.schema import check_dataset, check_model
+from d5pipe.levels.schema import DatasetConf, check_dataset, check_model
 from d5pipe.levels.targets import check_metrics, check_slots, metric_user_targets
 from d5pipe.levels.targets import used_targets as _used
 
@@ -24,6 +25,17 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_dataset(section(cfg, "dataset"))
     check_device_name(setting(section(cfg, "train"), TrainConf, "device"), "train.device")
     check_micro_batches(section(cfg, "train"), TrainConf, "train")
+    check_augment(cfg)
+
+
+def check_augment(cfg: Mapping[str, Any]) -> None:
+    """``train.augment`` mirrors images: not token ids, tabular rows or flat vectors."""
+    augment = setting(section(cfg, "train"), TrainConf, "augment")
+    dataset = section(cfg, "dataset")
+    name = setting(dataset, DatasetConf, "name")
+    flat = name in ("breast_cancer", "wine", "synthetic_tokens") or (name == "synthetic" and not dataset.get("image_shape"))
+    if augment != "none" and flat:
+        raise D5PipeError(f"train.augment: {augment!r} mirrors images, and dataset {name} has none")
 
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:

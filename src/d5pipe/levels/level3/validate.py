@@ -16,7 +16,7 @@ from d5pipe.levels.targets import used_targets as _used
 
 SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "strategy")
 """The plug-in slots a level-3 point uses (d5pipe.levels.targets.SLOTS)."""
-LEVEL2_ONLY_KEYS: tuple[str, ...] = ("sampler",)
+LEVEL2_ONLY_KEYS: tuple[str, ...] = ("sampler", "augment")
 """``train`` keys that change what a level-2 run computes and that level 3, which draws its global
 batches itself (d5pipe.levels.level3.training), would ignore. (The DataLoader's settings change only
 how fast batches come, and level 3 has no DataLoader: they are not refused.)"""
