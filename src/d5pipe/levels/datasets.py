@@ -58,7 +58,7 @@ from d5pipe.levels.dataset_key import (
 )
 from d5pipe.levels.lazy_samples import Generator, LazySamples, lazy_splits
 
-ARRAY_NAMES: tuple[str, ...] = ("x_train", "y_train", "x_test", "y_test")
+ARRAY_NAMES: tuple[str, ...] = user_samples.SPLIT_NAMES
 CHECKSUM_SAMPLES = 4
 """A generated dataset's checksum covers the first this many samples and labels of each split."""
 
@@ -97,66 +97,6 @@ def require_materialised(data: Dataset, who: str) -> tuple[torch.Tensor, torch.T
         raise PointSkipped(f"{who} needs a materialised dataset; dataset {data.meta.get('key')} is generated "
                            f"on demand ({data.meta.get('n_samples')} samples of {list(data.input_shape)})")
     return tensors[0], tensors[1], tensors[2], tensors[3]
-
-
-def _as_array(value: Any, key: str, what: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return np.asarray(value.detach().cpu().numpy())
-    try:
-        return np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise D5PipeError(f"{key}: {what} is not an array ({exc})") from None
-
-
-def _stack(dataset: Any, collate: Any, key: str, what: str) -> tuple[Any, Any]:
-    from torch.utils.data import default_collate
-
-    try:
-        items = [dataset[i] for i in range(len(dataset))]
-    except TypeError as exc:
-        raise D5PipeError(f"{key}: the {what} dataset needs __len__ and __getitem__ ({exc})") from None
-    batch = (collate or default_collate)(items)
-    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-        raise D5PipeError(f"{key}: collating the {what} dataset gave {type(batch).__name__}, not (x, y)")
-    return batch[0], batch[1]
-
-
-def materialise(data: Any, key: str) -> tuple[dict[str, np.ndarray], int | None]:
-    """A dataset factory's result as the four arrays (x float32, y int64) and its declared classes."""
-    from torch.utils.data import Dataset as TorchDataset
-
-    declared: int | None = None
-    if isinstance(data, dict):
-        missing = [n for n in ARRAY_NAMES if n not in data]
-        if missing:
-            raise D5PipeError(f"{key}: the dataset mapping lacks {missing}")
-        declared = int(data["n_classes"]) if data.get("n_classes") is not None else None
-        parts = [data[n] for n in ARRAY_NAMES]
-    elif isinstance(data, (tuple, list)) and len(data) in (2, 3) and isinstance(data[0], TorchDataset):
-        collate = data[2] if len(data) == 3 else None
-        x_tr, y_tr = _stack(data[0], collate, key, "train")
-        x_te, y_te = _stack(data[1], collate, key, "test")
-        parts = [x_tr, y_tr, x_te, y_te]
-    elif isinstance(data, (tuple, list)) and len(data) == 4:
-        parts = list(data)
-    else:
-        raise D5PipeError(f"{key}: a dataset factory returned {type(data).__name__}; expected "
-                          "(x_train, y_train, x_test, y_test), a mapping of those, or (train, test) Datasets")
-    arrays = {n: _as_array(v, key, n) for n, v in zip(ARRAY_NAMES, parts)}
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y) or len(y) == 0:
-            raise D5PipeError(f"{key}: {split} split has x {x.shape} and y {y.shape}; need (N, ...) and (N,)")
-    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
-        raise D5PipeError(f"{key}: train samples {arrays['x_train'].shape[1:]} and test samples "
-                          f"{arrays['x_test'].shape[1:]} differ in shape")
-    for n in ("y_train", "y_test"):
-        y = arrays[n]
-        if not (np.issubdtype(y.dtype, np.integer) or np.all(np.mod(y, 1) == 0)) or y.min() < 0:
-            raise D5PipeError(f"{key}: {n} must hold class indices 0, 1, ...")
-    out = {n: np.ascontiguousarray(arrays[n], dtype=np.float32 if n.startswith("x") else np.int64)
-           for n in ARRAY_NAMES}
-    return out, declared
 
 
 def arrays_checksum(arrays: dict[str, np.ndarray]) -> str:
@@ -273,17 +213,6 @@ def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) ->
     return meta
 
 
-def _user_datasets(data: Any, key: str) -> tuple[Any, Any]:
-    """``(train, test)`` torch Datasets of a factory's result (what ``storage: lazy`` keeps)."""
-    from torch.utils.data import Dataset as TorchDataset
-
-    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(d, TorchDataset) for d in data):
-        return data[0], data[1]
-    raise D5PipeError(f"{key}: dataset.storage lazy keeps a factory's (train, test) torch Datasets unstacked; "
-                      f"it returned {type(data).__name__}" + (" with a collate function (not read lazily)"
-                                                              if isinstance(data, (tuple, list)) and len(data) == 3 else ""))
-
-
 def _prepare_user_lazy(dataset_cfg: dict[str, Any], key: str, splits: tuple[Any, Any], out_path: Path) -> dict[str, Any]:
     """A lazy user dataset's metadata file (d5pipe.levels.user_samples: one pass over its items)."""
     meta: dict[str, Any] = {"schema_version": DATASET_FORMAT_VERSION, "key": key,
@@ -300,7 +229,7 @@ def _user_splits(meta: dict[str, Any]) -> tuple[Any, Any]:
 
     name = str(meta["config"]["name"])
     tkey = f"dataset.custom.{name}"
-    return _user_datasets(build(meta["config"]["target"], tkey), tkey)
+    return user_samples.user_datasets(build(meta["config"]["target"], tkey), tkey)
 
 
 def _load_user_lazy(path: Path, meta: dict[str, Any]) -> Dataset:
@@ -339,8 +268,8 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
     conf = resolve(dataset_cfg)
     tkey, target = target_of(dataclasses.asdict(conf), "dataset")
     if conf.storage == "lazy":
-        return _prepare_user_lazy(dataset_cfg, key, _user_datasets(build(target, tkey), tkey), out_path)
-    arrays, declared = materialise(build(target, tkey), tkey)
+        return _prepare_user_lazy(dataset_cfg, key, user_samples.user_datasets(build(target, tkey), tkey), out_path)
+    arrays, declared = user_samples.materialise(build(target, tkey), tkey)
     labels = int(max(arrays["y_train"].max(), arrays["y_test"].max()) + 1)
     if declared is not None and declared < labels:
         raise D5PipeError(f"{tkey}: n_classes={declared} but the labels go up to {labels - 1}")

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,26 +62,32 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe.core.canonical import canonical_json
-from d5pipe.core.fields import conf_from_dict, default_of, setting
+from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
-from d5pipe.core.seeds import derive_seed
 from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
-from d5pipe.levels.device import require_device, state_dict_sha256, synchronize
+from d5pipe.levels.device import require_device, state_dict_sha256
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
+from d5pipe.levels.level2.pipeline import (
+    in_memory_steps,
+    loader_alone,
+    loader_metrics,
+    train_labels,
+    training_loader,
+    training_seed,
+)
 from d5pipe.levels.level2.sampler_check import check_sampler
-from d5pipe.levels.level2.sampling import IndexBatches, make_sampler
+from d5pipe.levels.level2.sampling import make_sampler
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.level2.train_loop import LoaderOptions, StepLog, evaluate, make_loader, train_epoch
+from d5pipe.levels.level2.train_loop import StepLog, evaluate, train_epoch
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler as build_scheduler
-from d5pipe.levels.schema import DatasetConf, ModelConf
+from d5pipe.levels.schema import ModelConf
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
@@ -144,28 +149,13 @@ class TrainResult:
     time_to_target_s: float | None
 
 
-def make_batches(conf: TrainConf, data: Dataset, seed: int) -> IndexBatches | None:
-    """The index batches of a user's sampler (``train.sampler``); None for the built-in shuffle."""
-    if conf.sampler == "shuffle":
-        return None
-    return IndexBatches(make_sampler(asdict(conf), len(data.y_train), train_labels(data), seed), conf.batch_size)
-
-
-def train_labels(data: Dataset) -> torch.Tensor:
-    """The training split's labels, whole (generated ones: only the labels, not the samples)."""
-    return data.y_train[torch.arange(len(data.y_train))]
-
-
 def fit(
     model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog
 ) -> TrainResult:
     """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
     optimizer = make_optimizer(model.parameters(), conf)
     scheduler = make_scheduler(optimizer, conf)
-    options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
-    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device,
-                         make_batches(conf, data, seed), options,
-                         conf.augment, derive_seed(seed, "augment"))
+    loader = training_loader(conf, data, seed, device)
     names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
              "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
     curves: dict[str, list[float]] = {k: [] for k in names}
@@ -269,57 +259,6 @@ def _data_metrics(result: TrainResult) -> list[Metric]:
     ]
 
 
-IN_MEMORY_STEPS = 20
-"""``train.measure_loader``: steps timed on batches held in memory (fewer when an epoch has fewer)."""
-
-
-def _loader_alone(data: Dataset, conf: TrainConf, seed: int, device: torch.device) -> list[float]:
-    """One epoch of the training loader without the model (the same batches as the first epoch):
-    each batch's samples over the time from asking for it to having it on the device."""
-    options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
-    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, conf.num_workers, device,
-                         make_batches(conf, data, seed), options,
-                         conf.augment, derive_seed(seed, "augment"))
-    rates: list[float] = []
-    last = time.perf_counter_ns()
-    for _, yb in loader:
-        synchronize(device)
-        now = time.perf_counter_ns()
-        rates.append(len(yb) / max((now - last) * 1e-9, 1e-12))
-        last = now
-    return rates
-
-
-def _in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device
-                     ) -> tuple[list[float], int]:
-    """Step times of a copy of ``model`` (and a fresh optimizer) on the first batches of an epoch,
-    held on the device before the first step: the training step with no loader at all."""
-    loader = make_loader(data.x_train, data.y_train, conf.batch_size, seed, 0, device, make_batches(conf, data, seed),
-                         augment=conf.augment, augment_seed=derive_seed(seed, "augment"))
-    held = [b for b, _ in zip(loader, range(IN_MEMORY_STEPS), strict=False)]
-    twin = copy.deepcopy(model)
-    stats = train_epoch(twin, held, make_optimizer(twin.parameters(), conf), device, 0, StepLog(None),
-                        micro_batches=conf.micro_batches)
-    return stats.step_times_s, len(held[0][1]) if held else 0
-
-
-def _loader_metrics(rates: list[float], in_memory: list[float], batch: int) -> list[Metric]:
-    """``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
-    (median, CI) and the model's consumption rate ``model_samples_per_s`` (a batch over each step)."""
-    out: list[Metric] = []
-    if rates:
-        r = summarize(rates)
-        out.append(Metric("loader_samples_per_s", r.median, "samples/s", "timing", r.ci_low, r.ci_high,
-                          "loader_batch_samples_per_s"))
-    if in_memory and batch:
-        t = summarize(in_memory)
-        m = summarize([batch / s for s in in_memory])
-        out += [Metric("step_time_in_memory", t.median, "s", "timing", t.ci_low, t.ci_high, "in_memory_step_s"),
-                Metric("model_samples_per_s", m.median, "samples/s", "timing", m.ci_low, m.ci_high,
-                       "in_memory_samples_per_s")]
-    return out
-
-
 MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
                "the optimizer's state and step are the same for every micro_batches and are not in it")
 
@@ -333,41 +272,6 @@ def _step_memory(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, d
     peak = peak_memory(lambda: micro_batches.backward(model, loss_fn, xb, yb, k), str(device))
     model.zero_grad(set_to_none=True)
     return peak
-
-
-PIPELINE_KEYS: dict[str, tuple[str, ...]] = {
-    "train": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "measure_loader",
-              "micro_batches"),
-    "dataset": ("storage",),
-}
-"""Keys that change how a training run gets its batches or splits them, not what it computes:
-variants that differ only in them train from the same seed (:func:`training_seed`)."""
-
-
-def training_seed(ctx: PointContext) -> tuple[int, str]:
-    """The seed of a training run (initial weights, batch order, dropout) and how it was found.
-
-    The point seed, unless the experiment sweeps or sets a key of :data:`PIPELINE_KEYS`: then a seed
-    derived from the root seed and the point's config and sweep values without those keys, so the
-    variants of one configuration (storage x workers x micro-batches, in the same repetition) train
-    from the same weights on the same batches and must end with the same weights. (A point that
-    uses none of them keeps the seed it always had.)
-    """
-    keys = {f"{section}.{k}" for section, names in PIPELINE_KEYS.items() for k in names}
-    schemas = {"train": TrainConf, "dataset": DatasetConf}
-    used = any(k in keys for k in ctx.params) or any(
-        setting(ctx.config.get(section), schemas[section], k) != default_of(schemas[section], k)
-        for section, names in PIPELINE_KEYS.items() for k in names)
-    if not used:
-        return ctx.seed, "the point seed"
-    config = {section: dict(values) for section, values in ctx.config.items() if isinstance(values, dict)}
-    for section, names in PIPELINE_KEYS.items():
-        for k in names:
-            config.get(section, {}).pop(k, None)
-    identity = canonical_json({"root": ctx.config.get("seed", 0), "stage": ctx.stage, "config": config,
-                               "params": {k: v for k, v in ctx.params.items() if k not in keys}})
-    return derive_seed(int(ctx.config.get("seed", 0)), "level2-training:" + identity), \
-        "shared by the variants that differ only in " + ", ".join(sorted(keys))
 
 
 def run_point(ctx: PointContext) -> PointOutcome:
@@ -414,8 +318,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         rates: list[float] = []
         in_memory: tuple[list[float], int] = ([], 0)
         if conf.measure_loader:
-            rates = _loader_alone(data, conf, seed, device)
-            in_memory = _in_memory_steps(model, data, conf, seed, device)
+            rates = loader_alone(data, conf, seed, device)
+            in_memory = in_memory_steps(model, data, conf, seed, device)
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
@@ -424,7 +328,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
         metrics.append(Metric("step_peak_memory", memory.bytes, "B", "numerical"))
-    metrics += _loader_metrics(rates, in_memory[0], in_memory[1])
+    metrics += loader_metrics(rates, in_memory[0], in_memory[1])
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
         peak = flops_peak(ctx.cache, str(device), torch.float32) if conf.peak else None

@@ -1,0 +1,137 @@
+"""Level 2's input pipeline around the training loop: the loader a point trains from, the seed its
+feeding variants share, and the measurements of the loader alone and of the model without it.
+
+* :func:`training_loader`: the training split's batches as ``train.*`` says (sampler, workers,
+  DataLoader settings, augmentation; d5pipe.levels.level2.train_loop.make_loader);
+* :func:`training_seed`: the seed of a training run, shared by variants that differ only in how they
+  are fed (:data:`PIPELINE_KEYS`), so they must end with the same weights;
+* ``train.measure_loader``: :func:`loader_alone` (one epoch of the loader without the model) and
+  :func:`in_memory_steps` (steps of a copy of the model on batches held in memory), summarised by
+  :func:`loader_metrics`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict
+
+import torch
+from torch import nn
+
+from d5pipe.core.canonical import canonical_json
+from d5pipe.core.fields import default_of, setting
+from d5pipe.core.outcome import Metric
+from d5pipe.core.seeds import derive_seed
+from d5pipe.levels.contract import PointContext
+from d5pipe.levels.datasets import Dataset
+from d5pipe.levels.device import synchronize
+from d5pipe.levels.level2.sampling import IndexBatches, make_sampler
+from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level2.train_loop import Batches, LoaderOptions, StepLog, make_loader, train_epoch
+from d5pipe.levels.optim import make_optimizer as build_optimizer
+from d5pipe.levels.schema import DatasetConf
+from d5pipe.measure.stats import summarize
+
+
+def training_loader(conf: TrainConf, data: Dataset, seed: int, device: torch.device,
+                    workers: int | None = None) -> Batches:
+    """The training split's batches for ``conf`` (``workers``: instead of ``train.num_workers``)."""
+    options = LoaderOptions(conf.pin_memory, conf.prefetch_factor, conf.persistent_workers)
+    return make_loader(data.x_train, data.y_train, conf.batch_size, seed,
+                       conf.num_workers if workers is None else workers, device, make_batches(conf, data, seed),
+                       options, conf.augment, derive_seed(seed, "augment"))
+
+
+def make_batches(conf: TrainConf, data: Dataset, seed: int) -> IndexBatches | None:
+    """The index batches of a user's sampler (``train.sampler``); None for the built-in shuffle."""
+    if conf.sampler == "shuffle":
+        return None
+    return IndexBatches(make_sampler(asdict(conf), len(data.y_train), train_labels(data), seed), conf.batch_size)
+
+
+def train_labels(data: Dataset) -> torch.Tensor:
+    """The training split's labels, whole (generated ones: only the labels, not the samples)."""
+    return data.y_train[torch.arange(len(data.y_train))]
+
+
+IN_MEMORY_STEPS = 20
+"""``train.measure_loader``: steps timed on batches held in memory (fewer when an epoch has fewer)."""
+
+
+def loader_alone(data: Dataset, conf: TrainConf, seed: int, device: torch.device) -> list[float]:
+    """One epoch of the training loader without the model (the same batches as the first epoch):
+    each batch's samples over the time from asking for it to having it on the device."""
+    loader = training_loader(conf, data, seed, device)
+    rates: list[float] = []
+    last = time.perf_counter_ns()
+    for _, yb in loader:
+        synchronize(device)
+        now = time.perf_counter_ns()
+        rates.append(len(yb) / max((now - last) * 1e-9, 1e-12))
+        last = now
+    return rates
+
+
+def in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device
+                     ) -> tuple[list[float], int]:
+    """Step times of a copy of ``model`` (and a fresh optimizer) on the first batches of an epoch,
+    held on the device before the first step: the training step with no loader at all."""
+    loader = training_loader(conf, data, seed, device, workers=0)
+    held = [b for b, _ in zip(loader, range(IN_MEMORY_STEPS), strict=False)]
+    twin = copy.deepcopy(model)
+    stats = train_epoch(twin, held, build_optimizer(asdict(conf), twin.parameters()), device, 0, StepLog(None),
+                        micro_batches=conf.micro_batches)
+    return stats.step_times_s, len(held[0][1]) if held else 0
+
+
+def loader_metrics(rates: list[float], in_memory: list[float], batch: int) -> list[Metric]:
+    """``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
+    (median, CI) and the model's consumption rate ``model_samples_per_s`` (a batch over each step)."""
+    out: list[Metric] = []
+    if rates:
+        r = summarize(rates)
+        out.append(Metric("loader_samples_per_s", r.median, "samples/s", "timing", r.ci_low, r.ci_high,
+                          "loader_batch_samples_per_s"))
+    if in_memory and batch:
+        t = summarize(in_memory)
+        m = summarize([batch / s for s in in_memory])
+        out += [Metric("step_time_in_memory", t.median, "s", "timing", t.ci_low, t.ci_high, "in_memory_step_s"),
+                Metric("model_samples_per_s", m.median, "samples/s", "timing", m.ci_low, m.ci_high,
+                       "in_memory_samples_per_s")]
+    return out
+
+
+PIPELINE_KEYS: dict[str, tuple[str, ...]] = {
+    "train": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "measure_loader",
+              "micro_batches"),
+    "dataset": ("storage",),
+}
+"""Keys that change how a training run gets its batches or splits them, not what it computes:
+variants that differ only in them train from the same seed (:func:`training_seed`)."""
+
+
+def training_seed(ctx: PointContext) -> tuple[int, str]:
+    """The seed of a training run (initial weights, batch order, dropout) and how it was found.
+
+    The point seed, unless the experiment sweeps or sets a key of :data:`PIPELINE_KEYS`: then a seed
+    derived from the root seed and the point's config and sweep values without those keys, so the
+    variants of one configuration (storage x workers x micro-batches, in the same repetition) train
+    from the same weights on the same batches and must end with the same weights. (A point that
+    uses none of them keeps the seed it always had.)
+    """
+    keys = {f"{section}.{k}" for section, names in PIPELINE_KEYS.items() for k in names}
+    schemas = {"train": TrainConf, "dataset": DatasetConf}
+    used = any(k in keys for k in ctx.params) or any(
+        setting(ctx.config.get(section), schemas[section], k) != default_of(schemas[section], k)
+        for section, names in PIPELINE_KEYS.items() for k in names)
+    if not used:
+        return ctx.seed, "the point seed"
+    config = {section: dict(values) for section, values in ctx.config.items() if isinstance(values, dict)}
+    for section, names in PIPELINE_KEYS.items():
+        for k in names:
+            config.get(section, {}).pop(k, None)
+    identity = canonical_json({"root": ctx.config.get("seed", 0), "stage": ctx.stage, "config": config,
+                               "params": {k: v for k, v in ctx.params.items() if k not in keys}})
+    return derive_seed(int(ctx.config.get("seed", 0)), "level2-training:" + identity), \
+        "shared by the variants that differ only in " + ", ".join(sorted(keys))
