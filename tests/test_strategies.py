@@ -36,18 +36,20 @@ def test_analytic_expectations() -> None:
 
 def _ctx(root: Path, data: Path, cache: dict[str, Any], backend: str, ranks: int, strategy: str) -> PointContext:
     dist = {"backend": backend, "ranks": ranks, "global_batch": 32, "steps": STEPS, "warmup_steps": WARMUP,
-            "strategy": strategy, "timeout_s": 240.0, "threads_per_rank": 1,
+            "strategy": strategy, "timeout_s": 240.0, "threads_per_rank": 1, "target_loss": 100.0,
             "custom_strategies": {"fp16": {"_target_": "mypkg.strategy.FP16AllReduce"}}}
     config = {"name": "strategies", "seed": 3, "distributed": dist, "model": {"name": "mlp", "hidden": [32]},
               "dataset": {"name": "digits"}, "train": {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9},
               "timer": {}}
     work = root / f"{backend}{ranks}-{strategy}"
     work.mkdir(parents=True, exist_ok=True)
-    return PointContext("strategies", "level3", strategy, {}, config, 17, root, work, data, {"name": "local"}, cache)
+    # a strategy sweep (distributed.strategy swept): the points' own seeds differ, their training seed does not
+    return PointContext("strategies", "level3", strategy, {"distributed.strategy": strategy}, config,
+                        17 + len(strategy), root, work, data, {"name": "local"}, cache)
 
 
 def _m(out: PointOutcome) -> dict[str, Any]:
-    return {m.name: m.value for m in out.metrics}
+    return {**{m.name: m.value for m in out.metrics}, "first_loss": out.extra["losses_rank0"][0]}
 
 
 @pytest.mark.slow
@@ -75,9 +77,13 @@ def test_bytes_per_rank_step_match_the_analytic_expectation(
             assert expected > 0 and abs(counted / expected - 1) <= 0.05, (strategy, counted, expected)
             assert m["strategy"] == strategy
             assert math.isfinite(m["serial_max_abs_diff"])
+            assert 0 <= m["test_accuracy"] <= 1 and math.isfinite(m["test_loss"])
+            assert m["steps_to_target_loss"] == 1 and m["time_to_target_loss_s"] > 0  # any first loss is below 100
     finally:
         run_closers(cache)
     assert seen["allreduce"]["matches_serial"] == "pass" and seen["allreduce"]["params_identical"] == "pass"
+    # one starting model and one batch order for every strategy: the first step's loss is the same
+    assert len({round(m["first_loss"], 6) for m in seen.values()}) == 1
     grad = seen["allreduce"]["gradient_bytes"]
     assert seen["topk"]["comm_payload_bytes_per_rank_step"] < grad / 10  # compression really compresses
     for lossy in ("topk", "local_sgd", "ring"):

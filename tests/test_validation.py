@@ -47,6 +47,7 @@ BAD_VALUES = [
     ("distributed.benchmark=bench", "distributed.benchmark"),
     ("distributed.launcher=pdsh", "distributed.launcher"),
     ("distributed.steps=0", "distributed.steps"),
+    ("distributed.target_loss=-1", "distributed.target_loss"),
     ("distributed.timeout_s=-5", "distributed.timeout_s"),
     ("distributed.global_batch=63", "distributed.global_batch"),
     ("sweep.grid.distributed.ranks=[0,1]", "distributed.ranks"),

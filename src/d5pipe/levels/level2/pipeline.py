@@ -19,8 +19,6 @@ from dataclasses import asdict
 import torch
 from torch import nn
 
-from d5pipe.core.canonical import canonical_json
-from d5pipe.core.fields import default_of, setting
 from d5pipe.core.outcome import Metric
 from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.contract import PointContext
@@ -31,6 +29,7 @@ from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import Batches, LoaderOptions, StepLog, make_loader, train_epoch
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.schema import DatasetConf
+from d5pipe.levels.variant_seed import VariantKeys, variant_seed
 from d5pipe.measure.stats import summarize
 
 
@@ -102,36 +101,18 @@ def loader_metrics(rates: list[float], in_memory: list[float], batch: int) -> li
     return out
 
 
-PIPELINE_KEYS: dict[str, tuple[str, ...]] = {
-    "train": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "measure_loader",
-              "micro_batches"),
-    "dataset": ("storage",),
+PIPELINE_KEYS: VariantKeys = {
+    "train": (TrainConf, ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "measure_loader",
+                          "micro_batches")),
+    "dataset": (DatasetConf, ("storage",)),
 }
 """Keys that change how a training run gets its batches or splits them, not what it computes:
 variants that differ only in them train from the same seed (:func:`training_seed`)."""
 
 
 def training_seed(ctx: PointContext) -> tuple[int, str]:
-    """The seed of a training run (initial weights, batch order, dropout) and how it was found.
-
-    The point seed, unless the experiment sweeps or sets a key of :data:`PIPELINE_KEYS`: then a seed
-    derived from the root seed and the point's config and sweep values without those keys, so the
-    variants of one configuration (storage x workers x micro-batches, in the same repetition) train
-    from the same weights on the same batches and must end with the same weights. (A point that
-    uses none of them keeps the seed it always had.)
-    """
-    keys = {f"{section}.{k}" for section, names in PIPELINE_KEYS.items() for k in names}
-    schemas = {"train": TrainConf, "dataset": DatasetConf}
-    used = any(k in keys for k in ctx.params) or any(
-        setting(ctx.config.get(section), schemas[section], k) != default_of(schemas[section], k)
-        for section, names in PIPELINE_KEYS.items() for k in names)
-    if not used:
-        return ctx.seed, "the point seed"
-    config = {section: dict(values) for section, values in ctx.config.items() if isinstance(values, dict)}
-    for section, names in PIPELINE_KEYS.items():
-        for k in names:
-            config.get(section, {}).pop(k, None)
-    identity = canonical_json({"root": ctx.config.get("seed", 0), "stage": ctx.stage, "config": config,
-                               "params": {k: v for k, v in ctx.params.items() if k not in keys}})
-    return derive_seed(int(ctx.config.get("seed", 0)), "level2-training:" + identity), \
-        "shared by the variants that differ only in " + ", ".join(sorted(keys))
+    """The seed of a training run (initial weights, batch order, dropout) and how it was found:
+    shared by the variants that differ only in :data:`PIPELINE_KEYS` (storage x workers x
+    micro-batches, in one repetition), which must then end with the same weights
+    (d5pipe.levels.variant_seed)."""
+    return variant_seed(ctx, PIPELINE_KEYS, "level2-training")

@@ -37,13 +37,14 @@ from d5pipe.core.seeds import derive_seed
 from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.level3 import outcome, training
+from d5pipe.levels.level3 import outcome, quality, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, session_for
 from d5pipe.levels.level3.shard_check import shard_metric
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.variant_seed import VariantKeys, variant_seed
 from d5pipe.measure.process import die_with_parent
 
 if TYPE_CHECKING:
@@ -69,11 +70,17 @@ def _skip_if_unavailable(backend: str, device: str) -> None:
         raise PointSkipped(f"train.device={device} but no CUDA device is available")
 
 
+STRATEGY_KEYS: VariantKeys = {"distributed": (DistributedConf, ("strategy", "custom_strategies", "target_loss"))}
+"""A strategy sweep's variants start from the same model and draw the same global batches
+(d5pipe.levels.variant_seed); ``target_loss`` only reads the losses."""
+
+
 def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
     """The JSON the workers read: everything they need, nothing interpolated into a command."""
     cfg = ctx.config
     dist_cfg = dataclasses.asdict(conf_from_dict(DistributedConf, "distributed", cfg["distributed"]))
     ranks = int(dist_cfg["ranks"])
+    seed, how = variant_seed(ctx, STRATEGY_KEYS, "level3-training")
     spec: dict[str, Any] = {
         "experiment": ctx.experiment,
         "point_id": ctx.point_id,
@@ -84,8 +91,9 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
         "warmup_steps": int(dist_cfg["warmup_steps"]),
         "timeout_s": float(dist_cfg["timeout_s"]),
         "out_dir": str(out_dir),
-        "rank_seeds": rank_seeds(ctx.seed, ranks),
+        "rank_seeds": rank_seeds(seed, ranks),
         "device": str(setting(cfg.get("train"), TrainConf, "device")),
+        "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": how},
     }
     if spec["benchmark"] == "collective":
         spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
@@ -99,7 +107,7 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
             per_rank_batch=per_rank,
             model=dict(cfg["model"]),
             train=dict(cfg["train"]),
-            data_seed=derive_seed(ctx.seed, "data"),
+            data_seed=derive_seed(seed, "data"),
         )
     return spec
 
@@ -243,6 +251,14 @@ def run_point(ctx: PointContext) -> PointOutcome:
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
     result.metrics.append(shard_metric(out_dir, int(spec["ranks"]), len(data.y_train), int(spec["global_batch"])))
+    result.metrics += quality.test_metrics(spec, data, out_dir)
+    result.extra["training_seed"] = spec["training_seed"]
+    target = setting(dist_cfg, DistributedConf, "target_loss")
+    if target is not None:
+        reached, note = quality.target_metrics(spec, rank_results, float(target))
+        result.metrics += reached
+        if note:
+            result.extra.setdefault("notes", []).append(note)
     peak = bool(setting(cfg["train"], TrainConf, "peak"))
     add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
-from d5pipe.core.fields import at_least, choice, positive
+from d5pipe.core.fields import at_least, choice, later, positive
 
 BACKENDS: tuple[str, ...] = ("ddp", "horovod", "mpi")
 SCALINGS: tuple[str, ...] = ("strong", "weak")
@@ -66,5 +66,8 @@ class DistributedConf:
     """Compare the trained model with a 1-process run on the same global batches (``matches_serial``)."""
     tolerance: float = at_least(1e-4, 0.0)
     """Largest absolute parameter difference accepted by ``matches_serial``."""
+    target_loss: Optional[float] = later(None)  # noqa: UP045
+    """Training: the mean step loss over the ranks whose first crossing (at or below it, in a timed
+    step) gives ``time_to_target_loss_s`` and ``steps_to_target_loss``; null: not measured."""
     extra_args: list[str] = field(default_factory=list)
     """Extra launcher options, each one argument (never split, never passed to a shell)."""

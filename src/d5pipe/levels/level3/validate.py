@@ -38,6 +38,9 @@ def check_distributed(dist: Mapping[str, Any]) -> None:
     if dist.get("launcher") == "torchrun" and setting(dist, DistributedConf, "backend") != "ddp":
         raise D5PipeError(f"config error: key 'distributed.launcher': torchrun cannot start backend "
                           f"{dist.get('backend')!r} (it needs MPI ranks); use mpirun, srun or auto")
+    target = dist.get("target_loss")
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0):
+        raise D5PipeError(f"config error: key 'distributed.target_loss': {target!r} must be a loss above 0 (or null)")
     device = dist.get("device")
     if device is not None:
         check_device_name(device, "distributed.device")

@@ -32,6 +32,26 @@ def _base_case(rows: pd.DataFrame, metric: str, x: str, groups: list[str]) -> Te
     return Text(f"Speedup base case {x}={fmt_plain(m[x].min())}, {metric}: " + "; ".join(parts), "note")
 
 
+STRATEGY_METRICS = ("time_per_step_s", "comm_payload_bytes_per_rank_step", "comm_payload_vs_gradient", "final_loss",
+                    "test_loss", "test_accuracy", "steps_to_target_loss", "time_to_target_loss_s")
+"""The strategies table's columns, in this order (those the run has)."""
+
+
+def strategies_table(rows: pd.DataFrame) -> list[Block]:
+    """Each distributed strategy's time, communication and what the model reached, side by side
+    (the speedup of each over allreduce, with its verdict, is in the side-by-side comparison)."""
+    axes = varying_axes(rows, repeat=True)
+    if "distributed.strategy" not in axes:
+        return []
+    names = set(metric_names(rows))
+    cols, body, total = wide_table(rows, [m for m in STRATEGY_METRICS if m in names],
+                                   ["distributed.strategy", *[a for a in axes if a != "distributed.strategy"]])
+    more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
+    return [Table(cols, body, "Strategies side by side: time per step (the slowest rank, median [95% CI]), the payload "
+                  "each rank hands to the network per step and its share of the gradient, the final training loss, "
+                  "rank 0's model on the test split, and the steps and time to distributed.target_loss" + more)]
+
+
 def section(data: RunData) -> Section:
     rows = data.stage_rows(LEVEL.name)
     blocks: list[Block] = []
@@ -59,6 +79,7 @@ def section(data: RunData) -> Section:
         blocks.append(Table(cols[1:], [r[1:] for r in body],
                             "Speedup and efficiency against the 1-rank point of the same configuration "
                             "(value [95% CI]), as in the figures above"))
+    blocks += strategies_table(rows)
     busbw = find_metric(rows, ["busbw_GBps", "busbw"], prefix="busbw")
     if busbw:
         bw_layout = choose_layout(rows, ["distributed.message_bytes"], ["distributed.backend"])
