@@ -199,3 +199,36 @@ def test_cli_env_hash_and_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert cmd_env.main(parser.parse_args(["--diff", str(tmp_path / "m.json")])) == 0
     out = capsys.readouterr().out
     assert "different" in out and "env.OMP_NUM_THREADS" in out
+
+
+def test_env_lock_pins_every_distribution_and_names_where_it_came_from(cli) -> None:
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    from d5pipe.provenance.lock import Locked
+
+    r = cli("env", "--lock")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("# d5pipe environment lock (schema 1): CPython 3.11")
+    pins = {}
+    for line in lines:
+        if line.startswith(("#", "-e ")):
+            continue
+        req = Requirement(line.split("  #", 1)[0])
+        if req.url is None:
+            (spec,) = req.specifier
+            assert spec.operator == "=="
+            pins[req.name] = spec.version
+    assert pins["torch"] == importlib.metadata.version("torch")  # the CPU build's local version included
+    assert pins["numpy"] == importlib.metadata.version("numpy")
+    root = envprobe.source_root()
+    editable = [line for line in lines if line.startswith("-e ")]
+    assert any(line.split()[1] == str(root) for line in editable)  # d5pipe itself, from this checkout
+    commit = (envprobe.git_info() or {}).get("commit")
+    if commit:
+        assert any(commit in line for line in editable)
+    assert Locked("x", "1", "vcs", "git+https://h/x", "abc").line() == "x @ git+https://h/x@abc"
+    assert Locked("y", "2", "url", "https://h/y.whl", sha256="0" * 64).line().endswith("--hash=sha256:" + "0" * 64)
+    assert "an index must provide it" in Locked("z", "3", "local", "file:///tmp/z").line()

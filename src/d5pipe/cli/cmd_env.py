@@ -20,6 +20,8 @@ from d5pipe.provenance import environment as envinfo
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the full record as JSON")
     parser.add_argument("--hash", action="store_true", help="print only the env_hash")
+    parser.add_argument("--lock", action="store_true",
+                        help="print an installable lock of this environment (a pip requirements file)")
     parser.add_argument(
         "--diff", nargs="+", metavar="PATH", type=Path,
         help="explain differences: PATH (manifest.json, run dir or bundle) vs this machine, or PATH vs PATH2",
@@ -69,6 +71,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"env_hash {ha} vs {hb}: {'same' if ha == hb else 'different'}")
         for line in envinfo.diff_records(a, b):
             print(f"  {line}")
+        return 0
+    if args.lock:
+        from d5pipe.provenance.lock import current_lock, lock_text
+
+        print(lock_text(current_lock()), end="")
         return 0
     record = envinfo.environment_record()
     if args.hash:
