@@ -49,8 +49,9 @@ _SQRT12 = np.float32(np.sqrt(12.0))
 Index = int | slice | torch.Tensor | np.ndarray | Sequence[int]
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """The splitmix64 finaliser, elementwise on uint64 (wrapping arithmetic)."""
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser, elementwise on uint64 (wrapping arithmetic; also the flips of
+    d5pipe.levels.level2.augment)."""
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -117,8 +118,8 @@ class Generator:
 
     def labels(self, idx: np.ndarray) -> np.ndarray:
         """int64 labels in ``[0, n_classes)`` of the global indices ``idx``."""
-        base = _splitmix64(np.array([(self.seed ^ _LABEL_TAG) & _MASK64], dtype=np.uint64))
-        mixed = _splitmix64(idx.astype(np.uint64) ^ base)
+        base = splitmix64(np.array([(self.seed ^ _LABEL_TAG) & _MASK64], dtype=np.uint64))
+        mixed = splitmix64(idx.astype(np.uint64) ^ base)
         out: np.ndarray = (mixed % np.uint64(self.n_classes)).astype(np.int64)
         return out
 
@@ -209,6 +210,12 @@ class LazySamples:
     @property
     def device(self) -> torch.device:
         return torch.device("cpu")
+
+    @property
+    def per_sample(self) -> bool:
+        """Whether its source reads one sample at a time from disk or a user's Dataset (a stored
+        split, d5pipe.levels.stored_samples / user_samples): the loop reads it through a DataLoader."""
+        return bool(getattr(self.generator, "per_sample", False))
 
     @property
     def ndim(self) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5pipe.core.atomic import write_bytes
+from d5pipe.core.atomic import file_sha256, write_bytes
 from d5pipe.core.errors import D5PipeError
 
 PIXEL_MAPS: tuple[tuple[float, float], ...] = ((1 / 16, 0.0), (1 / 32, -4.0), (1.0, 0.0), (1 / 255, 0.0))
@@ -98,8 +98,7 @@ def write(samples: Any, n: int, storage: str, npz: Path, where: str) -> dict[str
         out.flush()
         del out
         os.replace(tmp, path)
-        digest.update(path.read_bytes())
-        return {"storage": storage, "train_file": path.name, "train_sha256": digest.hexdigest(),
+        return {"storage": storage, "train_file": path.name, "train_sha256": file_sha256(path),
                 "train_dtype": str(first.dtype)}
     scale, offset = pixel_map(np.asarray(samples[0:min(n, CHUNK)]), where)
     path.mkdir(parents=True, exist_ok=True)
@@ -122,13 +121,14 @@ def verify(npz: Path, meta: dict[str, Any]) -> None:
     digest = hashlib.sha256()
     try:
         if meta["storage"] == "npy":
-            digest.update(path.read_bytes())
+            found = file_sha256(path)
         else:
             for i in range(int(meta["n_train"])):
                 digest.update((path / f"{i}.png").read_bytes())
+            found = digest.hexdigest()
     except OSError as exc:
         raise D5PipeError(f"dataset {meta.get('key')}: stored samples {path} unreadable ({exc})") from exc
-    if digest.hexdigest() != meta.get("train_sha256"):
+    if found != meta.get("train_sha256"):
         raise D5PipeError(f"dataset {meta.get('key')}: stored samples {path} do not match their checksum")
 
 

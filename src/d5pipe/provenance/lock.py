@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from d5pipe.provenance.probes import _git, _name_version
+from d5pipe.provenance.probes import _git, distributions
 
 LOCK_SCHEMA_VERSION = 1
 
@@ -79,15 +79,7 @@ def _source(dist: importlib.metadata.Distribution, name: str, version: str) -> L
 
 def current_lock() -> list[Locked]:
     """This interpreter's distributions, sorted by name (the first of a name on sys.path)."""
-    found: dict[str, Locked] = {}
-    for dist in importlib.metadata.distributions():
-        name, version = _name_version(dist)
-        if not name or version is None:
-            continue
-        key = name.lower().replace("_", "-").replace(".", "-")
-        if key not in found:
-            found[key] = _source(dist, key, version)
-    return [found[k] for k in sorted(found)]
+    return [_source(dist, name, version) for name, (version, dist) in distributions().items()]
 
 
 def lock_text(entries: list[Locked]) -> str:

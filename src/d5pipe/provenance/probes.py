@@ -40,16 +40,21 @@ def python_info() -> dict[str, Any]:
     }
 
 
-def packages() -> dict[str, str]:
-    """Installed distributions (normalised name -> version); the first on sys.path wins."""
-    found: dict[str, str] = {}
+def distributions() -> dict[str, tuple[str, importlib.metadata.Distribution]]:
+    """Installed distributions, normalised name -> (version, distribution), sorted by name; the
+    first of a name on sys.path wins (the one that imports)."""
+    found: dict[str, tuple[str, importlib.metadata.Distribution]] = {}
     for dist in importlib.metadata.distributions():
         name, version = _name_version(dist)
         if not name or version is None:
             continue
-        key = name.lower().replace("_", "-").replace(".", "-")
-        found.setdefault(key, version)
+        found.setdefault(name.lower().replace("_", "-").replace(".", "-"), (version, dist))
     return dict(sorted(found.items()))
+
+
+def packages() -> dict[str, str]:
+    """Installed distributions (normalised name -> version); the first on sys.path wins."""
+    return {name: version for name, (version, _) in distributions().items()}
 
 
 def _name_version(dist: importlib.metadata.Distribution) -> tuple[str | None, str | None]:

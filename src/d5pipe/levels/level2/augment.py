@@ -18,22 +18,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from d5pipe.levels.lazy_samples import splitmix64
+
 AUGMENTS: tuple[str, ...] = ("none", "flip")
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    x = x + _MIX
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def flip_mask(seed: int, tags: np.ndarray) -> np.ndarray:
     """Which drawn samples (``index + epoch * n`` tags) are mirrored: half of them, by hash."""
     with np.errstate(over="ignore"):
-        base = _splitmix64(np.array([seed & ((1 << 64) - 1)], dtype=np.uint64))
-        return (_splitmix64(tags.astype(np.uint64) ^ base) & np.uint64(1)).astype(bool)
+        base = splitmix64(np.array([seed & ((1 << 64) - 1)], dtype=np.uint64))
+        return (splitmix64(tags.astype(np.uint64) ^ base) & np.uint64(1)).astype(bool)
 
 
 class EpochTagged:
@@ -58,7 +50,7 @@ class Augmented:
 
     def __init__(self, inner: Any, n: int, seed: int | None) -> None:
         self.inner, self.n, self.seed = inner, n, seed
-        self.per_sample = bool(getattr(getattr(inner, "generator", None), "per_sample", False))
+        self.per_sample = bool(getattr(inner, "per_sample", False))
 
     def __len__(self) -> int:
         return self.n

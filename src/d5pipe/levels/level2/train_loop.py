@@ -128,6 +128,10 @@ class LoaderOptions:
     prefetch_factor: int = 2
     persistent_workers: bool = False
 
+    def pinned(self, device: torch.device) -> bool:
+        """The DataLoader's ``pin_memory`` for batches bound for ``device``."""
+        return device.type == "cuda" if self.pin_memory is None else self.pin_memory
+
 
 def make_loader(
     x: Samples, y: Samples, batch_size: int, seed: int, num_workers: int = 0,
@@ -153,7 +157,7 @@ def make_loader(
         x, y = Augmented(x, n, augment_seed), Augmented(y, n, None)  # type: ignore[assignment]
     generated = isinstance(x, (LazySamples, Augmented)) or isinstance(y, (LazySamples, Augmented))
     opts = options or LoaderOptions()
-    if getattr(x, "per_sample", False) or (isinstance(x, LazySamples) and getattr(x.generator, "per_sample", False)):
+    if getattr(x, "per_sample", False):  # a stored split or a user's Dataset (augmented or not)
         return OnDevice(_per_sample_loader(x, y, sampler, seed, num_workers, device, opts), device)
     if num_workers <= 0:
         if generated:  # never the whole split on the device: each batch generated, then copied
@@ -174,7 +178,7 @@ def make_loader(
         num_workers=num_workers,
         worker_init_fn=seed_worker,
         generator=loader_generator(derive_seed(seed, "dataloader-workers")),
-        pin_memory=device.type == "cuda" if opts.pin_memory is None else opts.pin_memory,
+        pin_memory=opts.pinned(device),
         prefetch_factor=opts.prefetch_factor,
         persistent_workers=opts.persistent_workers,
     )
@@ -209,7 +213,7 @@ def _per_sample_loader(x: Samples, y: Samples, sampler: IndexSampler, seed: int,
         num_workers=num_workers,
         worker_init_fn=seed_worker if workers else None,
         generator=loader_generator(derive_seed(seed, "dataloader-workers")),
-        pin_memory=device.type == "cuda" if opts.pin_memory is None else opts.pin_memory,
+        pin_memory=opts.pinned(device),
         prefetch_factor=opts.prefetch_factor if workers else None,
         persistent_workers=opts.persistent_workers and workers,
     )
