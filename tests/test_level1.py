@@ -49,6 +49,21 @@ def test_cpu_peak_memory_sees_a_known_allocation() -> None:
     assert peak.bytes >= 2 * 1024 * 1024
 
 
+def test_cpu_peak_memory_is_the_calls_own_live_allocations_on_every_call() -> None:
+    """Dropping a tensor made before the call and allocating two of 1 MiB, one freed before the
+    next: the peak is 1 MiB (the call's own live bytes), whatever the profiler sees of the old one's
+    free -- so a repeated call reads the same number (a reproduction compares it exactly)."""
+    held = [torch.ones(256, 1024)]
+
+    def call() -> None:
+        held.clear()
+        a = torch.ones(256, 1024)
+        del a
+        held.append(torch.ones(256, 1024))
+
+    assert {peak_memory(call, "cpu").bytes for _ in range(20)} == {1024 * 1024}
+
+
 def test_cnn_channels_last_bfloat16(tmp_path: Path) -> None:
     out = run_point(make_ctx(tmp_path, {"name": "cnn", "channels": 8, "blocks": 1},
                              {"batch_size": 16, "dtype": "bfloat16", "layout": "channels_last"}))
