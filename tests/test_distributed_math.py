@@ -17,7 +17,8 @@ from d5pipe.levels.level3.collectives import (
     elements_per_rank,
 )
 from d5pipe.levels.level3.scaling import ring_allreduce_bytes, scaling_table
-from d5pipe.levels.level3.training import batch_sizes, global_batches, rank_slice
+from d5pipe.levels.level3.strategies import Strategy
+from d5pipe.levels.level3.training import batch_sizes, global_batches
 
 
 def test_busbw_factors_follow_nccl_tests() -> None:
@@ -69,7 +70,7 @@ def test_rank_slices_partition_each_global_batch() -> None:
     assert len(batches) == 12 and all(len(b) == 20 for b in batches)
     assert sorted(np.concatenate(batches[:5]).tolist()) == list(range(100))  # one epoch
     for b in batches:
-        parts = [rank_slice(b, r, 4) for r in range(4)]
+        parts = [Strategy().share(b, r, 4) for r in range(4)]
         assert np.array_equal(np.concatenate(parts), b)
 
 
@@ -121,7 +122,7 @@ def test_rank_shares_are_checked_from_the_indices_the_ranks_used() -> None:
     from d5pipe.levels.level3.shard_check import check_shards
 
     batches = list(global_batches(100, 16, 13, data_seed=3))  # 6 steps an epoch: 2 full epochs and 1 step
-    shares = [np.stack([rank_slice(b, r, 4) for b in batches]) for r in range(4)]
+    shares = [np.stack([Strategy().share(b, r, 4) for b in batches]) for r in range(4)]
     verdict, detail = check_shards(shares, 100, 16)
     assert verdict == "pass" and "covered 96 of 100 samples (4 left out" in detail
     shares[2][5] = shares[1][5]  # two ranks train on the same share at step 5

@@ -83,7 +83,9 @@ _OPTIMIZER_ARGS: dict[str, tuple[str, ...]] = {
     "sgd": ("lr", "momentum", "weight_decay"), "adam": ("lr", "weight_decay"), "adamw": ("lr", "weight_decay"),
 }
 _STRATEGY_CLASSES: dict[str, str] = {
-    "allreduce": "AllReduce", "topk": "TopK", "local_sgd": "LocalSGD", "ring": "RingAverage",
+    "allreduce": "strategies.AllReduce", "topk": "strategies.TopK", "local_sgd": "strategies.LocalSGD",
+    "ring": "strategies.RingAverage", "dpsgd": "strategies.DPSGD",
+    "ps_sync": "parameter_server.SyncParameterServer", "ps_async": "parameter_server.AsyncParameterServer",
 }
 
 def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -204,7 +206,7 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
     if slot_name == "sampler":
         return {TARGET_KEY: f"d5pipe.levels.level2.sampling.{name}"}
     if slot_name == "strategy":
-        return {TARGET_KEY: f"d5pipe.levels.level3.strategies.{_STRATEGY_CLASSES[name]}"}
+        return {TARGET_KEY: f"d5pipe.levels.level3.{_STRATEGY_CLASSES[name]}"}
     if slot_name == "runtime":
         factory = {"torch": "torch_runtime", "compile": "torch_runtime", "onnxruntime": "onnxruntime_runtime",
                    "openvino": "openvino_runtime"}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -83,6 +83,26 @@ class Backend(Protocol):
         ...
 
     def finalize(self) -> None: ...
+
+
+@runtime_checkable
+class PointToPoint(Protocol):
+    """Tagged point-to-point messages with receives from any rank (what a parameter server needs;
+    mpi4py has them, d5pipe.levels.level3.parameter_server)."""
+
+    def isend(self, t: torch.Tensor, dest: int, tag: int) -> Any:
+        """Start sending ``t`` (contiguous, CPU) to ``dest``; returns a request for :meth:`waitall`."""
+        ...
+
+    def recv(self, buf: torch.Tensor, source: int | None, tag: int) -> int:
+        """Receive into ``buf`` from ``source`` (None: any rank); returns the sender's rank."""
+        ...
+
+    def irecv(self, buf: torch.Tensor, source: int, tag: int) -> Any:
+        """Start receiving into ``buf`` from ``source``; returns a request for :meth:`waitall`."""
+        ...
+
+    def waitall(self, requests: list[Any]) -> None: ...
 
 
 def _plain_step(
@@ -277,6 +297,21 @@ class MpiBackend:
             reqs += [self.comm.Isend(t.numpy(), dest=peer), self.comm.Irecv(buf.numpy(), source=peer)]
         self._mpi.Request.Waitall(reqs)
         return bufs
+
+    def isend(self, t: torch.Tensor, dest: int, tag: int) -> Any:
+        return self.comm.Isend(t.numpy(), dest=dest, tag=tag)
+
+    def recv(self, buf: torch.Tensor, source: int | None, tag: int) -> int:
+        status = self._mpi.Status()
+        self.comm.Recv(buf.numpy(), source=self._mpi.ANY_SOURCE if source is None else source, tag=tag,
+                       status=status)
+        return int(status.Get_source())
+
+    def irecv(self, buf: torch.Tensor, source: int, tag: int) -> Any:
+        return self.comm.Irecv(buf.numpy(), source=source, tag=tag)
+
+    def waitall(self, requests: list[Any]) -> None:
+        self._mpi.Request.Waitall(requests)
 
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]

@@ -8,6 +8,7 @@ as the raw samples.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,56 @@ COMM_NOTE = (
     "what the strategy hands to the Communicator per step (allgather/allreduce inputs, point-to-point "
     "sends once per peer) and comm_expected_payload_bytes_per_rank_step its own analytic expectation."
 )
+
+
+ASYNC_TIMING_NOTE = (
+    "asynchronous strategy: ranks do not wait for each other between steps; per-iteration time = max over "
+    "ranks of each rank's perf_counter time for its i-th step (which includes its waits for messages)"
+)
+
+
+def role_metrics(ranks: list[dict[str, Any]], strategy: dict[str, Any], samples: dict[str, list[float]]
+                 ) -> list[Metric]:
+    """Where ranks play several roles (a parameter server's workers and servers): per role, the time
+    per step (max over the role's ranks, median and CI) and the payload bytes per rank and step, with
+    the strategy's analytic expectation for one rank of that role."""
+    roles = sorted({str(r.get("role", "worker")) for r in ranks})
+    if len(roles) < 2:
+        return []
+    expected = strategy.get("expected_role_bytes_per_step") or {}
+    found: list[Metric] = []
+    for role in roles:
+        mine = [r for r in ranks if r.get("role", "worker") == role]
+        key = f"step_time_max_{role}_s"
+        samples[key] = max_over_ranks([r["times_s"] for r in mine])
+        summary = summarize(samples[key])
+        payload = float(np.mean([r["comm_bytes_per_step"] for r in mine]))
+        analytic = float(expected.get(role, float("nan")))
+        found += [Metric(f"time_per_step_{role}_s", summary.median, "s", "timing", summary.ci_low, summary.ci_high, key),
+                  Metric(f"ranks_{role}", len(mine), "", "deterministic"),
+                  Metric(f"comm_payload_bytes_per_step_{role}", payload, "B", "count"),
+                  Metric(f"comm_expected_payload_bytes_per_step_{role}", analytic, "B", "deterministic"),
+                  Metric(f"comm_payload_vs_expected_{role}", payload / analytic if analytic else float("nan"), "",
+                         "numerical")]
+    return found
+
+
+def staleness_metrics(ranks: list[dict[str, Any]], extra: dict[str, Any]) -> list[Metric]:
+    """An asynchronous strategy's observed staleness (every applied gradient's, over all ranks that
+    record it): its maximum and mean, the histogram in the record, and ``staleness_bounded`` (max <=
+    the strategy's bound) as a verdict."""
+    seen = [r["observed"] for r in ranks if (r.get("observed") or {}).get("staleness") is not None]
+    if not seen:
+        return []
+    values = [int(v) for o in seen for v in o["staleness"]]
+    bound = max(int(o["staleness_bound"]) for o in seen)
+    extra["staleness_histogram"] = {str(k): c for k, c in sorted(Counter(values).items())}
+    worst = max(values, default=0)
+    detail = (f"{len(values)} gradients applied; staleness (rounds behind the synchronous schedule) "
+              f"max {worst}, bound {bound}; histogram {extra['staleness_histogram']}")
+    return [Metric("staleness_max", worst, "", "count"),
+            Metric("staleness_mean", float(np.mean(values)) if values else 0.0, "", "numerical"),
+            Metric("staleness_bounded", "pass" if worst <= bound else "fail", "", "verdict", detail=detail)]
 
 
 def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
@@ -102,7 +153,8 @@ def train_outcome(
     out.metrics += summary.to_metrics("time_per_step_s", "s", key, prefix="step_")
     out.metrics.append(rate_metric("samples_per_s", float(spec["global_batch"]), summary, "samples/s", key))
     out.metrics.append(Metric("global_batch", int(spec["global_batch"]), "", "deterministic"))
-    out.metrics.append(Metric("per_rank_batch", int(spec["per_rank_batch"]), "", "deterministic"))
+    out.metrics.append(Metric("per_rank_batch", int(ranks[0].get("per_rank_batch", spec["per_rank_batch"])), "",
+                              "deterministic"))  # rank 0 is a worker: its share
 
     grad_bytes = int(ranks[0]["gradient_bytes"])
     payload, constant = _payload_per_step(ranks)
@@ -122,13 +174,16 @@ def train_outcome(
         Metric("comm_payload_vs_gradient", payload / grad_bytes if grad_bytes else float("nan"), "", "numerical"),
         Metric("comm_calls_per_step", calls, "", "count"),
     ]
-    hashes = {r["params_sha256"] for r in ranks}
+    workers = [r for r in ranks if r.get("role", "worker") == "worker"]  # the ranks that hold the model
+    hashes = {r["params_sha256"] for r in workers}
     if strategy.get("consistent", True):
         out.metrics.append(Metric("params_identical", "pass" if len(hashes) == 1 else "fail", "", "verdict"))
     else:  # replicas differ between synchronisations by design
         out.metrics.append(Metric("replicas_identical", len(hashes) == 1, "", "info"))
-    out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in ranks])), "", "numerical"))
-    notes = [TIMING_NOTE, COMM_NOTE]
+    out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in workers])), "", "numerical"))
+    notes = [TIMING_NOTE if strategy.get("lockstep", True) else ASYNC_TIMING_NOTE, COMM_NOTE]
+    out.metrics += role_metrics(ranks, strategy, out.samples)
+    out.metrics += staleness_metrics(ranks, out.extra)
     if not constant:
         notes.append("comm payload varied between steps or ranks; the mean is reported")
     if spec["backend"] == "horovod" and n == 1:

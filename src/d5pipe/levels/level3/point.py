@@ -186,17 +186,13 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
 
 
 def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
-    """A strategy that does not run on the point's engine skips the point, saying so."""
-    from d5pipe.core.allowlist import TARGET_KEY
-    from d5pipe.levels.instantiate import locate
-
+    """A strategy that cannot run the point (its engine, its roles on this many ranks) skips it, saying so."""
     key, target = training.strategy_target(dist_cfg)
-    cls = locate(str(target[TARGET_KEY]), key)
-    engines = getattr(cls, "engines", None)
-    backend = str(dist_cfg["backend"])
-    if engines is not None and backend not in engines:
-        raise PointSkipped(f"distributed.strategy {dist_cfg.get('strategy')!r} does not run on backend "
-                           f"{backend!r} (it supports {', '.join(engines)})")
+    strategy = training.build_strategy({"strategy": {"key": key, "target": target}})
+    ranks = int(dist_cfg["ranks"])
+    why = strategy.unsupported(str(dist_cfg["backend"]), ranks, training.batch_sizes(dist_cfg, ranks)[0])
+    if why:
+        raise PointSkipped(f"distributed.strategy {dist_cfg.get('strategy')!r}: {why}")
 
 
 def _skip_generated_dataset(dataset_cfg: dict[str, Any]) -> None:
@@ -250,7 +246,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         serial = serial_comparison(spec, data, out_dir, float(dist_cfg["tolerance"]))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
-    result.metrics.append(shard_metric(out_dir, int(spec["ranks"]), len(data.y_train), int(spec["global_batch"])))
+    workers = [r["rank"] for r in rank_results if r.get("role", "worker") == "worker"]
+    result.metrics.append(shard_metric(out_dir, workers, len(data.y_train), int(spec["global_batch"])))
     result.metrics += quality.test_metrics(spec, data, out_dir)
     result.extra["training_seed"] = spec["training_seed"]
     target = setting(dist_cfg, DistributedConf, "target_loss")

@@ -39,7 +39,8 @@ def test_metrics(spec: dict[str, Any], data: Dataset, out_dir: Path) -> list[Met
 def target_metrics(spec: dict[str, Any], ranks: list[dict[str, Any]], target: float) -> tuple[list[Metric], str | None]:
     """Steps and time to ``target`` mean loss (see the module docstring), and a note when never reached."""
     warmup = int(spec["warmup_steps"])
-    losses = np.mean(np.asarray([r["losses"] for r in ranks], dtype=np.float64), axis=0)[warmup:]
+    workers = [r for r in ranks if r.get("role", "worker") == "worker"]  # a server's step has no loss
+    losses = np.mean(np.asarray([r["losses"] for r in workers], dtype=np.float64), axis=0)[warmup:]
     times = max_over_ranks([r["times_s"] for r in ranks])
     hit = next((j for j, loss in enumerate(losses) if loss <= target), None)
     steps = math.nan if hit is None else float(hit + 1)

@@ -12,7 +12,7 @@ SCALINGS: tuple[str, ...] = ("strong", "weak")
 BENCHMARKS: tuple[str, ...] = ("train", "collective")
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
 LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
-STRATEGIES: tuple[str, ...] = ("allreduce", "topk", "local_sgd", "ring")
+STRATEGIES: tuple[str, ...] = ("allreduce", "topk", "local_sgd", "ring", "dpsgd", "ps_sync", "ps_async")
 """Built-in distributed strategies (d5pipe.levels.level3.strategies)."""
 FLOAT_BYTES = 4
 """Collective payloads are float32."""
@@ -25,7 +25,9 @@ class DistributedConf:
     strategy: str = "allreduce"
     """How ranks exchange gradients or parameters each step: ``allreduce`` (the engine's synchronous
     gradient allreduce), ``topk`` (top-1% gradient compression), ``local_sgd`` (parameter averaging
-    every 4 steps), ``ring`` (neighbour averaging) or a key of ``custom_strategies``."""
+    every 4 steps), ``ring`` (neighbour averaging after the step), ``dpsgd`` (neighbour mixing before it),
+    ``ps_sync``/``ps_async`` (one parameter server on the last rank; asynchronous with staleness <= 2;
+    mpi4py only) or a key of ``custom_strategies``."""
     custom_strategies: dict[str, Any] = field(default_factory=dict)
     """User strategies: name -> target (a d5pipe.levels.level3.strategies.Strategy)."""
     ranks: int = at_least(1, 1)

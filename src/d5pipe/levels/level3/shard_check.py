@@ -52,10 +52,10 @@ def check_shards(per_rank: list[np.ndarray], n_train: int, global_batch: int) ->
     return ("pass" if ok else "fail"), detail
 
 
-def shard_metric(out_dir: Path, ranks: int, n_train: int, global_batch: int) -> Metric:
-    """The verdict from the ranks' saved indices (``fail`` when a rank saved none)."""
+def shard_metric(out_dir: Path, ranks: list[int], n_train: int, global_batch: int) -> Metric:
+    """The verdict from the saved indices of ``ranks`` (the workers; ``fail`` when one saved none)."""
     try:
-        per_rank = [np.load(samples_file(out_dir, r)) for r in range(ranks)]
+        per_rank = [np.load(samples_file(out_dir, r)) for r in ranks]
     except OSError as exc:
         return Metric("rank_samples_disjoint", "fail", "", "verdict", detail=f"a rank's sample indices are missing ({exc})")
     verdict, detail = check_shards(per_rank, n_train, global_batch)

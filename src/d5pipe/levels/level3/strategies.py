@@ -28,7 +28,9 @@ Horovod's DistributedOptimizer, the flat mpi4py allreduce; exact), :class:`TopK`
 compression with error feedback: values and indices allgathered, 8k bytes per step), :class:`LocalSGD`
 (local steps, parameters averaged by allreduce every ``period`` steps) and :class:`RingAverage`
 (decentralised: after each local step a rank averages its parameters with its two ring
-neighbours, exchanged point to point).
+neighbours, exchanged point to point), :class:`DPSGD` (the same ring, mixing before the step, as
+D-PSGD does). Model averaging every ``k`` steps is :class:`LocalSGD`. Parameter servers, whose ranks
+play two roles, are in d5pipe.levels.level3.parameter_server.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
-from d5pipe.levels.level3.backends import Backend, StepFn
+from d5pipe.levels.level3.backends import Backend, PointToPoint, StepFn
 
 ALL_ENGINES: tuple[str, ...] = ("ddp", "horovod", "mpi")
 
@@ -77,6 +81,27 @@ class Communicator:
             self.counter.add(t)
         return self.backend.exchange(t, list(peers))
 
+    def _p2p(self) -> PointToPoint:
+        if not isinstance(self.backend, PointToPoint):
+            raise RuntimeError(f"engine {self.engine!r} has no tagged point-to-point messages (mpi4py has)")
+        return self.backend
+
+    def isend(self, t: torch.Tensor, dest: int, tag: int) -> Any:
+        """Start sending ``t`` to rank ``dest`` (counted); finish with :meth:`waitall`."""
+        self.counter.add(t)
+        return self._p2p().isend(t, dest, tag)
+
+    def recv(self, buf: torch.Tensor, source: int | None, tag: int) -> int:
+        """Receive into ``buf`` from ``source`` (None: whichever rank sends first); the sender's rank."""
+        return self._p2p().recv(buf, source, tag)
+
+    def irecv(self, buf: torch.Tensor, source: int, tag: int) -> Any:
+        """Start receiving into ``buf`` from rank ``source``; finish with :meth:`waitall`."""
+        return self._p2p().irecv(buf, source, tag)
+
+    def waitall(self, requests: list[Any]) -> None:
+        self._p2p().waitall(requests)
+
 
 def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
@@ -111,6 +136,49 @@ class Strategy:
     exact = False
     consistent = True
     engines: tuple[str, ...] = ALL_ENGINES
+    lockstep = True
+    """Every step starts after a barrier of all ranks (an asynchronous strategy says False)."""
+
+    def role(self, rank: int, size: int) -> str:
+        """What rank ``rank`` of ``size`` does: ``worker`` (trains on a share of each global batch
+        and holds the model) or another role of the strategy's own (a parameter server's ``server``)."""
+        return "worker"
+
+    def workers(self, size: int) -> list[int]:
+        return [r for r in range(size) if self.role(r, size) == "worker"]
+
+    def share(self, indices: np.ndarray, rank: int, size: int) -> np.ndarray:
+        """Rank ``rank``'s slice of a global batch: an equal share per worker, none for other roles."""
+        workers = self.workers(size)
+        if rank not in workers:
+            return indices[:0]
+        per = len(indices) // len(workers)
+        i = workers.index(rank)
+        return indices[i * per: (i + 1) * per]
+
+    def unsupported(self, engine: str, ranks: int, global_batch: int) -> str | None:
+        """Why a point cannot run this strategy (it is skipped with the reason), or None."""
+        if engine not in self.engines:
+            return f"it does not run on backend {engine!r} (it supports {', '.join(self.engines)})"
+        workers = len(self.workers(ranks))
+        if workers == 0:
+            return f"{ranks} rank(s) leave no worker"
+        if global_batch % workers:
+            return f"the global batch of {global_batch} does not split evenly over its {workers} workers"
+        return None
+
+    def finish(self, model: torch.nn.Module, comm: Communicator) -> None:
+        """After the last step, untimed and uncounted (a parameter server hands out its final
+        parameters); default: nothing."""
+
+    def observed(self) -> dict[str, Any]:
+        """What this rank saw that the point should report (a parameter server's staleness)."""
+        return {}
+
+    def role_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
+                   engine: str) -> dict[str, float]:
+        """Analytic payload bytes per step of one rank of each role (one role: :meth:`expected_bytes`)."""
+        return {"worker": self.expected_bytes(grad_bytes, n_elements, ranks, steps, engine)}
 
     def setup(self, model: torch.nn.Module, comm: Communicator) -> None:
         """Make rank 0's parameters every rank's (one broadcast, not counted as per-step traffic)."""
@@ -257,3 +325,18 @@ class RingAverage(Strategy):
     def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
                        engine: str) -> float:
         return float(grad_bytes * len(self.peers(0, ranks)))
+
+
+class DPSGD(RingAverage):
+    """D-PSGD (Lian et al. 2017) on the ring: each rank mixes its *current* parameters with its ring
+    neighbours' (uniform weights) and applies its own gradient, computed at its current parameters,
+    to the mix -- ``x_r <- mean(x_{r-1}, x_r, x_{r+1}) - lr * g_r(x_r)`` for SGD. :class:`RingAverage`
+    steps first and then averages, which also mixes the neighbours' gradients; the bytes are the same."""
+
+    name = "dpsgd"
+
+    def after_backward(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        RingAverage.after_step(self, params, comm, step)
+
+    def after_step(self, params: list[torch.nn.Parameter], comm: Communicator, step: int) -> None:
+        """Nothing: the mixing happened before the optimizer step."""

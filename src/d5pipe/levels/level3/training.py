@@ -2,7 +2,8 @@
 
 Equivalence by construction: every step draws one *global* batch of indices from a permutation
 seeded by the point's data seed (identical on every rank); rank ``r`` of ``n`` trains on slice
-``r`` of it. With the mean loss per rank and gradients averaged over ranks, one step equals one
+``r`` of it (``Strategy.share``; a parameter server's servers draw none). With the mean loss per
+rank and gradients averaged over ranks, one step equals one
 single-process step on the whole global batch, so an ``n``-rank run must end with the parameters of
 the 1-process run on the same global batches (up to floating-point summation order). That serial
 run is :func:`train_serial`; ``run_point`` compares the two (``matches_serial``).
@@ -58,12 +59,6 @@ def global_batches(n_train: int, global_batch: int, steps: int, data_seed: int) 
         pos += 1
 
 
-def rank_slice(indices: np.ndarray, rank: int, ranks: int) -> np.ndarray:
-    """Rank ``rank``'s equal share of a global batch."""
-    per_rank = len(indices) // ranks
-    return indices[rank * per_rank : (rank + 1) * per_rank]
-
-
 def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_classes: int, seed: int) -> torch.nn.Module:
     """The shared model builder (d5pipe.levels.models), initialised from ``seed``."""
     from d5pipe.levels.models import build_model as shared_build_model
@@ -103,10 +98,12 @@ def build_strategy(spec: dict[str, Any]) -> Any:
 def strategy_info(strategy: Any, model: torch.nn.Module, ranks: int, steps: range, engine: str) -> dict[str, Any]:
     """What the parent needs to know of a rank's strategy: its flags and analytic bytes."""
     n = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    args = (gradient_bytes(model), n, ranks, list(steps), engine)
     return {"name": str(getattr(strategy, "name", type(strategy).__name__)), "class": type(strategy).__name__,
             "exact": bool(strategy.exact), "consistent": bool(strategy.consistent),
-            "expected_bytes_per_step": float(strategy.expected_bytes(gradient_bytes(model), n, ranks, list(steps),
-                                                                     engine))}
+            "lockstep": bool(strategy.lockstep),
+            "expected_bytes_per_step": float(strategy.expected_bytes(*args)),
+            "expected_role_bytes_per_step": {k: float(v) for k, v in strategy.role_bytes(*args).items()}}
 
 
 def loss_fn() -> Callable[..., torch.Tensor]:

@@ -16,6 +16,8 @@ from d5pipe.levels.targets import used_targets as _used
 
 SLOTS: tuple[str, ...] = ("model", "dataset", "optimizer", "strategy")
 """The plug-in slots a level-3 point uses (d5pipe.levels.targets.SLOTS)."""
+PARAMETER_SERVERS: tuple[str, ...] = ("ps_sync", "ps_async")
+"""The built-in strategies with one server rank (d5pipe.levels.level3.parameter_server)."""
 LEVEL2_ONLY_KEYS: tuple[str, ...] = ("sampler", "augment")
 """``train`` keys that change what a level-2 run computes and that level 3, which draws its global
 batches itself (d5pipe.levels.level3.training), would ignore. (The DataLoader's settings change only
@@ -35,6 +37,15 @@ def check_distributed(dist: Mapping[str, Any]) -> None:
         if isinstance(global_batch, int) and global_batch % ranks:
             raise D5PipeError(f"config error: key 'distributed.global_batch': {global_batch} is not "
                               f"divisible by distributed.ranks={ranks} (strong scaling)")
+    if setting(dist, DistributedConf, "strategy") in PARAMETER_SERVERS and isinstance(ranks, int) and ranks > 1:
+        scaling = setting(dist, DistributedConf, "scaling")
+        size = "global_batch" if scaling == "strong" else "per_rank_batch"
+        batch = setting(dist, DistributedConf, size)
+        total = batch if scaling == "strong" else batch * ranks
+        if isinstance(total, int) and total % (ranks - 1):
+            raise D5PipeError(f"config error: key 'distributed.{size}': a global batch of {total} does not split "
+                              f"over the {ranks - 1} workers of distributed.strategy={dist.get('strategy')} "
+                              f"(distributed.ranks={ranks}, one of them the server)")
     if dist.get("launcher") == "torchrun" and setting(dist, DistributedConf, "backend") != "ddp":
         raise D5PipeError(f"config error: key 'distributed.launcher': torchrun cannot start backend "
                           f"{dist.get('backend')!r} (it needs MPI ranks); use mpirun, srun or auto")

@@ -5,7 +5,8 @@ launcher's environment (torchrun, Open MPI, PMIx or SLURM). Each rank writes
 ``<out_dir>/rank<r>.json`` atomically; rank 0 of a training run also writes its final parameters
 to ``<out_dir>/params_rank0.pt`` for the comparison with the serial reference.
 
-Per-step timing: a barrier, then ``perf_counter`` around the step (for CUDA the device is
+Per-step timing: a barrier (unless the strategy is asynchronous: ``Strategy.lockstep``), then
+``perf_counter`` around the step (for CUDA the device is
 synchronised before the clock is read). Per-rank times are combined (max over ranks per step)
 by the parent, not here, so no collective runs inside a timed region.
 """
@@ -67,7 +68,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     model = model.to(device)
     opt = training.make_optimizer(spec["train"], model.parameters())
     strategy = training.build_strategy(spec)
-    step = strategy.make_step(model, opt, training.loss_fn(), Communicator(backend))
+    comm = Communicator(backend)
+    step = strategy.make_step(model, opt, training.loss_fn(), comm)
     backend.counter.reset()  # parameter broadcast at set-up is not per-step traffic
     warmup, steps = int(spec["warmup_steps"]), int(spec["steps"])
     times: list[float] = []
@@ -77,11 +79,12 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     batches = training.global_batches(len(y), int(spec["global_batch"]), warmup + steps, int(spec["data_seed"]))
     used: list[np.ndarray] = []
     for i, idx in enumerate(batches):
-        share = training.rank_slice(idx, rank, size)
+        share = strategy.share(idx, rank, size)
         used.append(share)
         local = torch.from_numpy(share).to(device)
         xb, yb = x[local], y[local]
-        backend.barrier()
+        if strategy.lockstep:
+            backend.barrier()
         _sync(device)
         t0 = time.perf_counter()
         loss = step(xb, yb)
@@ -93,6 +96,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
             times.append(t1 - t0)
             step_bytes.append(nbytes)
             step_calls.append(ncalls)
+    strategy.finish(model, comm)  # untimed, uncounted
+    backend.counter.reset()
     save_samples(out_dir, rank, used)
     if rank == 0:
         torch.save(training.flat_params(model), out_dir / "params_rank0.pt")
@@ -104,8 +109,10 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "params_sha256": training.params_sha256(model),
         "gradient_bytes": training.gradient_bytes(model),
         "n_params": sum(p.numel() for p in model.parameters()),
-        "per_rank_batch": int(spec["per_rank_batch"]),
+        "per_rank_batch": len(used[-1]) if used else 0,  # a worker's share (a server draws none)
         "strategy": training.strategy_info(strategy, model, size, range(warmup, warmup + steps), backend.name),
+        "role": strategy.role(rank, size),
+        "observed": strategy.observed(),
     }
 
 

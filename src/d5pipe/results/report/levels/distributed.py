@@ -32,8 +32,9 @@ def _base_case(rows: pd.DataFrame, metric: str, x: str, groups: list[str]) -> Te
     return Text(f"Speedup base case {x}={fmt_plain(m[x].min())}, {metric}: " + "; ".join(parts), "note")
 
 
-STRATEGY_METRICS = ("time_per_step_s", "comm_payload_bytes_per_rank_step", "comm_payload_vs_gradient", "final_loss",
-                    "test_loss", "test_accuracy", "steps_to_target_loss", "time_to_target_loss_s")
+STRATEGY_METRICS = ("time_per_step_s", "comm_payload_bytes_per_rank_step", "comm_payload_vs_expected",
+                    "comm_payload_vs_gradient", "staleness_max", "final_loss", "test_loss", "test_accuracy",
+                    "steps_to_target_loss", "time_to_target_loss_s")
 """The strategies table's columns, in this order (those the run has)."""
 
 
@@ -48,8 +49,10 @@ def strategies_table(rows: pd.DataFrame) -> list[Block]:
                                    ["distributed.strategy", *[a for a in axes if a != "distributed.strategy"]])
     more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
     return [Table(cols, body, "Strategies side by side: time per step (the slowest rank, median [95% CI]), the payload "
-                  "each rank hands to the network per step and its share of the gradient, the final training loss, "
-                  "rank 0's model on the test split, and the steps and time to distributed.target_loss" + more)]
+                  "each rank hands to the network per step (mean over ranks), its ratio to the strategy's analytic "
+                  "expectation and its share of the gradient, the largest staleness an asynchronous strategy "
+                  "applied, the final training loss, rank 0's model on the test split, and the steps and time to "
+                  "distributed.target_loss" + more)]
 
 
 def section(data: RunData) -> Section:

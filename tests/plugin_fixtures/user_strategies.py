@@ -1,0 +1,51 @@
+"""User strategies for tests/test_parameter_servers.py: the asynchronous parameter server with one
+deliberately slow worker (rank 1 sleeps before each step), so the fast workers run ahead until the
+staleness bound stops them; and docs/plugins.md's asynchronous example, as written there."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from d5pipe.levels.level3.backends import StepFn
+from d5pipe.levels.level3.parameter_server import AsyncParameterServer
+from d5pipe.levels.level3.strategies import Communicator, Strategy, flat_values, set_values
+
+
+class SlowWorkerAsync(AsyncParameterServer):
+    name = "ps_async_slow_worker"
+
+    def __init__(self, staleness: int = 2, delay_s: float = 0.2) -> None:
+        super().__init__(servers=1, staleness=staleness)
+        self.delay_s = float(delay_s)
+
+    def make_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
+        step = super().make_step(model, optimizer, loss_fn, comm)
+        if comm.rank != 1:
+            return step
+
+        def slow(x: torch.Tensor, y: torch.Tensor) -> float:
+            time.sleep(self.delay_s)
+            return step(x, y)
+
+        return slow
+
+
+class Gossip(Strategy):  # docs/plugins.md, "Writing an asynchronous strategy"
+    name, consistent, lockstep = "gossip", False, False   # no barrier before a step
+    engines = ("mpi",)                                     # tagged isend/recv: mpi4py
+
+    def after_step(self, params, comm, step):
+        mine = flat_values(params).clone()
+        shift = 1 + step % (comm.size - 1)               # another partner every step
+        theirs = torch.empty_like(mine)
+        requests = [comm.isend(mine, (comm.rank + shift) % comm.size, tag=7),  # counted: numel x 4 bytes
+                    comm.irecv(theirs, (comm.rank - shift) % comm.size, tag=7)]
+        comm.waitall(requests)                           # only these two partners wait for each other
+        set_values(params, (mine + theirs) / 2)
+
+    def expected_bytes(self, grad_bytes, n_elements, ranks, steps, engine):
+        return float(grad_bytes)
