@@ -423,3 +423,28 @@ def test_the_side_by_side_speedups_are_metrics_of_the_variants_points(tmp_path: 
     p = out[(out["metric"] == "speedup_p:time")]
     assert len(p) == 3 and (p["value"] == pair["p_value"]).all()
     assert (out["metric"].str.startswith(("speedup:", "speedup_p:"))).sum() == 6  # naive (failed its check) gets no row
+
+
+def test_strategies_fold_their_repetitions_into_one_row_each_with_an_interval() -> None:
+    """Issue 40: strategies side by side over repetitions -- one row a strategy, the mean [95%
+    t-interval across repetitions], geometric for times; a single repetition keeps its own CI."""
+    import pandas as pd
+
+    from d5pipe.results.report.levels.distributed import strategies_table
+
+    rows = []
+    for s, base in (("allreduce", 1.0), ("ps_async", 2.0)):
+        for rep, jitter in enumerate((0.9, 1.0, 1.1)):
+            pid = f"{s}-{rep}"
+            common = {"point_id": pid, "status": "ok", "distributed.strategy": s, "repeat": rep}
+            rows += [{**common, "metric": "time_per_step_s", "value": base * jitter * 1e-3, "unit": "s",
+                      "kind": "timing", "ci_low": base * jitter * 0.9e-3, "ci_high": base * jitter * 1.1e-3},
+                     {**common, "metric": "test_accuracy", "value": 0.8 + 0.01 * rep, "unit": "",
+                      "kind": "numerical", "ci_low": None, "ci_high": None}]
+    [table] = strategies_table(pd.DataFrame(rows))
+    assert [r[:2] for r in table.rows] == [["allreduce", "3"], ["ps_async", "3"]]
+    time_cell, accuracy_cell = table.rows[1][2], table.rows[1][3]
+    assert time_cell.startswith("1.99") and "[" in time_cell  # the geometric mean of 1.8, 2, 2.2 ms
+    assert accuracy_cell.startswith("0.81 [")  # the mean of 0.80, 0.81, 0.82, with its t-interval
+    [single] = strategies_table(pd.DataFrame([r for r in rows if r["repeat"] == 0]))
+    assert single.columns[0] == "point_id" and len(single.rows) == 2
