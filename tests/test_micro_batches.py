@@ -43,6 +43,41 @@ def test_batchnorm_computes_something_else_per_micro_batch_and_the_check_fails(t
     assert metric(out, "micro_batch_grad_rel_error").value > 1e-4
 
 
+def test_a_cnn_with_per_sample_norms_passes_for_k_1_2_4_and_its_step_memory_falls(tmp_path: Path) -> None:
+    """The Must show of issue 40: on the CNN (GroupNorm: statistics per sample), k = 2 and 4 pass
+    the gradient check and the peak tensor memory of a step falls with k."""
+    cnn = {"name": "cnn", "channels": 16, "blocks": 1, "norm": "group"}
+    peaks = {}
+    for k in (1, 2, 4):
+        out = run_point(make_ctx(tmp_path, {"epochs": 1, "batch_size": 512, "micro_batches": k,
+                                            "measure_memory": True}, model=cnn, work=f"c{k}"))
+        peaks[k] = metric(out, "step_peak_memory").value
+        if k > 1:
+            assert metric(out, "micro_batch_check").value == "pass", metric(out, "micro_batch_check").detail
+    assert peaks[1] > peaks[2] > peaks[4] > 0, peaks
+
+
+def test_an_accumulation_that_sums_without_scaling_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong accumulation -- each micro-batch's mean loss summed, not weighted by its share --
+    gives k times the gradient; the check sees it. The right one passes on the same network."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    x, y = torch.randn(32, 8), torch.randint(0, 3, (32,))
+    assert micro_batches.check(model, x, y, 4, 1e-4)[0][0].value == "pass"
+
+    def summed(model: Any, loss_fn: Any, xb: torch.Tensor, yb: torch.Tensor, k: int) -> torch.Tensor:
+        total = torch.zeros(())
+        for xm, ym in micro_batches.split(xb, yb, k):
+            loss = loss_fn(model(xm), ym)  # no "* len(ym) / len(yb)"
+            loss.backward()
+            total = total + loss.detach()
+        return total
+
+    monkeypatch.setattr(micro_batches, "backward", summed)
+    [check, error], _ = micro_batches.check(model, x, y, 4, 1e-4)
+    assert check.value == "fail" and error.value == pytest.approx(3.0, rel=1e-6)  # 4x the gradient: error 3
+
+
 def test_split_and_dropout_idle_during_the_check() -> None:
     x, y = torch.arange(10.0).reshape(10, 1), torch.arange(10)
     parts = micro_batches.split(x, y, 4)

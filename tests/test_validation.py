@@ -50,6 +50,7 @@ BAD_VALUES = [
     ("distributed.target_loss=-1", "distributed.target_loss"),
     ("distributed.timeout_s=-5", "distributed.timeout_s"),
     ("distributed.global_batch=63", "distributed.global_batch"),
+    ("model.norm=layer", "model.norm"),
     ("sweep.grid.distributed.ranks=[4] distributed.strategy=ps_sync distributed.global_batch=32",
      "distributed.global_batch"),  # 4 ranks share 32, the 3 workers beside the server cannot
     ("sweep.grid.distributed.ranks=[0,1]", "distributed.ranks"),

@@ -104,13 +104,18 @@ class MLP(nn.Module):
         return out
 
 
+def norm_layer(kind: str, channels: int) -> nn.Module:
+    """``batch``: BatchNorm2d; ``group``: GroupNorm with one group (per-sample statistics)."""
+    return nn.GroupNorm(1, channels) if kind == "group" else nn.BatchNorm2d(channels)
+
+
 class ResidualBlock(nn.Module):
-    def __init__(self, channels: int) -> None:
+    def __init__(self, channels: int, norm: str = "batch") -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(channels)
+        self.bn1 = norm_layer(norm, channels)
         self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(channels)
+        self.bn2 = norm_layer(norm, channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.relu(self.bn1(self.conv1(x)))
@@ -127,14 +132,15 @@ class GlobalAvgPool(nn.Module):
 
 
 class ResNetSmall(nn.Module):
-    def __init__(self, in_channels: int, channels: int, blocks: int, n_classes: int, dropout: float) -> None:
+    def __init__(self, in_channels: int, channels: int, blocks: int, n_classes: int, dropout: float,
+                 norm: str = "batch") -> None:
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, channels, 3, padding=1, bias=False),
-            nn.BatchNorm2d(channels),
+            norm_layer(norm, channels),
             nn.ReLU(),
         )
-        self.blocks = nn.Sequential(*(ResidualBlock(channels) for _ in range(blocks)))
+        self.blocks = nn.Sequential(*(ResidualBlock(channels, norm) for _ in range(blocks)))
         self.head = nn.Sequential(
             GlobalAvgPool(),
             nn.Dropout(dropout) if dropout > 0 else nn.Identity(),
@@ -195,14 +201,15 @@ def mlp(input_shape: tuple[int, ...], n_classes: int, hidden: list[int], dropout
     return MLP(_numel(tuple(input_shape)), list(hidden), n_classes, dropout)
 
 
-def cnn(input_shape: tuple[int, ...], n_classes: int, channels: int, blocks: int, dropout: float = 0.0) -> nn.Module:
-    """The built-in ``cnn``: needs (C, H, W) input."""
+def cnn(input_shape: tuple[int, ...], n_classes: int, channels: int, blocks: int, dropout: float = 0.0,
+        norm: str = "batch") -> nn.Module:
+    """The built-in ``cnn``: needs (C, H, W) input; ``norm`` (ModelConf.norm): BatchNorm or GroupNorm."""
     shape = tuple(int(d) for d in input_shape)
     if len(shape) != 3:
         raise UnsupportedInput(f"model cnn needs (C, H, W) input; the dataset gives {shape}")
     if channels < 1 or blocks < 0:
         raise D5PipeError(f"model: cnn needs channels >= 1, blocks >= 0, got {channels}, {blocks}")
-    return ResNetSmall(shape[0], channels, blocks, n_classes, dropout)
+    return ResNetSmall(shape[0], channels, blocks, n_classes, dropout, norm)
 
 
 def transformer(input_shape: tuple[int, ...], n_classes: int, d_model: int, heads: int, layers: int,

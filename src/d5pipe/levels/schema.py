@@ -51,6 +51,10 @@ class ModelConf:
     """CNN channels of every residual block."""
     blocks: int = at_least(2, 0)
     """CNN residual blocks."""
+    norm: str = later("batch", choices=("batch", "group"))
+    """CNN normalisation: ``batch`` (BatchNorm: statistics over the batch, which couples its samples,
+    so micro-batches compute something else) or ``group`` (GroupNorm with one group: statistics per
+    sample, so a batch's gradient is the sum of its micro-batches')."""
     d_model: int = at_least(64, 1)
     """Transformer embedding width (a multiple of ``heads``)."""
     heads: int = at_least(4, 1)
