@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--diff", nargs="+", metavar="PATH", type=Path,
         help="explain differences: PATH (manifest.json, run dir or bundle) vs this machine, or PATH vs PATH2",
     )
+    parser.add_argument("--check", type=Path, metavar="BUNDLE",
+                        help="what differs between BUNDLE's locked environment and this one, and whether "
+                             "`d5pipe reproduce --rebuild-env` can close the gap (nothing is run)")
     parser.add_argument(
         "--submit", action="store_true",
         help="with --diff: compare the manifests' submit_environment (the process that ran `d5pipe run`) "
@@ -72,6 +75,8 @@ def main(args: argparse.Namespace) -> int:
         for line in envinfo.diff_records(a, b):
             print(f"  {line}")
         return 0
+    if args.check:
+        return _check(args.check)
     if args.lock:
         from d5pipe.provenance.lock import current_lock, lock_text
 
@@ -84,4 +89,29 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=1, sort_keys=True))
     else:
         print("\n".join(summary_lines(record)))
+    return 0
+
+
+def _check(bundle: Path) -> int:
+    """``--check BUNDLE``: the gap between the bundle's lock and this environment (exit 0)."""
+    from d5pipe.provenance.lock import entries_of
+    from d5pipe.provenance.rebuild import gap
+
+    record = envinfo.load_record(bundle, "environment")
+    locked = entries_of(record)
+    if not locked:
+        raise D5PipeError(f"{bundle}: its environment record has no lock (made before d5pipe recorded one)")
+    found = gap(locked, str(record["lock"]["python"]))
+    lines = found.lines()
+    print(f"{bundle}: {len(locked)} locked distributions; {len(found.differ)} differ here, "
+          f"{len(found.extra)} here only" + ("" if lines else ": the same environment"))
+    for line in lines:
+        print(f"  {line}")
+    if found.blockers:
+        print("reproduce --rebuild-env cannot close the gap:")
+        for line in found.blockers:
+            print(f"  {line}")
+    elif found.differ:
+        print(f"reproduce --rebuild-env can close the gap: it installs {len(found.differ)} distribution(s) "
+              "over this environment" + (" (the ones here only stay visible)" if found.extra else ""))
     return 0

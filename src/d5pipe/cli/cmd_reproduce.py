@@ -8,6 +8,9 @@ submitting process), then on stdout one line per failure, one line per changed a
 inconclusive timing, and a summary line ``<verdict> (<counts>); timings: N equivalent, N
 inconclusive, N changed; report: OUT/reproduce.json``. The verdict
 policy (what fails, how timings count) is documented in :mod:`d5pipe.provenance.reproduce`.
+``--rebuild-env`` first rebuilds (or takes from its cache) the bundle's Python environment from the
+lock in its record (:mod:`d5pipe.provenance.rebuild`), says so on stderr with the time it took,
+then runs the same command inside it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "submitting one; fail (exit 3) when the re-run's measurements ran in another")
     parser.add_argument("--strict-timing", action="store_true",
                         help="a changed timing makes the run not reproduced (default: reported only)")
+    parser.add_argument("--rebuild-env", action="store_true",
+                        help="re-run inside the bundle's Python environment, rebuilt from its lock (cached; "
+                             "d5pipe.provenance.rebuild)")
     add_policy_arguments(parser)
     add_allow_argument(parser)
 
@@ -68,8 +74,60 @@ def _timing_line(verdict: ReproduceVerdict) -> str:
             f"{c.get('changed', 0)} changed{untested} ({how})")
 
 
+def _in_rebuilt_env(args: argparse.Namespace) -> int:
+    """Rebuild (or reuse) the bundle's environment, then run this same command inside it."""
+    import os
+    import subprocess
+
+    from d5pipe.provenance import environment as envinfo
+    from d5pipe.provenance.bundle import opened_bundle, verify
+    from d5pipe.provenance.lock import entries_of
+    from d5pipe.provenance.rebuild import rebuild
+
+    with opened_bundle(args.bundle) as root:
+        if verify(root):  # a bundle that does not match its checksums drives no install: say it as always
+            args.rebuild_env = False
+            return main(args)
+    record = envinfo.load_record(args.bundle, "environment")
+    locked = entries_of(record)
+    if not locked:
+        raise D5PipeError(f"{args.bundle}: its environment record has no lock (made before d5pipe recorded "
+                          "one): there is nothing to rebuild from")
+    env = rebuild(locked, str(record["lock"]["python"]))
+    home = env.python.parent.parent
+    if env.built:
+        print(f"environment: built {home} in {env.seconds:.1f} s ({len(env.installed)} distribution(s) installed "
+              f"over this one's: {', '.join(env.installed) or 'none'})", file=sys.stderr)
+    else:
+        print(f"environment: reused {home} in {env.seconds:.1f} s (building it took {env.built_s:.1f} s; "
+              f"installed {', '.join(env.installed) or 'nothing'})", file=sys.stderr)
+    argv = [a for a in sys.argv[1:] if a != "--rebuild-env"]
+    child = dict(os.environ, VIRTUAL_ENV=str(home), PATH=f"{home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run([str(env.python), "-m", "d5pipe.cli.main", *argv], env=child, check=False).returncode
+
+
+def _print_lock_gap(bundle: Path) -> None:
+    """Which locked distributions this environment holds otherwise, and the way to close the gap."""
+    from d5pipe.provenance import environment as envinfo
+    from d5pipe.provenance.lock import entries_of
+    from d5pipe.provenance.rebuild import gap
+
+    record = envinfo.load_record(bundle, "environment")
+    locked = entries_of(record)
+    if not locked:
+        return
+    found = gap(locked, str(record["lock"]["python"]))
+    if found.differ:
+        named = ", ".join(f"{e.name} {e.version} -> {here.version if here else 'missing'}" for e, here in found.differ[:5])
+        how = ("`d5pipe reproduce --rebuild-env` re-runs in the bundle's" if not found.blockers
+               else f"--rebuild-env cannot: {found.blockers[0]}")
+        print(f"environment: {len(found.differ)} locked distribution(s) differ here ({named}); {how}", file=sys.stderr)
+
+
 def main(args: argparse.Namespace) -> int:
     apply_allow(getattr(args, "allow", []) or [])  # the reproducer's trust, never the bundle's
+    if getattr(args, "rebuild_env", False):
+        return _in_rebuilt_env(args)
     rerun = getattr(args, "rerun", None) or _default_rerun()
     verdict = reproduce(args.bundle, args.out, args.strict_env, rerun, policy_from_args(args),
                         strict_timing=args.strict_timing, timing=timing_policy_from_args(args),
@@ -82,6 +140,7 @@ def main(args: argparse.Namespace) -> int:
         return verdict.exit_code
     measured = EnvComparison(verdict.env_reference_hash, verdict.env_current_hash, verdict.env_differences)
     _print_env("warning: the measurements' environment differs", measured, verdict.report_path)
+    _print_lock_gap(args.bundle)
     _print_env("note: the submitting environment differs (Snakemake sets the jobs' thread variables, "
                "so these need not reach the measurements)", verdict.submit_env, verdict.report_path)
     out_dir = Path(verdict.report_path).parent

@@ -1,7 +1,8 @@
 """Environment record, environment hash, and the explanation of what differs between two records.
 
 :func:`environment_record` returns a JSON-serialisable dict (``schema_version`` 1) describing the
-software and hardware a run used: Python, every installed distribution, the torch build and thread
+software and hardware a run used: Python, every installed distribution (and, as ``lock``, where each
+came from: d5pipe.provenance.lock, what ``reproduce --rebuild-env`` rebuilds), the torch build and thread
 settings, the MPI library behind mpi4py (the probes are in :mod:`d5pipe.provenance.probes`), Horovod's build flags, CPU, GPUs and driver, OS and kernel,
 hostname, selected environment variables (thread settings, CUDA_VISIBLE_DEVICES, SLURM job) and the
 git commit of the d5pipe source tree with a sha256 of its uncommitted diff (``git diff HEAD``).
@@ -43,6 +44,7 @@ from typing import Any
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance import probes as envprobe
+from d5pipe.provenance.lock import editable_commit, lock_record
 from d5pipe.rundir.layout import MANIFEST_FILE, RunDir
 
 ENV_SCHEMA_VERSION = 1
@@ -106,7 +108,7 @@ HASH_KEYS: tuple[str, ...] = (
 )
 """Dotted record paths that make up the hash subset (see module docstring)."""
 
-STATIC_PARTS: tuple[str, ...] = ("python", "packages", "torch", "horovod", "cpu", "gpu", "os", "mpi")
+STATIC_PARTS: tuple[str, ...] = ("python", "packages", "lock", "torch", "horovod", "cpu", "gpu", "os", "mpi")
 """Record parts that do not change between jobs on one host and one installation (cached)."""
 
 
@@ -142,6 +144,7 @@ def _static_parts(light: bool) -> dict[str, Any]:
     parts: dict[str, Any] = {
         "python": envprobe.python_info(),
         "packages": envprobe.packages(),
+        "lock": lock_record(),
         "torch": envprobe.torch_info(light=light),
         "horovod": envprobe.horovod_info(light=light),
         "cpu": envprobe.cpu_info(),
@@ -173,6 +176,9 @@ def _cached_static(cache_dir: Path | None, light: bool) -> dict[str, Any]:
 def _cached_record(cache_dir: str | None, light: bool) -> str:
     record: dict[str, Any] = {"schema_version": ENV_SCHEMA_VERSION,
                               **_cached_static(Path(cache_dir) if cache_dir else None, light)}
+    for entry in (record.get("lock") or {}).get("entries") or []:  # a checkout's commit moves between jobs
+        if entry.get("source") == "editable":
+            entry["commit"] = editable_commit(str(entry.get("url", "")))
     torch = sys.modules.get("torch")
     if isinstance(record.get("torch"), dict) and torch is not None:  # threads: per job, from this process
         record["torch"].update(num_threads=torch.get_num_threads(),
@@ -265,7 +271,7 @@ def diff_records(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     other: list[str] = []
     for key in keys:
         va, vb = fa.get(key), fb.get(key)
-        if va == vb or key == "schema_version":
+        if va == vb or key == "schema_version" or key.startswith("lock."):  # packages and git say it
             continue
         if is_hash_relevant(key):
             relevant.append(_explain(key, va, vb) + "  [hash]")

@@ -16,6 +16,7 @@ The text is a pip requirements file (``pip install -r``), its header naming the 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import platform
@@ -70,11 +71,30 @@ def _source(dist: importlib.metadata.Distribution, name: str, version: str) -> L
         digest = str(archive.get("hashes", {}).get("sha256") or str(archive.get("hash", "")).removeprefix("sha256="))
         return Locked(name, version, "url", url, sha256=digest if len(digest) == 64 else "")
     if info.get("dir_info", {}).get("editable"):
-        path = Path(unquote(urlparse(url).path))
-        head = _git(path, "rev-parse", "HEAD") if path.is_dir() else None
-        commit = head.stdout.decode().strip() if head is not None and head.returncode == 0 else ""
-        return Locked(name, version, "editable", url, commit)
+        return Locked(name, version, "editable", url, editable_commit(url))
     return Locked(name, version, "local", url)
+
+
+def editable_commit(url: str) -> str:
+    """The git commit of an editable checkout (``file:`` URL), or "" when it is none."""
+    path = Path(unquote(urlparse(url).path))
+    head = _git(path, "rev-parse", "HEAD") if path.is_dir() else None
+    return head.stdout.decode().strip() if head is not None and head.returncode == 0 else ""
+
+
+def lock_record(entries: list[Locked] | None = None) -> dict[str, object]:
+    """The lock as the environment record carries it (``lock``): interpreter and entries."""
+    return {"schema_version": LOCK_SCHEMA_VERSION, "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "entries": [dataclasses.asdict(e) for e in (current_lock() if entries is None else entries)]}
+
+
+def entries_of(record: dict[str, object]) -> list[Locked]:
+    """The entries of a record's ``lock`` ([] for records made before locks)."""
+    lock = record.get("lock")
+    if not isinstance(lock, dict):
+        return []
+    return [Locked(**{k: str(v) for k, v in e.items()}) for e in lock.get("entries") or [] if isinstance(e, dict)]
 
 
 def current_lock() -> list[Locked]:

@@ -1,0 +1,114 @@
+"""A bundle's Python environment travels in its lock and is rebuilt on demand (issue 41):
+``d5pipe env --check BUNDLE`` and ``d5pipe reproduce BUNDLE --rebuild-env``, for real -- a run
+of this project's environment reproduced from an environment with another version of one
+dependency (tabulate, from the machine's package index), a second reproduction from the cache,
+and the one-line refusals (a version no index has, another interpreter) that leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from d5pipe.provenance.bundle import write_checksums
+from tests.conftest import d5pipe
+
+PACKAGE = "tabulate"
+
+
+def _locked(run: Path) -> dict[str, Any]:
+    manifest = json.loads((run / "manifest.json").read_text())
+    return {e["name"]: e for e in manifest["environment"]["lock"]["entries"]}
+
+
+def _layered(path: Path, requirement: str) -> Path:
+    """This environment with ``requirement`` installed over it (what a colleague's checkout with
+    another version of one dependency looks like), built without touching this one."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    own = next((path / "lib").glob("python*/site-packages"))
+    dirs = [p for p in sys.path if Path(p).name == "site-packages" and Path(p).is_dir()]
+    (own / "_base.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "-q",
+                    "--no-deps", "--ignore-installed", requirement], check=True, capture_output=True)
+    return path / "bin" / "python"
+
+
+def _run(python: Path, *args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "D5PIPE_ENV_CACHE": str(cache)}
+    return subprocess.run([str(python), "-m", "d5pipe.cli.main", *args], capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("bundle") / "run"
+    r = d5pipe("run", "quickstart", "stages=[level0]", "repetitions=1", "sweep.grid.operators.size=[64]",
+               "--out", str(run))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return run
+
+
+@pytest.mark.slow
+def test_a_bundle_reproduces_in_its_rebuilt_environment_and_the_second_time_from_the_cache(
+        bundle: Path, tmp_path: Path) -> None:
+    mine = _locked(bundle)[PACKAGE]["version"]
+    other = "0.8.10" if mine != "0.8.10" else "0.10.0"
+    python = _layered(tmp_path / "colleague", f"{PACKAGE}=={other}")
+    cache = tmp_path / "envs"
+
+    check = _run(python, "env", "--check", str(bundle), cache=cache)
+    assert check.returncode == 0, check.stderr
+    assert f"{PACKAGE}: bundle {mine} (index), here {other} (index)" in check.stdout
+    assert "can close the gap" in check.stdout and not cache.exists()  # --check runs nothing
+
+    plain = _run(python, "reproduce", str(bundle), "--out", str(tmp_path / "plain"), cache=cache)
+    assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]  # the metrics still agree
+    assert f"packages.{PACKAGE}: {mine} -> {other}" in plain.stderr  # the verdict names the difference
+    assert f"{PACKAGE} {mine} -> {other}" in plain.stderr and "--rebuild-env" in plain.stderr
+
+    first = _run(python, "reproduce", str(bundle), "--out", str(tmp_path / "first"), "--rebuild-env", cache=cache)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert "environment: built" in first.stderr and f"{PACKAGE}=={mine}" in first.stderr
+    assert "reproduced (" in first.stdout
+    assert "packages." not in first.stderr  # no package differs from the bundle's any more
+    rerun = json.loads((tmp_path / "first" / "manifest.json").read_text())["environment"]
+    assert rerun["packages"] == json.loads((bundle / "manifest.json").read_text())["environment"]["packages"]
+    assert rerun["python"]["executable"].startswith(str(cache))  # measured inside the rebuilt environment
+
+    second = _run(python, "reproduce", str(bundle), "--out", str(tmp_path / "second"), "--rebuild-env", cache=cache)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "environment: reused" in second.stderr and "building it took" in second.stderr
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 1  # built once
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("version", "0.0.999", f"{PACKAGE}==0.0.999 (in the bundle's lock) is not on the package index"),
+    ("python", "3.99.0", "made with Python 3.99.0"),
+])
+def test_a_lock_that_cannot_be_rebuilt_is_one_line_and_leaves_nothing(
+        bundle: Path, tmp_path: Path, field: str, value: str, says: str) -> None:
+    edited = tmp_path / "edited"
+    subprocess.run(["cp", "-a", str(bundle), str(edited)], check=True)
+    manifest = json.loads((edited / "manifest.json").read_text())
+    lock = manifest["environment"]["lock"]
+    if field == "python":
+        lock["python"] = value
+    else:
+        next(e for e in lock["entries"] if e["name"] == PACKAGE)["version"] = value
+    (edited / "manifest.json").write_text(json.dumps(manifest))
+    write_checksums(edited)  # a publisher's lock, not a tampered bundle
+    cache = tmp_path / "envs"
+    r = _run(Path(sys.executable), "reproduce", str(edited), "--out", str(tmp_path / "out"), "--rebuild-env",
+             cache=cache)
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], r.stderr
+    assert not (tmp_path / "out").exists()
+    assert not cache.exists() or not any(cache.iterdir())  # nothing half-built left behind
