@@ -1,5 +1,5 @@
 """User strategies for tests/test_parameter_servers.py: the asynchronous parameter server with one
-deliberately slow worker (rank 1 sleeps before each step), so the fast workers run ahead until the
+deliberately slow worker (rank 1 sleeps half a second before each step), so the fast workers run ahead until the
 staleness bound stops them; and docs/plugins.md's asynchronous example, as written there."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from d5pipe.levels.level3.strategies import Communicator, Strategy, flat_values,
 class SlowWorkerAsync(AsyncParameterServer):
     name = "ps_async_slow_worker"
 
-    def __init__(self, staleness: int = 2, delay_s: float = 0.2) -> None:
+    def __init__(self, staleness: int = 2, delay_s: float = 0.5) -> None:
         super().__init__(servers=1, staleness=staleness)
         self.delay_s = float(delay_s)
 
