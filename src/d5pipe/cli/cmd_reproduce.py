@@ -101,7 +101,7 @@ def _in_rebuilt_env(args: argparse.Namespace) -> int:
     else:
         print(f"environment: reused {home} in {env.seconds:.1f} s (building it took {env.built_s:.1f} s; "
               f"installed {', '.join(env.installed) or 'nothing'})", file=sys.stderr)
-    argv = [a for a in sys.argv[1:] if a != "--rebuild-env"]
+    argv = ["reproduce", *(a for a in getattr(args, "argv", sys.argv[2:]) if a != "--rebuild-env")]
     child = dict(os.environ, VIRTUAL_ENV=str(home), PATH=f"{home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run([str(env.python), "-m", "d5pipe.cli.main", *argv], env=child, check=False).returncode
 

@@ -119,7 +119,7 @@ def _base_site_dirs() -> list[str]:
     """The invoking environment's site directories, its own and those it is layered on (the
     layers a rebuilt environment sees), in import order."""
     dirs = [*site.getsitepackages(), *(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))]
-    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+    return [d for d in dict.fromkeys(os.path.realpath(d) for d in dirs) if os.path.isdir(d)]  # lib64 -> lib: once
 
 
 def env_key(locked: list[Locked], python: str) -> str:
