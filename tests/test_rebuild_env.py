@@ -76,6 +76,7 @@ def test_a_bundle_reproduces_in_its_rebuilt_environment_and_the_second_time_from
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert "environment: built" in first.stderr and f"{PACKAGE}=={mine}" in first.stderr
     assert "reproduced (" in first.stdout
+    assert "not rebuilt (recorded facts" in first.stderr and "the interpreter (bundle Python" in first.stderr
     assert "packages." not in first.stderr  # no package differs from the bundle's any more
     rerun = json.loads((tmp_path / "first" / "manifest.json").read_text())["environment"]
     assert rerun["packages"] == json.loads((bundle / "manifest.json").read_text())["environment"]["packages"]
