@@ -110,6 +110,9 @@ def test_parameter_servers_and_dpsgd_on_four_mpi_ranks(tmp_path: Path, monkeypat
     assert seen["ps_sync"]["matches_serial"] == "pass" and seen["ps_sync"]["params_identical"] == "pass"
     assert "staleness_bounded" not in seen["ps_sync"]
     assert seen["allreduce"]["matches_serial"] == "pass"
+    # the ring allreduce's wire volume is reported for the allreduce, never for point-to-point schemes
+    assert "comm_bytes_per_rank_step" in seen["allreduce"]
+    assert not any("comm_bytes_per_rank_step" in seen[s] for s in ("dpsgd", "ps_sync", "ps_async", "gossip"))
     # the consistent server trains the allreduce's model: the same last loss and test accuracy
     assert seen["ps_sync"]["final_loss"] == pytest.approx(seen["allreduce"]["final_loss"], rel=1e-5)
     assert seen["ps_sync"]["test_accuracy"] == seen["allreduce"]["test_accuracy"]

@@ -29,7 +29,8 @@ COMM_NOTE = (
     "payload, 2(n-1)/n x payload; comm_ring_expected_bytes is 2(n-1)/n x the model's gradient "
     "bytes. Parameter broadcast at set-up is excluded. With another distributed.strategy the payload is "
     "what the strategy hands to the Communicator per step (allgather/allreduce inputs, point-to-point "
-    "sends once per peer) and comm_expected_payload_bytes_per_rank_step its own analytic expectation."
+    "sends once per peer) and comm_expected_payload_bytes_per_rank_step its own analytic expectation; "
+    "comm_bytes_per_rank_step (the ring allreduce's wire volume) is then not reported."
 )
 
 
@@ -169,11 +170,12 @@ def train_outcome(
         Metric("comm_payload_vs_expected", payload / analytic if analytic else float("nan"), "", "numerical"),
         Metric("gradient_bytes", grad_bytes, "B", "deterministic"),
         Metric("comm_payload_bytes_per_rank_step", payload, "B", "count"),
-        Metric("comm_bytes_per_rank_step", ring_allreduce_bytes(payload, n), "B", "count"),
         Metric("comm_ring_expected_bytes", expected, "B", "deterministic"),
         Metric("comm_payload_vs_gradient", payload / grad_bytes if grad_bytes else float("nan"), "", "numerical"),
         Metric("comm_calls_per_step", calls, "", "count"),
     ]
+    if strategy["name"] == "allreduce":  # the ring formula holds for an allreduce only
+        out.metrics.append(Metric("comm_bytes_per_rank_step", ring_allreduce_bytes(payload, n), "B", "count"))
     workers = [r for r in ranks if r.get("role", "worker") == "worker"]  # the ranks that hold the model
     hashes = {r["params_sha256"] for r in workers}
     if strategy.get("consistent", True):
