@@ -1,7 +1,8 @@
 """A bundle's Python environment travels in its lock and is rebuilt on demand (issue 41):
 ``d5pipe env --check BUNDLE`` and ``d5pipe reproduce BUNDLE --rebuild-env``, for real -- a run
-of this project's environment reproduced from an environment with another version of one
-dependency (tabulate, from the machine's package index), a second reproduction from the cache,
+of this project's environment reproduced from a colleague's checkout one commit ahead, whose
+environment has another version of one dependency (tabulate, from the machine's package index);
+the rebuilt environment runs the bundle's d5pipe commit; a second reproduction from the cache,
 and the one-line refusals (a version no index has, another interpreter) that leave nothing behind.
 """
 
@@ -20,6 +21,7 @@ from d5pipe.provenance.bundle import write_checksums
 from tests.conftest import d5pipe
 
 PACKAGE = "tabulate"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _locked(run: Path) -> dict[str, Any]:
@@ -27,16 +29,32 @@ def _locked(run: Path) -> dict[str, Any]:
     return {e["name"]: e for e in manifest["environment"]["lock"]["entries"]}
 
 
-def _layered(path: Path, requirement: str) -> Path:
-    """This environment with ``requirement`` installed over it (what a colleague's checkout with
-    another version of one dependency looks like), built without touching this one."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    own = next((path / "lib").glob("python*/site-packages"))
+def _git(*args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def _colleague(path: Path, requirement: str) -> Path:
+    """A colleague's checkout of d5pipe one commit ahead of this one, in an environment that is this
+    one with ``requirement`` (another version of one dependency) and that checkout installed over it
+    -- built without touching this environment or this checkout."""
+    checkout = path / "d5pipe"
+    _git("clone", "--quiet", str(ROOT), str(checkout))
+    _git("-C", str(checkout), "checkout", "--quiet", "--detach", _git("-C", str(ROOT), "rev-parse", "HEAD"))
+    (checkout / "NOTES").write_text("a colleague's change\n")
+    _git("-C", str(checkout), "add", "NOTES")
+    _git("-C", str(checkout), "commit", "--quiet", "-m", "a colleague's change")
+    env = path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    own = next((env / "lib").glob("python*/site-packages"))
     dirs = [p for p in sys.path if Path(p).name == "site-packages" and Path(p).is_dir()]
     (own / "_base.pth").write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--ignore-installed", requirement], check=True, capture_output=True)
-    return path / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(env / "bin" / "python"), "install", "-q", "--no-deps",
+           "--ignore-installed"]
+    subprocess.run([*pip, requirement], check=True, capture_output=True)
+    subprocess.run([*pip, "-e", str(checkout)], check=True, capture_output=True)
+    return env / "bin" / "python"
 
 
 def _run(python: Path, *args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -59,12 +77,15 @@ def test_a_bundle_reproduces_in_its_rebuilt_environment_and_the_second_time_from
         bundle: Path, tmp_path: Path) -> None:
     mine = _locked(bundle)[PACKAGE]["version"]
     other = "0.8.10" if mine != "0.8.10" else "0.10.0"
-    python = _layered(tmp_path / "colleague", f"{PACKAGE}=={other}")
+    python = _colleague(tmp_path / "colleague", f"{PACKAGE}=={other}")
     cache = tmp_path / "envs"
+    published = json.loads((bundle / "manifest.json").read_text())["environment"]["git"]["commit"]
+    assert _locked(bundle)["d5pipe"]["commit"] == published
 
     check = _run(python, "env", "--check", str(bundle), cache=cache)
     assert check.returncode == 0, check.stderr
     assert f"{PACKAGE}: bundle {mine} (index), here {other} (index)" in check.stdout
+    assert f"against the bundle's {published[:12]}" in check.stdout  # the colleague's d5pipe is another commit
     assert "can close the gap" in check.stdout and not cache.exists()  # --check runs nothing
 
     plain = _run(python, "reproduce", str(bundle), "--out", str(tmp_path / "plain"), cache=cache)
@@ -81,6 +102,8 @@ def test_a_bundle_reproduces_in_its_rebuilt_environment_and_the_second_time_from
     rerun = json.loads((tmp_path / "first" / "manifest.json").read_text())["environment"]
     assert rerun["packages"] == json.loads((bundle / "manifest.json").read_text())["environment"]["packages"]
     assert rerun["python"]["executable"].startswith(str(cache))  # measured inside the rebuilt environment
+    assert rerun["git"]["commit"] == published  # by the bundle's d5pipe, not the colleague's checkout
+    assert f"d5pipe at git {published[:12]}" in first.stderr
 
     second = _run(python, "reproduce", str(bundle), "--out", str(tmp_path / "second"), "--rebuild-env", cache=cache)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]

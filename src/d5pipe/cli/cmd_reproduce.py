@@ -19,16 +19,13 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from d5pipe.cli.arguments import add_allow_argument, apply_allow
 from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args, timing_policy_from_args
 from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
 from d5pipe.rundir.layout import RunDir
-
-if TYPE_CHECKING:
-    from d5pipe.provenance.lock import Locked
 
 MAX_ENV_LINES = 40
 
@@ -104,28 +101,20 @@ def _in_rebuilt_env(args: argparse.Namespace) -> int:
     else:
         print(f"environment: reused {home} in {env.seconds:.1f} s (building it took {env.built_s:.1f} s; "
               f"installed {', '.join(env.installed) or 'nothing'})", file=sys.stderr)
-    print(f"environment: not rebuilt (recorded facts, compared below): {', '.join(_outside_lock(record, locked))}",
+    print(f"environment: not rebuilt (recorded facts, compared below): {', '.join(_outside_lock(record))}",
           file=sys.stderr)
     argv = ["reproduce", *(a for a in getattr(args, "argv", sys.argv[2:]) if a != "--rebuild-env")]
     child = dict(os.environ, VIRTUAL_ENV=str(home), PATH=f"{home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run([str(env.python), "-m", "d5pipe.cli.main", *argv], env=child, check=False).returncode
 
 
-def _outside_lock(record: dict[str, Any], locked: list[Locked]) -> list[str]:
-    """What a rebuilt environment keeps from this machine: the interpreter, editable checkouts, system."""
+def _outside_lock(record: dict[str, Any]) -> list[str]:
+    """What a rebuilt environment keeps from this machine: the interpreter and the system."""
     import platform
 
-    from d5pipe.provenance.lock import current_lock
-
     python = str((record.get("lock") or {}).get("python", "?"))
-    out = [f"the interpreter (bundle Python {python}, here {platform.python_version()})"]
-    here = {e.name: e for e in current_lock()}
-    for e in locked:
-        if e.source == "editable":
-            mine = here.get(e.name)
-            now = mine.commit[:12] if mine and mine.commit else "?"
-            out.append(f"the checkout of {e.name} (bundle git {e.commit[:12] or '?'}, here {now})")
-    return [*out, "system components (MPI library, Slurm, compilers, drivers)"]
+    return [f"the interpreter (bundle Python {python}, here {platform.python_version()})",
+            "system components (MPI library, Slurm, compilers, drivers)"]
 
 
 def _print_lock_gap(bundle: Path) -> None:

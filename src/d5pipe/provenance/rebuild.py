@@ -9,9 +9,12 @@ new one (``pip install --no-deps --ignore-installed``: the invoking environment 
 where it shadows the other. Distributions the two share are reused, not copied, so a rebuild
 installs only what differs; the files distributions put beside site-packages (Open MPI's libraries
 and launchers) are linked, so mpi4py finds its library under the new prefix. Only wheels are
-installed (``--only-binary :all:``): a lock read from a bundle never runs a build script, and the
-bundle's checksums are verified before anything is installed. Editable checkouts are not reinstalled: the reproducer's checkout of
-d5pipe runs (its git commit next to the bundle's is listed when they differ).
+installed from an index (``--only-binary :all:``): a lock read from a bundle never runs a build
+script, and the bundle's checksums are verified before anything is installed. An editable checkout
+(d5pipe itself, a user's package) locked at another git commit is cloned from this environment's
+checkout of it at that commit (``git clone --shared``: the checkout is left unchanged) into the new
+environment and installed editable there, so the bundle's own code runs; a commit the checkout does
+not hold is a refusal (fetch it first).
 
 Before anything is built, one line and exit 2 (:class:`D5PipeError`) for what cannot work: another
 interpreter minor version (a virtual environment cannot change the interpreter), a locked local
@@ -39,6 +42,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
@@ -66,14 +70,16 @@ class Gap:
             out.append(f"python: bundle {self.python[0]}, here {self.python[1]}")
         for locked, here in self.differ:
             have = f"{here.version} ({here.source})" if here else "missing"
+            if locked.source == "editable" and here is not None and here.source == "editable":
+                have += f", git {here.commit[:12] or '?'} against the bundle's {locked.commit[:12]}"
             out.append(f"{locked.name}: bundle {locked.version} ({locked.source}), here {have}")
         out += [f"{e.name}: here {e.version}, not in the bundle's lock" for e in self.extra]
         return out
 
 
 def _same(a: Locked, b: Locked) -> bool:
-    if a.source == "editable" or b.source == "editable":
-        return a.version == b.version and a.source == b.source
+    if a.source == "editable" or b.source == "editable":  # a checkout is the same at the same commit
+        return (a.version, a.source) == (b.version, b.source) and (a.commit == b.commit or not a.commit)
     if {a.source, b.source} <= {"index", "local"}:  # a local build is pinned for an index to provide
         return a.version == b.version
     return (a.version, a.source, a.url, a.commit) == (b.version, b.source, b.url, b.commit)
@@ -96,10 +102,21 @@ def gap(locked: list[Locked], python: str, here: list[Locked] | None = None) -> 
     for e, _ in found.differ:
         if e.source == "url" and e.url.startswith("file:") and not Path(e.url.removeprefix("file://")).exists():
             found.blockers.append(f"{e.name} {e.version}: its locked archive {e.url} is gone")
-        if e.source == "editable":
-            found.blockers.append(f"{e.name} {e.version}: an editable checkout ({e.url}) is not reinstalled; "
-                                  "install that version of it here")
+        if e.source == "editable" and checkout_of(e, mine.get(e.name)) is None:
+            found.blockers.append(f"{e.name} {e.version}: its checkout at git {e.commit[:12] or '?'} is not in "
+                                  f"this environment's checkout of it (fetch that commit there)")
     return found
+
+
+def checkout_of(locked: Locked, here: Locked | None) -> Path | None:
+    """The git repository of this environment's editable checkout of ``locked``'s distribution if it
+    holds ``locked``'s commit (a rebuild clones the checkout from it), else None."""
+    if here is None or here.source != "editable" or not locked.commit:
+        return None
+    repo = Path(unquote(urlparse(here.url).path))
+    probe = subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{locked.commit}^{{commit}}"],
+                           capture_output=True, check=False)
+    return repo if probe.returncode == 0 else None
 
 
 def requirement(e: Locked) -> str:
@@ -123,8 +140,8 @@ def _base_site_dirs() -> list[str]:
 
 
 def env_key(locked: list[Locked], python: str) -> str:
-    return digest({"entries": [(e.name, e.version, e.source, e.url, e.sha256) for e in locked
-                               if e.source != "editable"],
+    return digest({"entries": [(e.name, e.version, e.source, e.url, e.sha256) if e.source != "editable"
+                               else (e.name, e.version, e.source, e.commit) for e in locked],
                    "python": _minor(python), "base": [sys.prefix, *_base_site_dirs()]}, 16)
 
 
@@ -200,25 +217,38 @@ def _link_base_files(env: Path) -> None:
                 target.symlink_to(item)
 
 
+def _checkout(env: Path, locked: Locked, here: Locked | None) -> Path:
+    """A clone of this environment's checkout at the bundle's commit, inside ``env`` (objects shared
+    with the checkout, which is left unchanged), for pip to install editable."""
+    repo = checkout_of(locked, here)
+    assert repo is not None  # gap() made it a blocker otherwise
+    target = env / "src" / locked.name
+    for command in (["git", "clone", "--quiet", "--shared", "--no-checkout", str(repo), str(target)],
+                    ["git", "-C", str(target), "checkout", "--quiet", "--detach", locked.commit]):
+        subprocess.run(command, check=True, capture_output=True)
+    return target
+
+
 def _build(env: Path, locked: list[Locked], found: Gap) -> list[str]:
     """Create the layered environment at ``env`` (a fresh directory) and install what differs."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, capture_output=True)
     own = next((env / "lib").glob("python*/site-packages"))
     layers = "".join(f"import site; site.addsitedir({d!r})\n" for d in _base_site_dirs())
     (own / "_d5pipe_base_environment.pth").write_text(layers, encoding="utf-8")
-    wanted = [requirement(e) for e, _ in found.differ if e.source != "editable"]
-    if wanted:
-        out = subprocess.run([sys.executable, "-m", "pip", "--python", str(_env_python(env)), "install", "-q",
-                              "--no-deps", "--ignore-installed", "--only-binary", ":all:", "--no-warn-conflicts", "--disable-pip-version-check",
-                              *wanted], capture_output=True, text=True, check=False)
+    wheels = [requirement(e) for e, _ in found.differ if e.source != "editable"]
+    checkouts = [_checkout(env, e, here) for e, here in found.differ if e.source == "editable"]
+    pip = [sys.executable, "-m", "pip", "--python", str(_env_python(env)), "install", "-q", "--no-deps",
+           "--ignore-installed", "--no-warn-conflicts", "--disable-pip-version-check"]
+    for extra in ([["--only-binary", ":all:", *wheels]] if wheels else []) + [["-e", str(c)] for c in checkouts]:
+        out = subprocess.run([*pip, *extra], capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise D5PipeError(f"reproduce --rebuild-env: {_pip_failure(out.stderr)}")
     _link_base_files(env)
-    wrong = _missing_inside([e for e in locked if e.source != "editable"], _env_python(env))
+    wrong = _missing_inside(locked, _env_python(env))
     if wrong:
         raise D5PipeError(f"reproduce --rebuild-env: the rebuilt environment does not hold the locked "
                           f"{', '.join(wrong[:3])}")
-    return wanted
+    return [*wheels, *(f"{e.name} at git {e.commit[:12]}" for e, _ in found.differ if e.source == "editable")]
 
 
 def rebuild(locked: list[Locked], python: str) -> Rebuilt:
@@ -230,7 +260,7 @@ def rebuild(locked: list[Locked], python: str) -> Rebuilt:
     final = cache_root() / env_key(locked, python)
     if (final / META).exists():
         meta = json.loads((final / META).read_text(encoding="utf-8"))
-        if not _missing_inside([e for e in locked if e.source != "editable"], _env_python(final)):
+        if not _missing_inside(locked, _env_python(final)):
             return Rebuilt(_env_python(final), False, time.perf_counter() - started, list(meta["installed"]),
                            float(meta["built_s"]))
         shutil.rmtree(final, ignore_errors=True)  # the environment it is layered on changed: build again
