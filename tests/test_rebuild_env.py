@@ -135,4 +135,4 @@ def test_a_lock_that_cannot_be_rebuilt_is_one_line_and_leaves_nothing(
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], r.stderr
     assert not (tmp_path / "out").exists()
-    assert not cache.exists() or not any(cache.iterdir())  # nothing half-built left behind
+    assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())  # no environment, not half of one

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from filelock import FileLock
+
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
 from d5pipe.provenance.lock import Locked, current_lock
@@ -258,25 +260,21 @@ def rebuild(locked: list[Locked], python: str) -> Rebuilt:
     if found.blockers:
         raise D5PipeError(f"reproduce --rebuild-env: {found.blockers[0]}")
     final = cache_root() / env_key(locked, python)
-    if (final / META).exists():
-        meta = json.loads((final / META).read_text(encoding="utf-8"))
-        if not _missing_inside(locked, _env_python(final)):
-            return Rebuilt(_env_python(final), False, time.perf_counter() - started, list(meta["installed"]),
-                           float(meta["built_s"]))
-        shutil.rmtree(final, ignore_errors=True)  # the environment it is layered on changed: build again
     final.parent.mkdir(parents=True, exist_ok=True)
-    building = final.with_name(f"{final.name}.building-{os.getpid()}")
-    shutil.rmtree(building, ignore_errors=True)
-    try:
-        installed = _build(building, locked, found)
-        seconds = time.perf_counter() - started
-        (building / META).write_text(json.dumps({"installed": installed, "built_s": seconds, "python": python,
-                                                 "base": sys.prefix}), encoding="utf-8")
+    # built where it stays (a venv's scripts and editable installs name their own path); one build at a time
+    with FileLock(f"{final}.lock"):
+        if (final / META).exists():
+            meta = json.loads((final / META).read_text(encoding="utf-8"))
+            if not _missing_inside(locked, _env_python(final)):
+                return Rebuilt(_env_python(final), False, time.perf_counter() - started, list(meta["installed"]),
+                               float(meta["built_s"]))
+        shutil.rmtree(final, ignore_errors=True)  # stale (its base changed) or left half-built by a crash
         try:
-            building.rename(final)
-        except OSError:  # another reproduction built it meanwhile: use that one
-            shutil.rmtree(building, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(building, ignore_errors=True)  # nothing half-built is left behind
-        raise
+            installed = _build(final, locked, found)
+            seconds = time.perf_counter() - started
+            (final / META).write_text(json.dumps({"installed": installed, "built_s": seconds, "python": python,
+                                                  "base": sys.prefix}), encoding="utf-8")  # last: complete
+        except BaseException:
+            shutil.rmtree(final, ignore_errors=True)  # nothing half-built is left behind
+            raise
     return Rebuilt(_env_python(final), True, seconds, installed, seconds)
