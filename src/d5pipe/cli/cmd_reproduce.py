@@ -113,7 +113,10 @@ def _outside_lock(record: dict[str, Any]) -> list[str]:
     import platform
 
     python = str((record.get("lock") or {}).get("python", "?"))
-    return [f"the interpreter (bundle Python {python}, here {platform.python_version()})",
+    git = record.get("git") or {}
+    dirty = ([f"the uncommitted changes the bundle's d5pipe checkout had (diff sha256 {str(git.get('diff_sha256'))[:12]})"]
+             if git.get("dirty") else [])
+    return [f"the interpreter (bundle Python {python}, here {platform.python_version()})", *dirty,
             "system components (MPI library, Slurm, compilers, drivers)"]
 
 
