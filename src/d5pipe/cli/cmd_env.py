@@ -94,14 +94,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _check(bundle: Path) -> int:
     """``--check BUNDLE``: the gap between the bundle's lock and this environment (exit 0)."""
-    from d5pipe.provenance.lock import entries_of
-    from d5pipe.provenance.rebuild import gap
+    from d5pipe.provenance.rebuild import bundle_lock, gap
 
-    record = envinfo.load_record(bundle, "environment")
-    locked = entries_of(record)
-    if not locked:
-        raise D5PipeError(f"{bundle}: its environment record has no lock (made before d5pipe recorded one)")
-    found = gap(locked, str(record["lock"]["python"]))
+    _, locked, python = bundle_lock(bundle)
+    found = gap(locked, python)
     lines = found.lines()
     print(f"{bundle}: {len(locked)} locked distributions; {len(found.differ)} differ here, "
           f"{len(found.extra)} here only" + ("" if lines else ": the same environment"))

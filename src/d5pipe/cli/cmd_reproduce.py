@@ -79,21 +79,15 @@ def _in_rebuilt_env(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from d5pipe.provenance import environment as envinfo
     from d5pipe.provenance.bundle import opened_bundle, verify
-    from d5pipe.provenance.lock import entries_of
-    from d5pipe.provenance.rebuild import rebuild
+    from d5pipe.provenance.rebuild import bundle_lock, rebuild
 
     with opened_bundle(args.bundle) as root:
         if verify(root):  # a bundle that does not match its checksums drives no install: say it as always
             args.rebuild_env = False
             return main(args)
-    record = envinfo.load_record(args.bundle, "environment")
-    locked = entries_of(record)
-    if not locked:
-        raise D5PipeError(f"{args.bundle}: its environment record has no lock (made before d5pipe recorded "
-                          "one): there is nothing to rebuild from")
-    env = rebuild(locked, str(record["lock"]["python"]))
+    record, locked, python = bundle_lock(args.bundle)
+    env = rebuild(locked, python)
     home = env.python.parent.parent
     if env.built:
         print(f"environment: built {home} in {env.seconds:.1f} s ({len(env.installed)} distribution(s) installed "
@@ -101,18 +95,17 @@ def _in_rebuilt_env(args: argparse.Namespace) -> int:
     else:
         print(f"environment: reused {home} in {env.seconds:.1f} s (building it took {env.built_s:.1f} s; "
               f"installed {', '.join(env.installed) or 'nothing'})", file=sys.stderr)
-    print(f"environment: not rebuilt (recorded facts, compared below): {', '.join(_outside_lock(record))}",
+    print(f"environment: not rebuilt (recorded facts, compared below): {', '.join(_outside_lock(record, python))}",
           file=sys.stderr)
     argv = ["reproduce", *(a for a in getattr(args, "argv", sys.argv[2:]) if a != "--rebuild-env")]
     child = dict(os.environ, VIRTUAL_ENV=str(home), PATH=f"{home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     return subprocess.run([str(env.python), "-m", "d5pipe.cli.main", *argv], env=child, check=False).returncode
 
 
-def _outside_lock(record: dict[str, Any]) -> list[str]:
+def _outside_lock(record: dict[str, Any], python: str) -> list[str]:
     """What a rebuilt environment keeps from this machine: the interpreter and the system."""
     import platform
 
-    python = str((record.get("lock") or {}).get("python", "?"))
     git = record.get("git") or {}
     dirty = ([f"the uncommitted changes the bundle's d5pipe checkout had (diff sha256 {str(git.get('diff_sha256'))[:12]})"]
              if git.get("dirty") else [])
@@ -122,15 +115,12 @@ def _outside_lock(record: dict[str, Any]) -> list[str]:
 
 def _print_lock_gap(bundle: Path) -> None:
     """Which locked distributions this environment holds otherwise, and the way to close the gap."""
-    from d5pipe.provenance import environment as envinfo
-    from d5pipe.provenance.lock import entries_of
-    from d5pipe.provenance.rebuild import gap
+    from d5pipe.provenance.rebuild import bundle_lock, gap
 
-    record = envinfo.load_record(bundle, "environment")
-    locked = entries_of(record)
+    _, locked, python = bundle_lock(bundle, required=False)
     if not locked:
         return
-    found = gap(locked, str(record["lock"]["python"]))
+    found = gap(locked, python)
     if found.differ:
         named = ", ".join(f"{e.name} {e.version} -> {here.version if here else 'missing'}" for e, here in found.differ[:5])
         how = ("`d5pipe reproduce --rebuild-env` re-runs in the bundle's" if not found.blockers

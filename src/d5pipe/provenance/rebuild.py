@@ -42,13 +42,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from filelock import FileLock
 
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
-from d5pipe.provenance.lock import Locked, current_lock
+from d5pipe.provenance.environment import load_record
+from d5pipe.provenance.lock import Locked, current_lock, entries_of
 
 META = "d5pipe-env.json"
 
@@ -77,6 +79,17 @@ class Gap:
             out.append(f"{locked.name}: bundle {locked.version} ({locked.source}), here {have}")
         out += [f"{e.name}: here {e.version}, not in the bundle's lock" for e in self.extra]
         return out
+
+
+def bundle_lock(bundle: Path, required: bool = True) -> tuple[dict[str, Any], list[Locked], str]:
+    """``bundle``'s measurement record, the lock it carries and that lock's interpreter version; a
+    bundle made before records carried locks is a :class:`D5PipeError` (``required``) or ``[]``."""
+    record = load_record(bundle, "environment")
+    locked = entries_of(record)
+    if required and not locked:
+        raise D5PipeError(f"{bundle}: its environment record has no lock (made before d5pipe recorded one): "
+                          "there is nothing to rebuild from")
+    return record, locked, str((record.get("lock") or {}).get("python", ""))
 
 
 def _same(a: Locked, b: Locked) -> bool:

@@ -40,18 +40,28 @@ ASYNC_TIMING_NOTE = (
 )
 
 
+def role_of(rank: dict[str, Any]) -> str:
+    """A rank's role (d5pipe.levels.level3.strategies.Strategy.role; results without one: ``worker``)."""
+    return str(rank.get("role", "worker"))
+
+
+def workers_of(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ranks that train and hold the model (a parameter server's servers do neither)."""
+    return [r for r in ranks if role_of(r) == "worker"]
+
+
 def role_metrics(ranks: list[dict[str, Any]], strategy: dict[str, Any], samples: dict[str, list[float]]
                  ) -> list[Metric]:
     """Where ranks play several roles (a parameter server's workers and servers): per role, the time
     per step (max over the role's ranks, median and CI) and the payload bytes per rank and step, with
     the strategy's analytic expectation for one rank of that role."""
-    roles = sorted({str(r.get("role", "worker")) for r in ranks})
+    roles = sorted({role_of(r) for r in ranks})
     if len(roles) < 2:
         return []
     expected = strategy.get("expected_role_bytes_per_step") or {}
     found: list[Metric] = []
     for role in roles:
-        mine = [r for r in ranks if r.get("role", "worker") == role]
+        mine = [r for r in ranks if role_of(r) == role]
         key = f"step_time_max_{role}_s"
         samples[key] = max_over_ranks([r["times_s"] for r in mine])
         summary = summarize(samples[key])
@@ -176,7 +186,7 @@ def train_outcome(
     ]
     if strategy["name"] == "allreduce":  # the ring formula holds for an allreduce only
         out.metrics.append(Metric("comm_bytes_per_rank_step", ring_allreduce_bytes(payload, n), "B", "count"))
-    workers = [r for r in ranks if r.get("role", "worker") == "worker"]  # the ranks that hold the model
+    workers = workers_of(ranks)
     hashes = {r["params_sha256"] for r in workers}
     if strategy.get("consistent", True):
         out.metrics.append(Metric("params_identical", "pass" if len(hashes) == 1 else "fail", "", "verdict"))

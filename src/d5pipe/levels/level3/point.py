@@ -246,7 +246,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         serial = serial_comparison(spec, data, out_dir, float(dist_cfg["tolerance"]))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
-    workers = [r["rank"] for r in rank_results if r.get("role", "worker") == "worker"]
+    workers = [r["rank"] for r in outcome.workers_of(rank_results)]
     result.metrics.append(shard_metric(out_dir, workers, len(data.y_train), int(spec["global_batch"])))
     result.metrics += quality.test_metrics(spec, data, out_dir)
     result.extra["training_seed"] = spec["training_seed"]

@@ -4,8 +4,9 @@
   the shard process after the ranks are done. For a strategy whose replicas differ (local SGD, ring
   averaging) it is rank 0's replica, as the record's note says.
 * with ``distributed.target_loss``: ``steps_to_target_loss`` and ``time_to_target_loss_s``, the
-  first timed step whose loss, averaged over the ranks, is at or below the target, and the step
-  times (each the slowest rank's) up to and including it; NaN with a note when never reached.
+  first timed step whose loss, averaged over the training ranks (a server has none), is at or below
+  the target, and the step times (each the slowest rank's) up to and including it; NaN with a note
+  when never reached.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from d5pipe.core.outcome import Metric
 from d5pipe.levels.datasets import Dataset, require_materialised
 from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.level3 import training
-from d5pipe.levels.level3.outcome import max_over_ranks
+from d5pipe.levels.level3.outcome import max_over_ranks, workers_of
 
 EVAL_BATCH = 512
 
@@ -39,8 +40,7 @@ def test_metrics(spec: dict[str, Any], data: Dataset, out_dir: Path) -> list[Met
 def target_metrics(spec: dict[str, Any], ranks: list[dict[str, Any]], target: float) -> tuple[list[Metric], str | None]:
     """Steps and time to ``target`` mean loss (see the module docstring), and a note when never reached."""
     warmup = int(spec["warmup_steps"])
-    workers = [r for r in ranks if r.get("role", "worker") == "worker"]  # a server's step has no loss
-    losses = np.mean(np.asarray([r["losses"] for r in workers], dtype=np.float64), axis=0)[warmup:]
+    losses = np.mean(np.asarray([r["losses"] for r in workers_of(ranks)], dtype=np.float64), axis=0)[warmup:]
     times = max_over_ranks([r["times_s"] for r in ranks])
     hit = next((j for j, loss in enumerate(losses) if loss <= target), None)
     steps = math.nan if hit is None else float(hit + 1)

@@ -18,8 +18,7 @@ import pandas as pd
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.plausibility import PREFIX
 from d5pipe.results.report.blocks import Block, Table, Text
-from d5pipe.results.report.frames import MAX_TABLE_ROWS, fmt_plain, fold, natural_order, varying_axes
-from d5pipe.results.report.units import quantity
+from d5pipe.results.report.frames import MAX_TABLE_ROWS, fmt_plain, folded_cell, natural_order, varying_axes
 
 TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 MAX_TIMINGS = 4
@@ -63,10 +62,7 @@ def answer_blocks(rows: pd.DataFrame) -> list[Block]:
             if g.empty:
                 cells.append("")
                 continue
-            unit = str(g["unit"].iloc[0])
-            v, lo, hi = fold(g["value"].astype(float).tolist(), list(zip(g["ci_low"], g["ci_high"])), log=True)
-            cells.append(quantity(v, unit) + (f" [{quantity(lo, unit)}, {quantity(hi, unit)}]"
-                                               if math.isfinite(lo) else ""))
+            cells.append(folded_cell(g, log=True))
             if not spread:
                 between, within = _spread(g)
                 spread = f"{100 * between:.1f}% / {100 * within:.1f}%" if math.isfinite(between) else "-"

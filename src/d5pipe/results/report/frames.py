@@ -55,6 +55,15 @@ def fold(values: Sequence[float], cis: Sequence[tuple[float, float]], log: bool)
     return tuple(math.exp(v) for v in out) if log else out  # type: ignore[return-value]
 
 
+def folded_cell(g: pd.DataFrame, log: bool) -> str:
+    """One metric of a configuration's repetitions as table text: :func:`fold`'s value with its
+    unit and ``[low, high]`` (left out when there is no interval, or one no wider than the value)."""
+    unit = str(g["unit"].iloc[0])
+    v, lo, hi = fold(g["value"].astype(float).tolist(), list(zip(g["ci_low"], g["ci_high"])), log=log)
+    return quantity(v, unit) + (f" [{quantity(lo, unit)}, {quantity(hi, unit)}]" if math.isfinite(lo) and hi != lo
+                                else "")
+
+
 def is_numeric_axis(values: pd.Series) -> bool:
     v = values.dropna()
     return len(v) > 0 and pd.api.types.is_numeric_dtype(v) and not pd.api.types.is_bool_dtype(v)

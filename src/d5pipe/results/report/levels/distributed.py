@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from d5pipe.levels.level3.stage import LEVEL
@@ -16,7 +14,7 @@ from d5pipe.results.report.frames import (
     find_metric,
     fmt_plain,
     fmt_value,
-    fold,
+    folded_cell,
     label_of,
     metric_names,
     varying_axes,
@@ -24,7 +22,6 @@ from d5pipe.results.report.frames import (
 )
 from d5pipe.results.report.levels.common import finish, upper_bounds
 from d5pipe.results.report.loader import RunData
-from d5pipe.results.report.units import quantity
 
 
 def _base_case(rows: pd.DataFrame, metric: str, x: str, groups: list[str]) -> Text | None:
@@ -57,10 +54,7 @@ def _folded_strategies(rows: pd.DataFrame, metrics: list[str], axes: list[str]) 
             if g.empty:
                 cells.append("")
                 continue
-            unit, log = str(g["unit"].iloc[0]), str(g["kind"].iloc[0]) == "timing"
-            v, lo, hi = fold(g["value"].astype(float).tolist(), list(zip(g["ci_low"], g["ci_high"])), log=log)
-            cells.append(quantity(v, unit) + (f" [{quantity(lo, unit)}, {quantity(hi, unit)}]"
-                                               if math.isfinite(lo) and hi != lo else ""))
+            cells.append(folded_cell(g, log=str(g["kind"].iloc[0]) == "timing"))
         label = list(key) if isinstance(key, tuple) else [key]
         body.append([*label, str(group["point_id"].nunique()), *cells])
     return Table([*axes, "repetitions", *metrics], body[:MAX_TABLE_ROWS],
