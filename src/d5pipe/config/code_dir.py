@@ -17,12 +17,11 @@ whose hash changed makes its points stale ("4 points stale: source of mypkg.mode
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from d5pipe.core.atomic import write_if_changed
 from d5pipe.core.code_hash import ModuleCode
 
 CODE_DIR = "code"
@@ -32,23 +31,6 @@ SCHEMA_VERSION = 1
 
 def code_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CODE_DIR
-
-
-def _write(path: Path, data: bytes) -> None:
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_index(run_dir: Path) -> dict[str, Any]:
@@ -71,7 +53,7 @@ def write_code(run_dir: Path, modules: Mapping[str, ModuleCode]) -> list[str]:
     if not modules and not root.exists():
         return []
     for rel, src in sorted(wanted.items()):
-        _write(root / rel, src.read_bytes())
+        write_if_changed(root / rel, src.read_bytes())
     for path in sorted(root.rglob("*"), reverse=True):
         rel = path.relative_to(root).as_posix()
         if path.is_file() and rel != INDEX and rel not in wanted:
@@ -79,7 +61,7 @@ def write_code(run_dir: Path, modules: Mapping[str, ModuleCode]) -> list[str]:
         elif path.is_dir() and not any(path.iterdir()):
             path.rmdir()
     index = {"schema_version": SCHEMA_VERSION, "modules": {m: mc.to_json() for m, mc in sorted(modules.items())}}
-    _write(root / INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
+    write_if_changed(root / INDEX, (json.dumps(index, indent=1, sort_keys=True) + "\n").encode())
     return sorted(wanted)
 
 
