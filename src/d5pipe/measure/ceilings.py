@@ -47,6 +47,7 @@ from typing import Any
 
 import torch
 
+from d5pipe.core.atomic import write_text
 from d5pipe.measure.timer import measure
 
 CEILINGS_VERSION = 4
@@ -171,6 +172,11 @@ def measure_flops(device: str, dtype: torch.dtype, only: frozenset[str] | None =
     for _ in range(ROUNDS):
         for name, flops, fn in usable:
             rates[name] = max(rates.get(name, 0.0), flops / _best(fn, device))
+    return _flops_entry(rates)
+
+
+def _flops_entry(rates: dict[str, float]) -> dict[str, Any]:
+    """A dtype's FLOP record: its best rate, the kernel that set it, and every kernel's rate."""
     best = max(rates, key=lambda k: rates[k]) if rates else ""
     return {"best": rates.get(best, 0.0), "shape": best, "rates": rates}
 
@@ -309,12 +315,10 @@ def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int 
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=600):
-        data: dict[str, Any] = {}
-        if path.exists():
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                data = {}
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
         if data.get("version") != CEILINGS_VERSION:
             data = {}
         ceil = Ceilings(key, device, threads, dict(data.get("flops") or {}), dict(data.get("bandwidth") or {}),
@@ -337,18 +341,14 @@ def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int 
                         if d in refresh and known and not remeasure else None
                     t0 = time.perf_counter()
                     fresh = measure_flops(device, d, only)
-                    rates = _merge_max((ceil.flops.get(str(d)) or {}).get("rates") or {}, fresh["rates"])
-                    best_n = max(rates, key=lambda k: rates[k]) if rates else ""
-                    ceil.flops[str(d)] = {"best": rates.get(best_n, 0.0), "shape": best_n, "rates": rates}
+                    ceil.flops[str(d)] = _flops_entry(_merge_max(known, fresh["rates"]))
                     what = f"flops {str(d).removeprefix('torch.')}" + (" refresh" if only else "")
                     ceil.seconds[what] = ceil.seconds.get(what, 0.0) * bool(only) + time.perf_counter() - t0
                     changed = True
         finally:
             torch.set_num_threads(prev)
         if changed:  # atomically: a reader never sees half a file (the lock is for writers)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(ceil.to_json(), indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
+            write_text(path, json.dumps(ceil.to_json(), indent=1, sort_keys=True) + "\n", durable=False)
     if memo is not None:
         memo[mkey] = ceil
     return ceil
