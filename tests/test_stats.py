@@ -70,14 +70,6 @@ def test_high_variation_warning() -> None:
     assert not any("high variation" in w for w in stats.summarize(rng.uniform(1, 1.01, 50)).warnings)
 
 
-def test_means_for_rates_and_costs() -> None:
-    rates = [10.0, 20.0, 40.0]
-    assert stats.harmonic_mean(rates) == pytest.approx(sps.hmean(rates))
-    assert stats.arithmetic_mean(rates) == pytest.approx(np.mean(rates))
-    with pytest.raises(ValueError):
-        stats.harmonic_mean([1.0, 0.0])
-
-
 def test_rate_ci_swaps_bounds() -> None:
     s = stats.summarize(np.linspace(1.0, 2.0, 41))
     r = s.rate(10.0)

@@ -6,7 +6,6 @@ The rules follow Hoefler & Belli, "Scientific Benchmarking of Parallel Computing
   order statistics (the number of samples below the true median is Binomial(n, 1/2));
 * report the spread (IQR, min, CV) and count Tukey outliers, but never drop samples;
 * check normality (Shapiro-Wilk) instead of assuming it;
-* summarise **rates** with the harmonic mean and **costs** with the arithmetic mean.
 
 All functions are pure: they take sequences of floats and return numbers or dataclasses.
 """
@@ -103,19 +102,6 @@ def shapiro_p(samples: Sequence[float] | np.ndarray, seed: int = 0) -> float:
         rng = np.random.default_rng(seed)
         arr = rng.choice(arr, size=SHAPIRO_MAX_N, replace=False)
     return shapiro_wilk(arr)[1]
-
-
-def harmonic_mean(rates: Sequence[float] | np.ndarray) -> float:
-    """Mean of rates (FLOP/s, samples/s): total work over total time for equal work per item."""
-    arr = _as_array(rates)
-    if np.any(arr <= 0):
-        raise ValueError("harmonic mean needs positive rates")
-    return float(arr.size / np.sum(1.0 / arr))
-
-
-def arithmetic_mean(costs: Sequence[float] | np.ndarray) -> float:
-    """Mean of costs (seconds, bytes)."""
-    return float(np.mean(_as_array(costs)))
 
 
 @dataclass(frozen=True)
