@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from d5pipe.core.canonical import canonical_json, digest, normalise
 from d5pipe.core.errors import D5PipeError
@@ -25,6 +25,7 @@ from d5pipe.levels.stage import Level
 from d5pipe.plan.point_config import REPEAT_AXIS, set_dotted
 
 _MARK = "@@d5pipe-axis-{}@@"
+T = TypeVar("T")
 
 
 class IdTemplate:
@@ -57,12 +58,9 @@ class IdTemplate:
         self.head = hashlib.sha256(self.parts[0].encode("ascii"))
         self.rest = "".join("%s" + part.replace("%", "%%") for part in self.parts[1:])
 
-    def text(self, values: Sequence[str]) -> str:
-        """The canonical JSON with ``values`` (canonical JSON texts, in axis order) in the holes."""
-        return self.parts[0] + self.rest % tuple([values[h] for h in self.holes])
-
     def hex12(self, values: Sequence[str]) -> str:
-        """The first 12 hex digits of the sha256 of :meth:`text` (its head hashed once)."""
+        """The first 12 hex digits of the sha256 of the canonical JSON with ``values`` (canonical
+        JSON texts, in axis order) in the holes (its head hashed once)."""
         return self.hex12_in_order(tuple([values[h] for h in self.holes]))
 
     def hex12_in_order(self, values: tuple[str, ...]) -> str:
@@ -221,27 +219,15 @@ class PrefixesOf(Sequence[str]):
         return self.first_ids[k][:-13]
 
 
-class RepeatedPoints(Sequence[tuple[Any, ...]]):
-    """A stage's planned points with the repetition index as the last value, made when read: point
-    ``i`` is ``(*configurations[ks[i]], reps[i])``. Two small integer arrays instead of one tuple
-    per planned point (a 100,000-configuration sweep in 3 repetitions plans 300,000)."""
+class _Compact(Sequence[T]):
+    """A plan's per-point sequence of :attr:`ks` positions, its items made when read; equal to
+    any sequence of the same items, like the list it stands for."""
 
-    def __init__(self, configurations: Sequence[tuple[Any, ...]], ks: Sequence[int], reps: Sequence[int]) -> None:
-        self.configurations = configurations
-        self.ks = array("I", ks)
-        self.reps = array("I", reps)
+    ks: Sequence[int]
+    _noun = "items"
 
     def __len__(self) -> int:
         return len(self.ks)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [(*self.configurations[k], r) for k, r in zip(self.ks[i], self.reps[i])]
-        return (*self.configurations[self.ks[i]], self.reps[i])
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        conf = self.configurations
-        return ((*conf[k], r) for k, r in zip(self.ks, self.reps))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str):
@@ -251,7 +237,30 @@ class RepeatedPoints(Sequence[tuple[Any, ...]]):
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"RepeatedPoints({list(self)!r})" if len(self) <= 8 else f"RepeatedPoints({len(self)} points)"
+        name = type(self).__name__
+        return f"{name}({list(self)!r})" if len(self) <= 8 else f"{name}({len(self)} {self._noun})"
+
+
+class RepeatedPoints(_Compact[tuple[Any, ...]]):
+    """A stage's planned points with the repetition index as the last value, made when read: point
+    ``i`` is ``(*configurations[ks[i]], reps[i])``. Two small integer arrays instead of one tuple
+    per planned point (a 100,000-configuration sweep in 3 repetitions plans 300,000)."""
+
+    _noun = "points"
+
+    def __init__(self, configurations: Sequence[tuple[Any, ...]], ks: Sequence[int], reps: Sequence[int]) -> None:
+        self.configurations = configurations
+        self.ks = array("I", ks)
+        self.reps = array("I", reps)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(*self.configurations[k], r) for k, r in zip(self.ks[i], self.reps[i])]
+        return (*self.configurations[self.ks[i]], self.reps[i])
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        conf = self.configurations
+        return ((*conf[k], r) for k, r in zip(self.ks, self.reps))
 
 
 def _code_of(level: Level, cfg: dict[str, Any], cache: Any) -> dict[str, str]:
@@ -269,15 +278,14 @@ def _point_error(stage: str, params: dict[str, Any], exc: D5PipeError) -> D5Pipe
     return D5PipeError(f"{exc} (sweep point {stage} {where})" if where else str(exc))
 
 
-class Gathered(Sequence[Any]):
+class Gathered(_Compact[Any]):
     """Per planned point, its configuration's value: ``values[ks[i]]`` (a configuration's
     repetitions share their cost, dataset key and modules; one pointer each is not kept)."""
 
+    _noun = "values"
+
     def __init__(self, values: Sequence[Any], ks: Sequence[int]) -> None:
         self.values, self.ks = values, ks
-
-    def __len__(self) -> int:
-        return len(self.ks)
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
@@ -287,14 +295,3 @@ class Gathered(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         values = self.values
         return (values[k] for k in self.ks)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Gathered({list(self)!r})" if len(self) <= 8 else f"Gathered({len(self)} values)"
-
