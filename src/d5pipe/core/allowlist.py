@@ -96,11 +96,7 @@ def env_prefixes() -> tuple[str, ...]:
 
 def allow_list() -> tuple[str, ...]:
     """Every allowed prefix, ``d5pipe`` first, each once."""
-    out: list[str] = []
-    for p in (*ALWAYS_ALLOWED, *env_prefixes(), *file_prefixes()):
-        if p not in out:
-            out.append(p)
-    return tuple(out)
+    return tuple(dict.fromkeys((*ALWAYS_ALLOWED, *env_prefixes(), *file_prefixes())))
 
 
 def allow(prefixes: Iterable[str], where: str = "--allow") -> tuple[str, ...]:
@@ -108,19 +104,15 @@ def allow(prefixes: Iterable[str], where: str = "--allow") -> tuple[str, ...]:
     children inherit; returns the whole allow-list."""
     extra = [normalise_prefix(p, where) for p in prefixes]
     if extra:
-        current = list(env_prefixes())
-        os.environ[ENV_VAR] = ",".join(dict.fromkeys([*current, *extra]))
+        os.environ[ENV_VAR] = ",".join(dict.fromkeys([*env_prefixes(), *extra]))
     return allow_list()
 
 
 def module_allowed(dotted: str, prefixes: Sequence[str]) -> bool:
     """True when ``dotted`` is one of the prefixes or lies below one (``mypkg`` admits
     ``mypkg.models.MyNet``, never ``mypkg_evil``)."""
-    for prefix in prefixes:
-        package = prefix[:-1] if prefix.endswith(".") else prefix
-        if package and (dotted == package or dotted.startswith(package + ".")):
-            return True
-    return False
+    packages = (prefix.removesuffix(".") for prefix in prefixes)
+    return any(package and (dotted == package or dotted.startswith(package + ".")) for package in packages)
 
 
 def target_path(value: Any, key: str) -> str:
@@ -135,8 +127,7 @@ def target_path(value: Any, key: str) -> str:
 
 def iter_targets(value: Any, key: str) -> Iterator[tuple[str, str]]:
     """``(key, dotted path)`` of a target and of every target nested in its arguments."""
-    for where, path, _raw in _iter_raw(value, key):
-        yield where, path
+    yield from ((where, path) for where, path, _raw in _iter_raw(value, key))
 
 
 def _iter_raw(value: Any, key: str) -> Iterator[tuple[str, str, str]]:
@@ -223,8 +214,7 @@ def check_deprecated_prefixes(prefixes: Any, key: str) -> None:
     if all(module_allowed(n, ALWAYS_ALLOWED) for n in names):
         return  # the default ["d5pipe."]: no look at the allow file for every planned point
     allowed = allow_list()
-    for p in prefixes:
-        name = normalise_prefix(p, key)
+    for p, name in zip(prefixes, names):
         if not module_allowed(name, allowed):
             raise D5PipeError(
                 f"config error: key '{key}': {p!r} is not allowed by the person running d5pipe "
