@@ -25,15 +25,7 @@ from typing import Any
 
 from d5pipe.config.schema import D5Config
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.fields import (
-    by_closeness,
-    check_fields,
-    constraint_error,
-    is_schema,
-    schema_fields,
-    schema_hints,
-    type_error,
-)
+from d5pipe.core.fields import by_closeness, check_fields, is_schema, schema_fields, schema_hints, value_error
 from d5pipe.levels.registry import RESOURCE_ENTRIES, STAGE_NAMES, SWEEPABLE_SECTIONS
 
 
@@ -60,15 +52,9 @@ def unknown_key(key: str) -> str:
 
 def schema_field(dotted: str) -> tuple[type, str] | None:
     """``(schema class, field name)`` of a dotted config key, or None when there is none."""
-    cls: Any = D5Config
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        if not is_schema(cls) or part not in schema_fields(cls):
-            return None
-        if i == len(parts) - 1:
-            return cls, part
-        cls = schema_hints(cls)[part]
-    return None
+    parent, _, name = dotted.rpartition(".")
+    cls = section_schema(parent) if "" not in dotted.split(".") else None
+    return (cls, name) if cls is not None and name in schema_fields(cls) else None
 
 
 def sweep_axes(sweep: Mapping[str, Any]) -> Iterator[tuple[str, str, list[Any]]]:
@@ -111,7 +97,7 @@ def check_sweep(config: Mapping[str, Any]) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            err = type_error(schema_hints(cls)[name], v) or constraint_error(schema_fields(cls)[name].metadata, v)
+            err = value_error(cls, name, v)
             if err:
                 raise D5PipeError(f"{where}: value {v!r} does not fit key '{axis}': {err}")
         axes.append(axis)

@@ -140,9 +140,7 @@ def type_error(tp: Any, value: Any) -> str | None:
             if err:
                 return f"element {err}"
         return None
-    if origin is dict:
-        return None if isinstance(value, dict) else f"{value!r} is not a mapping"
-    if is_schema(tp):
+    if origin is dict or is_schema(tp):
         return None if isinstance(value, dict) else f"{value!r} is not a mapping"
     return None
 
@@ -179,9 +177,14 @@ def by_closeness(name: str, candidates: list[str]) -> list[str]:
     return close + [c for c in candidates if c not in close]
 
 
+def value_error(cls: type, name: str, value: Any) -> str | None:
+    """Why ``value`` does not fit field ``name`` of schema ``cls``: its type, then its constraints."""
+    return type_error(schema_hints(cls)[name], value) or constraint_error(schema_fields(cls)[name].metadata, value)
+
+
 def check_value(cls: type, name: str, value: Any, key: str) -> None:
     """Type and constraints of one value of field ``name`` of schema ``cls`` (key names it)."""
-    err = type_error(schema_hints(cls)[name], value) or constraint_error(schema_fields(cls)[name].metadata, value)
+    err = value_error(cls, name, value)
     if err:
         raise D5PipeError(f"config error: key '{key}': {err}")
 
