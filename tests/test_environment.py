@@ -192,7 +192,7 @@ def test_cli_env_hash_and_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str
     parser = argparse.ArgumentParser()
     cmd_env.add_arguments(parser)
     assert cmd_env.main(parser.parse_args(["--hash"])) == 0
-    assert capsys.readouterr().out.strip() == envinfo.current_env_hash()
+    assert capsys.readouterr().out.strip() == envinfo.env_hash()
     rec = envinfo.environment_record()
     rec["env"]["OMP_NUM_THREADS"] = "7"
     (tmp_path / "m.json").write_text(json.dumps({"environment": rec}))

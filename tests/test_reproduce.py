@@ -58,7 +58,7 @@ def _record(pid: str, size: int, rng: np.random.Generator, rep: int = 0) -> dict
         "params": {"operators.size": size, "repeat": rep},
         "seed": point_seed(0, "level0", _rep_id(pid, rep)), "status": "ok", "error": None,
         "metrics": [m.to_dict() for m in metrics], "samples": {"time": times}, "extra": {},
-        "env_hash": envinfo.current_env_hash(), "provenance": {"hostname": "test"},
+        "env_hash": envinfo.env_hash(), "provenance": {"hostname": "test"},
     }
 
 

@@ -224,11 +224,6 @@ def env_hash(record: dict[str, Any] | None = None) -> str:
     return digest(hash_subset(environment_record() if record is None else record), HASH_LENGTH)
 
 
-def current_env_hash() -> str:
-    """env_hash of this process, cached with the record."""
-    return env_hash(environment_record())
-
-
 def is_hash_relevant(dotted: str) -> bool:
     return any(dotted == key or dotted.startswith(key + ".") for key in HASH_KEYS)
 
