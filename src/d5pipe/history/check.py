@@ -186,13 +186,11 @@ def _name(metric: str) -> str:
 def _after(ts: Any, since: datetime) -> bool:
     import pandas as pd
 
-    t = pd.Timestamp(ts)
-    s = pd.Timestamp(since)
-    if s.tzinfo is None:
-        s = s.tz_localize("UTC")
-    if t.tzinfo is None:
-        t = t.tz_localize("UTC")
-    return bool(t >= s)
+    def utc(x: Any) -> pd.Timestamp:
+        t = pd.Timestamp(x)
+        return t.tz_localize("UTC") if t.tzinfo is None else t
+
+    return bool(utc(ts) >= utc(since))
 
 
 def junit_xml(result: HistoryCheck, fail_pct: float | None) -> bytes:
