@@ -111,9 +111,7 @@ class CudaClock:
 
 def clock_for(device: str) -> BlockClock:
     """The clock for a device string: CUDA events for ``cuda*``, ``perf_counter_ns`` otherwise."""
-    if device.startswith("cuda"):
-        return CudaClock(device)
-    return CpuClock()
+    return CudaClock(device) if device.startswith("cuda") else CpuClock()
 
 
 def _noop() -> None:
@@ -152,19 +150,9 @@ class Measurement:
 
     def info(self) -> dict[str, Any]:
         """JSON-serialisable description of the measurement (without the raw samples)."""
-        return {
-            "calls_per_block": self.calls_per_block,
-            "target_met": self.target_met,
-            "stop_reason": self.stop_reason,
-            "warmup_iters": self.warmup_iters,
-            "warmup_s": self.warmup_s,
-            "total_s": self.total_s,
-            "clock": self.clock,
-            "clock_overhead_s": self.clock_overhead_s,
-            "device": self.device,
-            "config": self.config,
-            "ci_coverage": self.summary.ci_coverage,
-        }
+        raw = ("samples", "summary", "warnings")
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in raw},
+                "ci_coverage": self.summary.ci_coverage}
 
 
 def _calls_for(per_call_s: float, min_block_s: float, overhead_s: float) -> int:
