@@ -154,12 +154,8 @@ def _imports(path: str, mtime_ns: int, package: str) -> tuple[str, ...]:
 
 def _source_files(chain: list[_Found]) -> list[tuple[str, Path]]:
     """``(module name, file)`` of each module in ``chain`` that has a source file."""
-    out = []
-    for found in chain:
-        origin = found.spec.origin
-        if origin and origin.endswith(".py") and Path(origin).is_file():
-            out.append((found.name, Path(origin)))
-    return out
+    return [(f.name, Path(f.spec.origin)) for f in chain
+            if f.spec.origin and f.spec.origin.endswith(".py") and Path(f.spec.origin).is_file()]
 
 
 def module_code(target: str, prefixes: Sequence[str]) -> ModuleCode | None:
