@@ -30,12 +30,7 @@ def package_conf_dir() -> Path:
 
 
 def _available_experiments(dirs: list[Path]) -> list[str]:
-    names: set[str] = set()
-    for d in dirs:
-        exp = d / "experiment"
-        if exp.is_dir():
-            names.update(p.stem for p in exp.glob("*.yaml"))
-    return sorted(names)
+    return sorted({p.stem for d in dirs for p in (d / "experiment").glob("*.yaml")})
 
 
 _FULL_KEY = re.compile(r"full_key:\s*(\S+)")
@@ -60,17 +55,10 @@ def _explain(exc: BaseException, experiment: str) -> str:
     for e in chain:
         text = str(e)
         if key is None:
-            fk = getattr(e, "full_key", None)
-            if fk:
-                key = str(fk)
-            else:
-                m = _FULL_KEY.search(text)
-                if m:
-                    key = m.group(1)
-        if where is None:
-            m = _IN_FILE.search(text)
-            if m:
-                where = m.group(1)
+            fk, m = getattr(e, "full_key", None), _FULL_KEY.search(text)
+            key = str(fk) if fk else m.group(1) if m else None
+        if where is None and (m := _IN_FILE.search(text)):
+            where = m.group(1)
         if reason is None and isinstance(e, OmegaConfBaseException):
             reason = text.splitlines()[0] if text else type(e).__name__
     if reason is None:
