@@ -74,14 +74,12 @@ def finalize_manifest(run_dir: Path, used_hashes: list[str]) -> None:
     for key, entry in manifest.get("datasets", {}).items():
         meta_path = rd.dataset_meta(key)
         if meta_path.exists():
-            with open(meta_path, encoding="utf-8") as fh:
-                entry.update({k: v for k, v in json.load(fh).items() if k != "config"})
+            entry.update({k: v for k, v in json.loads(meta_path.read_text(encoding="utf-8")).items() if k != "config"})
     if used_hashes:
         main = used_hashes[0]
         env_path = rd.env_record(main)
         if env_path.exists():
-            with open(env_path, encoding="utf-8") as fh:
-                manifest["environment"] = json.load(fh)
+            manifest["environment"] = json.loads(env_path.read_text(encoding="utf-8"))
         manifest["env_hash"] = main
         manifest["env_hashes"] = sorted(set(used_hashes))
     rd.write_json(rd.manifest_path, manifest, indent=1)

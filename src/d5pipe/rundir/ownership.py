@@ -114,8 +114,7 @@ class RunLock:
 def clear_stale_snakemake_locks(rd: RunDir) -> int:
     """Remove Snakemake's locks (call only while holding :class:`RunLock`); how many there were."""
     locks = rd.root / ".snakemake" / "locks"
-    removed = 0
-    for p in locks.glob("*") if locks.is_dir() else []:
+    stale = list(locks.glob("*")) if locks.is_dir() else []
+    for p in stale:
         p.unlink(missing_ok=True)
-        removed += 1
-    return removed
+    return len(stale)

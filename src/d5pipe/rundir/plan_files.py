@@ -32,16 +32,8 @@ def plan_index(plan: Plan) -> dict[str, Any]:
 
 def shard_spec(plan: Plan, stage: str, index: int) -> dict[str, Any]:
     sp = plan.stages[stage]
-    pts = []
-    for i in sp.shard_slice(index):
-        pts.append(
-            {
-                "point_id": sp.point_ids[i],
-                "params": sp.params_dict(i),
-                "seed": sp.seeds[i],
-                "dataset": sp.datasets[i],
-            }
-        )
+    pts = [{"point_id": sp.point_ids[i], "params": sp.params_dict(i), "seed": sp.seeds[i], "dataset": sp.datasets[i]}
+           for i in sp.shard_slice(index)]
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
         "experiment": plan.experiment,
