@@ -14,7 +14,8 @@ from d5pipe.core.outcome import Metric
 from d5pipe.provenance import bundle
 from d5pipe.results.compare import compare_runs, load_points, regressions
 from d5pipe.results.compare_table import format_table
-from d5pipe.rundir.record import record_path, write_record
+from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.record import write_record
 from tests.report_fixtures import publish
 
 
@@ -37,12 +38,12 @@ def make_run(root: Path, name: str, slowdown: float, sizes: tuple[int, ...], see
                 Metric("checksum", f"c{size}", "", "deterministic"),
             ]
             point_params = {"operators.size": size, **(params or {}), **({"repeat": rep} if reps > 1 else {})}
-            write_record(record_path(run, "level0", pid), {
+            write_record(RunDir.of(run).record("level0", pid), {
                 "experiment": "demo", "stage": "level0", "point_id": pid, "params": point_params,
                 "seed": size * 100 + rep, "status": "ok", "error": None, "metrics": [m.to_dict() for m in metrics],
                 "samples": {"time": times}, "extra": {}, "env_hash": "x", "provenance": {},
             })
-    write_record(record_path(run, "level0", "mm-broken"), {
+    write_record(RunDir.of(run).record("level0", "mm-broken"), {
         "experiment": "demo", "stage": "level0", "point_id": "mm-broken",
         "params": {"operators.size": 1, **(params or {}), **({"repeat": 0} if reps > 1 else {})},
         "seed": 1, "status": "failed", "error": "RuntimeError: boom", "metrics": [], "samples": {},
@@ -65,7 +66,7 @@ def test_load_points_reads_params_and_values_from_the_results(tmp_path: Path) ->
     assert p.params == {"operators.size": 8, "repeat": 0} and p.status == "ok" and p.repetition == 0
     time = p.metrics["time"]
     assert time.kind == "timing" and time.unit == "s" and isinstance(time.value, float)
-    samples = json.loads(record_path(run, "level0", "mm-8").read_text())["samples"]["time"]
+    samples = json.loads(RunDir.of(run).record("level0", "mm-8").read_text())["samples"]["time"]
     assert p.fastest == {"time": min(samples)}  # gflops is no median of its samples: compared by its value
     assert load_points(run, fastest=False)[("level0", "mm-8")].fastest == {}
     broken = points[("level0", "mm-broken")]
@@ -123,7 +124,7 @@ def test_points_are_matched_by_parameters_not_ids(tmp_path: Path) -> None:
         data = json.loads(rec.read_text())
         data["point_id"] = "other-" + data["point_id"]
         rec.unlink()
-        write_record(record_path(b, "level0", data["point_id"]), data)
+        write_record(RunDir.of(b).record("level0", data["point_id"]), data)
     publish(b, {"level0": sorted(p.stem for p in (b / "points" / "level0").glob("*.json"))})  # no real plan
     bundle.write_checksums(b)
     result = compare_runs(a, b)

@@ -28,7 +28,8 @@ from d5pipe.core.seeds import point_seed
 from d5pipe.provenance import bundle
 from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.reproduce import reproduce
-from d5pipe.rundir.record import record_path, write_record
+from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.record import write_record
 from tests.report_fixtures import publish
 
 POINTS = ("mm-64-a1b2c3", "mm-128-d4e5f6", "mm-256-0718ab")
@@ -78,7 +79,7 @@ def make_bundle(root: Path) -> Path:
     rng = np.random.default_rng(7)
     for pid, size in zip(POINTS, (64, 128, 256)):
         for rep in range(REPS):
-            write_record(record_path(run, "level0", _rep_id(pid, rep)), _record(pid, size, rng, rep))
+            write_record(RunDir.of(run).record("level0", _rep_id(pid, rep)), _record(pid, size, rng, rep))
     publish(run)
     (run / "report.html").write_text("<html>demo</html>")
     bundle.write_checksums(run)
@@ -105,7 +106,7 @@ def copying_rerun(perturb: Perturb | None = None, drop: str | None = None,
                 continue
             if perturb is not None:
                 perturb(rec)
-            write_record(record_path(out, "level0", rec["point_id"]), rec)
+            write_record(RunDir.of(out).record("level0", rec["point_id"]), rec)
         publish(out)
 
     return rerun
@@ -176,7 +177,7 @@ def test_tampered_bundle_is_refused_without_rerun(bundle_dir: Path, tmp_path: Pa
         (bundle_dir / "results.parquet").write_bytes(bytes(data))
         needle = "modified: results.parquet"
     elif tamper == "remove":
-        record_path(bundle_dir, "level0", POINTS[1]).unlink()
+        RunDir.of(bundle_dir).record("level0", POINTS[1]).unlink()
         needle = f"missing: points/level0/{POINTS[1]}.json"
     else:
         (bundle_dir / "points" / "level0" / "extra.json").write_text("{}")

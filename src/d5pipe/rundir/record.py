@@ -2,7 +2,7 @@
 
 ``points/<stage>/<point_id>.json`` holds one :class:`Record`. It is written once, atomically, when
 the point is done (:meth:`Record.write`), and read through :meth:`Record.read` /
-:meth:`Record.from_json`, which check ``schema_version``: a record written by a d5pipe with a
+:func:`read_record`, which check ``schema_version``: a record written by a d5pipe with a
 format this one does not know is a one-line :class:`RecordVersionError`, never a silent misread.
 A file that does not parse is :class:`CorruptRecord` (the shard recomputes that point).
 
@@ -13,7 +13,7 @@ shard wraps it with identity, status and provenance into a :class:`Record`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,21 +50,9 @@ class Record:
     schema_version: int = RECORD_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "experiment": self.experiment,
-            "stage": self.stage,
-            "point_id": self.point_id,
-            "params": self.params,
-            "seed": self.seed,
-            "status": self.status,
-            "error": self.error,
-            "metrics": self.metrics,
-            "samples": self.samples,
-            "extra": self.extra,
-            "env_hash": self.env_hash,
-            "provenance": self.provenance,
-        }
+        """The fields as stored, ``schema_version`` first."""
+        return {"schema_version": self.schema_version,
+                **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "schema_version"}}
 
     def to_json(self) -> str:
         """Compact JSON (one line); non-JSON values are written with ``str``."""
@@ -102,14 +90,9 @@ class Record:
             raise CorruptRecord(f"{source}: not a point record ({exc})") from exc
 
     @classmethod
-    def from_json(cls, text: str | bytes, source: str = "record") -> Record:
-        return cls.from_dict(parse_record(text, source), source)
-
-    @classmethod
     def read(cls, path: Path) -> Record:
         """Read and check one record file (FileNotFoundError when there is none)."""
-        with open(path, "rb") as fh:
-            return cls.from_json(fh.read(), str(path))
+        return cls.from_dict(read_record(path), str(path))
 
     def write(self, path: Path, durable: bool = True) -> None:
         """Write atomically (temp file + rename): a kill leaves the whole record or none.
@@ -117,9 +100,6 @@ class Record:
         ``durable=False`` skips the fsync (the shard syncs its records in one batch).
         """
         write_text(path, self.to_json(), durable)
-
-    def metric(self, name: str) -> dict[str, Any] | None:
-        return next((m for m in self.metrics if m.get("name") == name), None)
 
 
 def parse_record(text: str | bytes, source: str) -> dict[str, Any]:
@@ -132,13 +112,6 @@ def parse_record(text: str | bytes, source: str) -> dict[str, Any]:
         raise CorruptRecord(f"{source}: record is not a JSON object")
     Record.check_version(data, source)
     return data
-
-
-def record_path(run_dir: Path, stage: str, point_id: str) -> Path:
-    """``RUN/points/<stage>/<point_id>.json`` (d5pipe.rundir.layout.RunDir.record)."""
-    from d5pipe.rundir.layout import RunDir
-
-    return RunDir.of(run_dir).record(stage, point_id)
 
 
 def read_record(path: Path) -> dict[str, Any]:
