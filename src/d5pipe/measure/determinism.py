@@ -72,9 +72,7 @@ def deterministic_mode(enabled: bool, device: str = "cpu") -> Iterator[dict[str,
 
 def loader_generator(seed: int) -> torch.Generator:
     """A CPU generator for DataLoader shuffling (and worker base seeds), seeded with ``seed``."""
-    gen = torch.Generator()
-    gen.manual_seed(int(seed))
-    return gen
+    return torch.Generator().manual_seed(int(seed))
 
 
 def seed_worker(worker_id: int) -> None:

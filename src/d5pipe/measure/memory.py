@@ -112,7 +112,4 @@ def peak_memory(fn: Callable[[], object], device: str = "cpu") -> PeakMemory:
     """Peak extra tensor memory of one call of ``fn`` on ``device`` (see the module docstring)."""
     if device.startswith("cuda"):
         return _cuda_peak(fn, device)
-    measured = _profiler_events_peak(fn)
-    if measured is not None:
-        return measured
-    return _rss_hwm_peak(fn)
+    return _profiler_events_peak(fn) or _rss_hwm_peak(fn)
