@@ -8,7 +8,7 @@ elementwise work is not counted, d5pipe.measure.flops).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,9 +25,6 @@ class Peak:
     median: float
     work: float
     what: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def flops_peak(cache: dict[str, Any], device: str, dtype: torch.dtype) -> Peak | None:
