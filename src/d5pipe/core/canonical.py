@@ -8,11 +8,12 @@ import math
 from typing import Any
 
 
-def _normalise(obj: Any) -> Any:
+def normalise(obj: Any) -> Any:
+    """The canonical form of ``obj`` (idempotent): normalise shared parts once, then hash many."""
     if isinstance(obj, dict):
-        return {str(k): _normalise(v) for k, v in obj.items()}
+        return {str(k): normalise(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_normalise(v) for v in obj]
+        return [normalise(v) for v in obj]
     if isinstance(obj, float):
         if math.isfinite(obj) and obj.is_integer() and abs(obj) < 2**53:
             # 1.0 and 1 denote the same config value
@@ -23,14 +24,9 @@ def _normalise(obj: Any) -> Any:
     raise TypeError(f"value {obj!r} of type {type(obj).__name__} cannot be canonicalised")
 
 
-def normalise(obj: Any) -> Any:
-    """The canonical form of ``obj`` (idempotent): normalise shared parts once, then hash many."""
-    return _normalise(obj)
-
-
 def canonical_json(obj: Any, normalised: bool = False) -> str:
     """Sorted keys, no whitespace, integral floats as ints (``normalised``: ``obj`` already is)."""
-    data = obj if normalised else _normalise(obj)
+    data = obj if normalised else normalise(obj)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
