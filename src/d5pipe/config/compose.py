@@ -188,15 +188,8 @@ def split_axis_overrides(overrides: list[str]) -> tuple[list[str], list[tuple[st
     ``d5pipe run scaling 'sweep.grid.distributed.ranks=[1,2]'`` narrows one axis of the sweep;
     an axis the experiment does not sweep yet is added (``'sweep.grid.train.lr=[0.01,0.1]'``).
     """
-    rest: list[str] = []
-    axes: list[tuple[str, str, str]] = []
-    for o in overrides:
-        m = _AXIS_OVERRIDE.match(o)
-        if m:
-            axes.append((o, m.group(2), m.group(3)))
-        else:
-            rest.append(o)
-    return rest, axes
+    matches = [(o, _AXIS_OVERRIDE.match(o)) for o in overrides]
+    return [o for o, m in matches if m is None], [(o, m.group(2), m.group(3)) for o, m in matches if m is not None]
 
 
 def apply_axis_overrides(cfg: DictConfig, axes: list[tuple[str, str, str]]) -> None:
