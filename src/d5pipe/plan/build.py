@@ -12,6 +12,7 @@ hashes as before (``{stage, config}``).
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from array import array
@@ -176,12 +177,7 @@ def node_groups(axes: tuple[str, ...], points: list[tuple[Any, ...]]) -> list[in
     if NODE_AXIS not in axes or not points:
         return [len(points)]
     i = axes.index(NODE_AXIS)
-    sizes: list[int] = []
-    for k, p in enumerate(points):
-        if k == 0 or p[i] != points[k - 1][i]:
-            sizes.append(0)
-        sizes[-1] += 1
-    return sizes
+    return [len(list(run)) for _, run in itertools.groupby(points, key=lambda p: p[i])]
 
 
 def shard_bounds(costs: Sequence[float], groups: list[int], pps: int, target_s: float, max_jobs: int) -> list[int]:

@@ -157,13 +157,8 @@ class StagePoints:
         # repetition's hole: one text, index 0 for every point)
         columns = [*zip(self.texts.distinct, self.texts.positions), ([str(rep)], array("I", bytes(4 * len(code))))]
         in_order = [columns[h] for h in template.holes]
-        out = []
-        for k in ks:
-            if code[k]:
-                out.append(self.point_id(k, rep, prefixes[k]))
-            else:
-                out.append(f"{prefixes[k]}-{hex12(tuple([distinct[index[k]] for distinct, index in in_order]))}")
-        return out
+        return [self.point_id(k, rep, prefixes[k]) if code[k]
+                else f"{prefixes[k]}-{hex12(tuple([distinct[index[k]] for distinct, index in in_order]))}" for k in ks]
 
 
 class PointTexts(Sequence[tuple[str, ...]]):
