@@ -153,13 +153,12 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
             if since is None or _after(g["created"].iloc[st.index], since):
                 pending.append((about, st, g.iloc[st.index - 1], g.iloc[st.index]))
     rows = run_rows_of(con, sorted({str(r["run_id"]) for _, _, b, a in pending for r in (b, a)}))
-    findings = []
-    for about, st, before, after in pending:
-        findings.append(Finding(str(about.experiment), str(about.stage), str(about.params), str(after["metric"]),
-                                str(about.unit), str(after["machine"]), st, str(before["run_id"]),
-                                str(after["run_id"]), after["created"],
-                                what_changed(rows.get(str(before["run_id"]), {}), rows.get(str(after["run_id"]), {})),
-                                lower_is_better(str(about.unit), str(after["metric"]))))
+    findings = [Finding(str(about.experiment), str(about.stage), str(about.params), str(after["metric"]),
+                        str(about.unit), str(after["machine"]), st, str(before["run_id"]), str(after["run_id"]),
+                        after["created"],
+                        what_changed(rows.get(str(before["run_id"]), {}), rows.get(str(after["run_id"]), {})),
+                        lower_is_better(str(about.unit), str(after["metric"])))
+                for about, st, before, after in pending]
     findings.sort(key=lambda f: (not f.regression, -abs(math.log(f.step.ratio))))
     return HistoryCheck(_fold_derived(findings), results)
 
