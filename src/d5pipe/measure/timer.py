@@ -165,12 +165,8 @@ def _calls_for(per_call_s: float, min_block_s: float, overhead_s: float) -> int:
 def _ci_within(samples: list[float], rel: float) -> bool:
     """True when the exact 95% CI of the median lies within +-rel of the median."""
     ci = median_ci(samples, CONFIDENCE)
-    if not ci.exact:
-        return False
     median = float(np.median(samples))
-    if median <= 0:
-        return False
-    return max(median - ci.low, ci.high - median) <= rel * median
+    return ci.exact and median > 0 and max(median - ci.low, ci.high - median) <= rel * median
 
 
 def measure(
