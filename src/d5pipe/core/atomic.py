@@ -53,10 +53,7 @@ def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 
