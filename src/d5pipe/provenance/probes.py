@@ -227,11 +227,8 @@ def gpu_info() -> dict[str, Any] | None:
         except (OSError, subprocess.TimeoutExpired):
             res = None
         if res is not None and res.returncode == 0 and res.stdout.strip():
-            devices = []
-            for line in res.stdout.strip().splitlines():
-                parts = [p.strip() for p in line.split(",")]
-                if len(parts) >= 3:
-                    devices.append({"name": parts[0], "driver": parts[1], "memory_mib": parts[2]})
+            rows = [[p.strip() for p in line.split(",")] for line in res.stdout.strip().splitlines()]
+            devices = [{"name": r[0], "driver": r[1], "memory_mib": r[2]} for r in rows if len(r) >= 3]
             if devices:
                 return {
                     "source": "nvidia-smi",
