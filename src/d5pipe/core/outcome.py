@@ -20,7 +20,6 @@ MetricKind = Literal["timing", "numerical", "deterministic", "verdict", "count",
 """
 
 Status = Literal["ok", "failed", "skipped"]
-STATUSES: tuple[str, ...] = ("ok", "failed", "skipped")
 
 
 @dataclass

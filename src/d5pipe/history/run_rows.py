@@ -30,7 +30,6 @@ RUN_COLUMNS = ("run_id", "experiment", "created", "run_dir", "hostname", "machin
                "slurm_cluster", "imported")
 RESULT_COLUMNS = ("run_id", "experiment", "stage", "series", "params", "point_id", "repeat", "metric",
                   "unit", "kind", "value", "ci_low", "ci_high", "status", "record")
-NUMERIC_KINDS = ("timing", "rate", "deterministic", "numerical", "count", "info", "quality")
 
 
 def stage_config(config: dict[str, Any], stage: str) -> dict[str, Any] | None:
