@@ -170,12 +170,9 @@ def _fold_derived(findings: list[Finding]) -> list[Finding]:
     for f in findings:
         key = (f.experiment, f.stage, f.params, f.machine, f.run_after, round(abs(math.log(f.step.ratio)), 6))
         groups.setdefault(key, []).append(f)
-    out = []
     for group in groups.values():
         group.sort(key=lambda f: (not f.lower_is_better, f.metric))
-        head = group[0]
-        out.append(replace(head, also=tuple(f.metric for f in group[1:])))
-    return out
+    return [replace(group[0], also=tuple(f.metric for f in group[1:])) for group in groups.values()]
 
 
 def _name(metric: str) -> str:
@@ -197,13 +194,11 @@ def junit_xml(result: HistoryCheck, fail_pct: float | None) -> bytes:
     regression beyond ``fail_pct`` percent, skipped when inconclusive."""
     root = ET.Element("testsuites", name="d5pipe history", tests=str(len(result.series)))
     by_key = {(f.experiment, f.stage, f.params, f.metric, f.machine): f for f in result.findings if f.regression}
-    suites: dict[str, ET.Element] = {}
+    stages = dict.fromkeys(s.stage for s in result.series)  # in order of appearance
+    suites = {stage: ET.SubElement(root, "testsuite", name=stage) for stage in stages}
     failures = 0
     for s in result.series:
-        suite = suites.get(s.stage)
-        if suite is None:
-            suite = suites[s.stage] = ET.SubElement(root, "testsuite", name=s.stage)
-        case = ET.SubElement(suite, "testcase", classname=f"d5pipe.history.{s.experiment}.{s.stage}",
+        case = ET.SubElement(suites[s.stage], "testcase", classname=f"d5pipe.history.{s.experiment}.{s.stage}",
                              name=f"{s.params} {s.metric} @{s.machine}")
         f = by_key.get((s.experiment, s.stage, s.params, s.metric, s.machine))
         if f is not None and fail_pct is not None and f.slowdown * 100 > fail_pct:
