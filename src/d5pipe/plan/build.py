@@ -25,6 +25,7 @@ from d5pipe.core.canonical import digest, normalise
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
 from d5pipe.core.seeds import all_distinct, check_unique, point_seeds
+from d5pipe.levels.dataset_key import dataset_key
 from d5pipe.levels.registry import NODE_AXIS, STAGES
 from d5pipe.levels.stage import Level
 from d5pipe.plan.cost import fixed_bounds, pack_by_cost
@@ -96,13 +97,6 @@ class Plan:
 
 def shard_name(index: int) -> str:
     return f"s{index:05d}"
-
-
-def dataset_key(dataset_cfg: dict[str, Any]) -> str:
-    """Stable key of a dataset config (d5pipe.levels.dataset_key; torch-free)."""
-    from d5pipe.levels.dataset_key import dataset_key as key
-
-    return key(dataset_cfg)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.]+")
