@@ -16,5 +16,4 @@ def safe_load(stream: str | bytes | IO[str] | IO[bytes]) -> Any:
 
 
 def safe_dump(data: Any, **kwargs: Any) -> str:
-    text: str = yaml.dump(data, Dumper=_DUMPER, **kwargs)
-    return text
+    return yaml.dump(data, Dumper=_DUMPER, **kwargs)

@@ -310,8 +310,7 @@ def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int 
     wanted = {str(d) for d in (torch.float32, *dtypes)}
     mkey = f"ceilings:{key}"
     if memo is not None and mkey in memo and wanted <= set(memo[mkey].flops) and not remeasure and not refresh:
-        cached: Ceilings = memo[mkey]
-        return cached
+        return memo[mkey]
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=600):

@@ -201,8 +201,7 @@ def environment_record(cache_dir: Path | None = None, light: bool = False) -> di
     ``light``: describe torch and Horovod from their installed metadata without importing them
     (the submitting ``d5pipe run``, which imports neither).
     """
-    record: dict[str, Any] = json.loads(_cached_record(str(cache_dir) if cache_dir else None, light))
-    return record
+    return json.loads(_cached_record(str(cache_dir) if cache_dir else None, light))
 
 
 def _lookup(record: dict[str, Any], dotted: str) -> Any:

@@ -145,8 +145,7 @@ def mpi_info(probe: subprocess.Popen[str] | None) -> dict[str, Any] | None:
         return {"mpi4py": None, "library": None, "standard": None, "error": "probe timed out"}
     if probe.returncode != 0:
         return {"mpi4py": None, "library": None, "standard": None, "error": "mpi4py import failed"}
-    info: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return info
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def mpi_metadata() -> dict[str, Any] | None:

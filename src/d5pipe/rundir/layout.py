@@ -228,9 +228,7 @@ class RunDir:
     @property
     def index(self) -> dict[str, Any]:
         """``plan/index.json`` (stages, shards, datasets)."""
-        self.require_run()
-        data: dict[str, Any] = self._parse(self.index_path, json.load)
-        return data
+        return self.require_run()._parse(self.index_path, json.load)
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -272,8 +270,7 @@ class RunDir:
 
     def shard_spec(self, stage: str, shard: str) -> dict[str, Any]:
         """``plan/<stage>/<shard>.json``."""
-        data: dict[str, Any] = self._parse(self.shard_plan(stage, shard), json.load)
-        return data
+        return self._parse(self.shard_plan(stage, shard), json.load)
 
     def stages(self) -> list[str]:
         """Planned stages in pipeline order."""
@@ -309,8 +306,7 @@ class RunDir:
 
     @property
     def executor(self) -> dict[str, Any]:
-        ex: dict[str, Any] = self.config.get("executor") or {}
-        return ex
+        return self.config.get("executor") or {}
 
     @property
     def experiment(self) -> str:
