@@ -111,21 +111,12 @@ def iter_points(sweep: Sweep) -> Iterator[tuple[Any, ...]]:
     """Yield each point as a tuple of values aligned with ``sweep.axes``, excludes applied."""
     # Map factor order to axis order: factors are declared in axis order already.
     excludes = [[(i, _key(v)) for i, v in ex] for ex in sweep.excludes]
+    excluded_axes = sorted({i for ex in excludes for i, _ in ex})
     for combo in itertools.product(*sweep.factors):
         values: tuple[Any, ...] = tuple(v for row in combo for v in row)
         if excludes:
-            keys: dict[int, str] = {}
-            dropped = False
-            for ex in excludes:
-                for i, kv in ex:
-                    if i not in keys:
-                        keys[i] = _key(values[i])
-                    if keys[i] != kv:
-                        break
-                else:
-                    dropped = True
-                    break
-            if dropped:
+            keys = {i: _key(values[i]) for i in excluded_axes}
+            if any(all(keys[i] == kv for i, kv in ex) for ex in excludes):
                 continue
         yield values
 
@@ -147,12 +138,8 @@ def project(
     sub_axes = tuple(axes[i] for i in idx)
     if len(idx) == len(axes):
         return sub_axes, list(points)
-    out: list[tuple[Any, ...]] = []
-    seen: set[str] = set()
+    firsts: dict[str, tuple[Any, ...]] = {}
     for p in points:
         sub = tuple(p[i] for i in idx)
-        k = _key(list(sub))
-        if k not in seen:
-            seen.add(k)
-            out.append(sub)
-    return sub_axes, out
+        firsts.setdefault(_key(list(sub)), sub)
+    return sub_axes, list(firsts.values())
