@@ -230,10 +230,8 @@ def is_hash_relevant(dotted: str) -> bool:
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts as ``{"a.b.c": leaf}`` (an empty dict is a leaf): what two records' diffs compare."""
     if isinstance(obj, dict) and obj:
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
+        return {k: v for key, value in obj.items()
+                for k, v in flatten(value, f"{prefix}.{key}" if prefix else str(key)).items()}
     return {prefix: obj}
 
 
