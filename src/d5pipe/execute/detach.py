@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -45,13 +46,7 @@ def _sbatch_argv(rd: RunDir, executor: dict[str, Any], command: Sequence[str], n
         argv.append(f"--partition={res['partition']}")
     if res.get("account"):
         argv.append(f"--account={res['account']}")
-    return [*argv, "--wrap", " ".join(_quote(a) for a in command)]
-
-
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
+    return [*argv, "--wrap", shlex.join(command)]
 
 
 def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], name: str) -> str:

@@ -81,14 +81,14 @@ def shard_main(argv: list[str]) -> int:
 def prepare_data_job(smk: Any) -> None:
     """Materialise one dataset (``prepare_data`` rule) and write its metadata beside it."""
     from d5pipe.core.atomic import write_json
-    from d5pipe.execute.snakefile_api import dataset_config
     from d5pipe.levels.datasets import prepare
     from d5pipe.rundir.data_cache import store
+    from d5pipe.rundir.layout import RunDir
 
     with _logged(smk):
         key = str(smk.wildcards.dataset)
         t0 = time.perf_counter()
-        meta = prepare(dataset_config(".", key), Path(str(smk.output.data)))
+        meta = prepare(RunDir.of(".").index["datasets"][key], Path(str(smk.output.data)))
         seconds = time.perf_counter() - t0
         write_json(Path(str(smk.output.meta)), {"key": key, **meta})
         if meta.get("storage", "memory") == "memory":  # the cache holds one file a dataset

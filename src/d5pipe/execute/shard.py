@@ -91,9 +91,8 @@ def process_env_hash(run_dir: Path) -> str:
     return h
 
 
-def run_point_record(ctx: PointContext, env_hash: str, run_point: Any | None = None) -> Record:
+def run_point_record(ctx: PointContext, env_hash: str, run_point: Any) -> Record:
     """Run one point in this process and build its record; errors become ``failed`` with their text."""
-    run_point = run_point or STAGES[ctx.stage].runner()
     started = time.time()
     start_iso = _now()
     status = "ok"

@@ -41,7 +41,6 @@ STEPS = re.compile(r"(\d+) of (\d+) steps \((\d+)%\) done")
 FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: ([\w-]+)\)")
 ERROR_IN_RULE = re.compile(r"Error in rule ([\w-]+):")
 LOG_LINE = re.compile(r"^\s+log: (\S+)")
-GRACE_S = 5.0
 
 
 class Interrupted(D5PipeError):
