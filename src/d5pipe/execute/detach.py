@@ -11,7 +11,6 @@ it next to the shard jobs and ``d5pipe cancel RUN`` stops both.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -56,8 +55,7 @@ def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], nam
         raise D5PipeError("--detach: sbatch not found on PATH (is this a SLURM login node?)")
     command = [sys.executable, "-m", "d5pipe.cli.main", *argv]
     call = _sbatch_argv(rd, executor, command, name)
-    env = dict(os.environ)
-    proc = subprocess.run([exe, *call[1:]], capture_output=True, text=True, timeout=60, env=env, check=False)
+    proc = subprocess.run([exe, *call[1:]], capture_output=True, text=True, timeout=60, check=False)
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
         raise D5PipeError(f"--detach: sbatch refused the driver job: {first}")
@@ -96,17 +94,14 @@ def driver_status_line(rd: RunDir) -> str | None:
 
 def cancel(rd: RunDir) -> list[str]:
     """Cancel the detached driver (it then cancels its jobs) and every job of the run; their IDs."""
-    from d5pipe.execute.slurm import cancel_run_jobs
+    from d5pipe.execute.slurm import cancel_run_jobs, slurm_tool
 
     cancelled: list[str] = []
     info = driver_job(rd)
-    exe = shutil.which("scancel")
-    if info is not None and exe is not None:
-        # SIGTERM first: the driver kills Snakemake and cancels the shard jobs itself
-        subprocess.run([exe, "--signal=TERM", "--full", str(info["job_id"])], capture_output=True,
-                       timeout=30, check=False)
+    # SIGTERM first: the driver kills Snakemake and cancels the shard jobs itself
+    if info is not None and slurm_tool(["scancel", "--signal=TERM", "--full", str(info["job_id"])], 30) is not None:
         cancelled.append(str(info["job_id"]))
         time.sleep(2)
-        subprocess.run([exe, str(info["job_id"])], capture_output=True, timeout=30, check=False)
+        slurm_tool(["scancel", str(info["job_id"])], 30)
     cancelled += cancel_run_jobs(rd.root)
     return cancelled

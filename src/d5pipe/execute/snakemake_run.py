@@ -126,12 +126,9 @@ def _start_reaper(rd: RunDir, since: datetime, snakemake_pid: int) -> subprocess
 
 def _throttle(array_id: str, limit: int, env: dict[str, str]) -> None:
     """At most ``limit`` tasks of a job array run at once (SLURM's ArrayTaskThrottle)."""
-    import shutil
+    from d5pipe.execute.slurm import slurm_tool
 
-    exe = shutil.which("scontrol", path=env.get("PATH"))
-    if exe is not None:
-        subprocess.run([exe, "update", f"JobId={array_id}", f"ArrayTaskThrottle={limit}"],
-                       capture_output=True, timeout=20, env=env, check=False)
+    slurm_tool(["scontrol", "update", f"JobId={array_id}", f"ArrayTaskThrottle={limit}"], 20, env)
 
 
 def snakemake_env() -> dict[str, str]:
@@ -287,10 +284,10 @@ def _end_reaper(reaper: subprocess.Popen[bytes]) -> None:
 
 def _report_slurm_failures(rd: RunDir, since: datetime) -> None:
     """After a failed SLURM run: print each shard job that did not complete, and why."""
-    from d5pipe.execute.slurm import describe_job, latest_per_rule, run_jobs
+    from d5pipe.execute.slurm import describe_job, latest_run_jobs
 
     try:
-        jobs = latest_per_rule(run_jobs(rd.root, since=since))
+        jobs = latest_run_jobs(rd.root, since)
     except D5PipeError as exc:
         print(f"d5pipe: cannot list the run's SLURM jobs ({exc})", file=sys.stderr, flush=True)
         return

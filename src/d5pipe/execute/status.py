@@ -73,10 +73,10 @@ def slurm_status_lines(run_dir: Path) -> list[str]:
     (``TIMEOUT``: exceeded its walltime). squeue keeps finished jobs only ``MinJobAge`` seconds.
     A failing squeue gives one line saying so (status never hangs: squeue runs under a timeout).
     """
-    from d5pipe.execute.slurm import describe_job, latest_per_rule, run_jobs
+    from d5pipe.execute.slurm import describe_job, latest_run_jobs
 
     try:
-        jobs = latest_per_rule(run_jobs(run_dir))
+        jobs = latest_run_jobs(run_dir)
     except D5PipeError as exc:
         return [f"slurm: no job information ({exc})"]
     done = sum(1 for j in jobs if j.state == "COMPLETED")
