@@ -41,10 +41,7 @@ def _sbatch_argv(rd: RunDir, executor: dict[str, Any], command: Sequence[str], n
             "--ntasks=1", "--cpus-per-task=1", "--mem=1024",
             f"--time={int(executor.get('driver_runtime_min', 1440) or 1440)}",
             f"--chdir={Path.cwd()}"]  # not RUN: the driver is not one of the run's shard jobs
-    if res.get("partition"):
-        argv.append(f"--partition={res['partition']}")
-    if res.get("account"):
-        argv.append(f"--account={res['account']}")
+    argv += [f"--{key}={res[key]}" for key in ("partition", "account") if res.get(key)]
     return [*argv, "--wrap", shlex.join(command)]
 
 

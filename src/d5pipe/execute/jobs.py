@@ -26,12 +26,6 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def _logged(smk: Any) -> Iterator[None]:
-    with _logged_to(Path(str(smk.log[0])) if len(smk.log) else None):
-        yield
-
-
-@contextlib.contextmanager
 def _logged_to(log: Path | None) -> Iterator[None]:
     from d5pipe.measure.process import exit_with_parent
 
@@ -85,7 +79,7 @@ def prepare_data_job(smk: Any) -> None:
     from d5pipe.rundir.data_cache import store
     from d5pipe.rundir.layout import RunDir
 
-    with _logged(smk):
+    with _logged_to(Path(str(smk.log[0])) if len(smk.log) else None):
         key = str(smk.wildcards.dataset)
         t0 = time.perf_counter()
         meta = prepare(RunDir.of(".").index["datasets"][key], Path(str(smk.output.data)))
@@ -153,7 +147,6 @@ def report_in_process(output: Any, log: Any) -> None:
     """Records -> results.parquet (checks, verdicts), report.html/.md and verdict.json: the body
     of the ``report`` rule, run in a thread of the Snakemake process (no new interpreter, no
     imports; see :func:`preload_report`). Its log gets one line, or the traceback of a failure."""
-    import time
     import traceback
 
     log_path = Path(str(log[0]))

@@ -75,11 +75,7 @@ def nodelist_option(index: int, partition: str = "") -> str:
 
 def placed_stages(plan: Any) -> set[str]:
     """Stages of a plan (d5pipe.plan.build.Plan) whose points are pinned to nodes."""
-    out = set()
-    for stage, sp in plan.stages.items():
-        if NODE_AXIS in sp.axes or node_of(plan.config) > 0:
-            out.add(stage)
-    return out
+    return {stage for stage, sp in plan.stages.items() if NODE_AXIS in sp.axes or node_of(plan.config) > 0}
 
 
 def check_nodes(plan: Any) -> None:

@@ -34,12 +34,8 @@ def profile_dirs(executor: dict[str, Any]) -> list[Path]:
         p = repo_root() / p
     if not p.is_dir():
         raise D5PipeError(f"executor.profile: {profile} is not a directory")
-    out = [p]
     extra = [str(a) for a in setting(executor, ExecutorConf, "extra_args")]
-    for i, arg in enumerate(extra[:-1]):
-        if arg == "--workflow-profile":
-            out.append(Path(extra[i + 1]))
-    return out
+    return [p, *(Path(value) for arg, value in zip(extra, extra[1:]) if arg == "--workflow-profile")]
 
 
 def build_command(
