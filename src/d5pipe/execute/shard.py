@@ -161,10 +161,9 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
         elif attempts[pid] >= max_attempts:
             cause = (f"crashed: the point's process died with its shard job in {attempts[pid]} "
                      f"start(s) (shards.max_attempts={max_attempts}); not tried again")
-            rec = _crash_record(spec, stage, pt, cause, env_hash, 0.0)
-            rec.write(rd.record(stage, pid), durable=False)
+            _crash_record(spec, stage, pt, cause, env_hash, 0.0).write(rd.record(stage, pid), durable=False)
             written.append(rd.record(stage, pid))
-            statuses[pid] = rec.status
+            statuses[pid] = "failed"
             print(f"[{stage}/{shard}] {k + 1}/{n} {pid}: failed ({cause})", flush=True)
         else:
             todo.append(k)

@@ -65,6 +65,10 @@ class Console:
         self._rule = ""
         self._error_rule: str | None = None
 
+    def say(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
     def _points_done(self) -> int:
         return sum(len(ids & self.rd.existing_records(stage)) for stage, ids in self.planned.items())
 
@@ -84,8 +88,7 @@ class Console:
         if m and self._error_rule is not None:
             self.failed_jobs.append((self._error_rule, m.group(1)))
             if not self.verbose:
-                self.out.write(f"d5pipe: job {self._error_rule} failed; log: {self.rd.root / m.group(1)}\n")
-                self.out.flush()
+                self.say(f"d5pipe: job {self._error_rule} failed; log: {self.rd.root / m.group(1)}")
             self._error_rule = None
             return
         m = STEPS.search(line)
@@ -93,9 +96,8 @@ class Console:
             done, total = int(m.group(1)), int(m.group(2))
             elapsed = time.perf_counter() - self.t0
             eta = f", ~{elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
-            self.out.write(f"d5pipe: [{done}/{total} jobs] {self._rule or 'job'} done · "
-                           f"{self._points_done()}/{self.total_points} points · {elapsed:.0f} s{eta}\n")
-            self.out.flush()
+            self.say(f"d5pipe: [{done}/{total} jobs] {self._rule or 'job'} done · "
+                     f"{self._points_done()}/{self.total_points} points · {elapsed:.0f} s{eta}")
 
 
 def _kill_session(proc: subprocess.Popen[str]) -> None:
@@ -176,7 +178,7 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     from d5pipe.execute.slurm_watch import SlurmWatch
     from d5pipe.execute.slurm_watchdog import Watchdog
 
-    log_path = rd.root / "logs" / "snakemake.log"
+    log_path = snakemake_log(rd)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     since = datetime.now()
     console = Console(rd, verbose, sys.stdout)
@@ -266,8 +268,7 @@ def _watch_slurm(watch: SlurmWatch, dog: Watchdog | None, throttled: set[str], a
     except (StatusLost, Stalled) as exc:
         return Interrupted(str(exc), STALLED_EXIT)
     if notice:
-        console.out.write(notice + "\n")
-        console.out.flush()
+        console.say(notice)
     return None
 
 

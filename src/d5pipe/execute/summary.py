@@ -67,14 +67,13 @@ class PlanSummary:
 
 def _submissions(plan: Plan, stage: str, jobs: int) -> int:
     """sbatch calls for ``jobs`` shard jobs of ``stage`` (see d5pipe.execute.run.slurm_args)."""
-    from d5pipe.levels.registry import STAGES
-
     ex = plan.config.get("executor") or {}
     if ex.get("name") != "slurm":
         return 0
     from d5pipe.execute.placement import placed_stages
+    from d5pipe.levels.registry import array_job
 
-    if jobs <= 1 or not setting(ex, ExecutorConf, "arrays") or STAGES[stage].tasks_from_ranks or stage in placed_stages(plan):
+    if jobs <= 1 or not setting(ex, ExecutorConf, "arrays") or not array_job(stage, stage in placed_stages(plan)):
         return jobs
     return math.ceil(jobs / int(setting(ex, ExecutorConf, "array_limit")))
 
