@@ -143,14 +143,11 @@ def main(args: argparse.Namespace) -> int:
         from d5pipe.results.report import build_report
 
         build_report(out_dir)  # the re-run's report now shows the verdict
-    for line in verdict.failures:
+    # with --strict-timing (--fail-on-inconclusive) the changed (undecided) timings are among the failures
+    timings = ([] if verdict.strict_timing else verdict.timing_changes) + (
+        [] if verdict.fail_on_inconclusive else verdict.timing_undecided)
+    for line in [*verdict.failures, *(f"timing {t}" for t in timings)]:
         print(line)
-    for line in verdict.timing_changes:
-        if not verdict.strict_timing:  # with --strict-timing they are already among the failures
-            print(f"timing {line}")
-    for line in verdict.timing_undecided:
-        if not verdict.fail_on_inconclusive:
-            print(f"timing {line}")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(verdict.counts.items()))
     print(f"{verdict.status.replace('_', ' ')} ({counts}); {_timing_line(verdict)}; report: {verdict.report_path}")
     return verdict.exit_code

@@ -150,8 +150,7 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
     rd = RunDir.of(run_dir)
     with RunLock(rd):
         claim(rd, plan.experiment, force)
-        stale = clear_stale_snakemake_locks(rd)
-        if stale:
+        if stale := clear_stale_snakemake_locks(rd):
             print(f"d5pipe: removed {stale} stale Snakemake lock(s) of an earlier run of {run_dir} "
                   "that is no longer running", flush=True)
         if write_code(run_dir, plan.code):
