@@ -64,10 +64,9 @@ def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], nam
 
 def driver_job(rd: RunDir) -> dict[str, Any] | None:
     try:
-        data: dict[str, Any] = json.loads(driver_path(rd).read_text(encoding="utf-8"))
+        return json.loads(driver_path(rd).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
-    return data
 
 
 def driver_status_line(rd: RunDir) -> str | None:

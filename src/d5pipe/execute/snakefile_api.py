@@ -65,11 +65,10 @@ def final_outputs(run_dir: str | Path = ".") -> list[str]:
     return [RESULTS_FILE, rd.report_html.name, rd.report_md.name, rd.verdict_path.name]
 
 
-def shard_markers(run_dir: str | Path = ".", stage: str | None = None) -> list[str]:
-    """Marker files of every shard (of one stage, or of all planned stages)."""
+def shard_markers(run_dir: str | Path = ".") -> list[str]:
+    """Marker files of every shard of every planned stage."""
     rd = RunDir.of(run_dir)
-    stages = [stage] if stage else rd.stages()
-    return [str(Path("shards") / s / f"{name}.json") for s in stages for name in rd.shards(s)]
+    return [str(Path("shards") / s / f"{name}.json") for s in rd.stages() for name in rd.shards(s)]
 
 
 def shard_datasets(run_dir: str | Path, stage: str, shard: str) -> list[str]:

@@ -70,8 +70,7 @@ def _worker_loop(conn: Connection, run: PointFn, on_exit: Callable[[], None] | N
             break
         if index is None:
             break
-        status = run(int(index))
-        conn.send(status)
+        conn.send(run(int(index)))
     if on_exit is not None:
         on_exit()
     conn.close()
