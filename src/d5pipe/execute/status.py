@@ -31,17 +31,10 @@ def run_status(verdicts: pd.DataFrame) -> list[StageStatus]:
 
     out = []
     for stage, group in verdicts.groupby("stage", sort=False):
-        st = StageStatus(str(stage), total=len(group))
-        for status, reason in zip(group["status"], group["reason"]):
-            if status == "ok":
-                st.ok += 1
-            elif status == "skipped" and str(reason).startswith(NOT_RUN_PREFIX):
-                st.pending += 1
-            elif status == "skipped":
-                st.skipped += 1
-            else:
-                st.failed += 1
-        out.append(st)
+        status = group["status"].where(group["status"].isin(["ok", "skipped"]), "failed")
+        not_run = status.eq("skipped") & group["reason"].astype(str).str.startswith(NOT_RUN_PREFIX)
+        n = status.mask(not_run, "pending").value_counts()
+        out.append(StageStatus(str(stage), len(group), *(int(n.get(k, 0)) for k in ("ok", "failed", "skipped", "pending"))))
     return out
 
 
