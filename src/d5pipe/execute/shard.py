@@ -43,26 +43,17 @@ def _now() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[str | None, str | None, str | None]:
+def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[tuple[str, str | None], ...]:
     """SLURM job ID, node list and cluster name of this process (one squeue call per job at most)."""
     from d5pipe.execute.slurm import slurm_provenance
 
-    prov = slurm_provenance()
-    return prov["slurm_job_id"], prov["slurm_nodelist"], prov["slurm_cluster"]
+    return tuple(slurm_provenance().items())
 
 
 def _provenance() -> dict[str, Any]:
-    job_id, nodelist, cluster = _slurm_ids(
-        os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
-        os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
-    )
-    return {
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "slurm_job_id": job_id,
-        "slurm_nodelist": nodelist,
-        "slurm_cluster": cluster,
-    }
+    ids = _slurm_ids(os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
+                     os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"))
+    return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids)}
 
 
 def done_record(path: Path) -> Record | None:
