@@ -77,6 +77,4 @@ def main(args: argparse.Namespace) -> int:
     if result.alone:
         how += f"; {result.alone} point(s) met no partner and were measured alone"
     print(f"ab ({how}, {result.seconds:.0f} s): {summary_line(result.comparison)}; {args.out / 'ab.json'}")
-    if code == 0 and any(c == 3 for c in result.exit_codes.values()):
-        return 3
-    return code
+    return 3 if code == 0 and 3 in result.exit_codes.values() else code

@@ -71,13 +71,6 @@ def shard_markers(run_dir: str | Path = ".") -> list[str]:
     return [str(Path("shards") / s / f"{name}.json") for s in rd.stages() for name in rd.shards(s)]
 
 
-def shard_datasets(run_dir: str | Path, stage: str, shard: str) -> list[str]:
-    """Prepared dataset files the points of one shard need."""
-    spec = RunDir.of(run_dir).shard_spec(stage, shard)
-    keys = sorted({p["dataset"] for p in spec["points"] if p.get("dataset")})
-    return [f"data/{k}.npz" for k in keys]
-
-
 def shard_priority(wildcards: Any) -> int:
     """The ``priority:`` of a shard job: shards run in index order (``s00000`` first). Snakemake
     breaks ties between ready jobs in no fixed order, so without it the two sides of ``d5pipe ab``
@@ -100,9 +93,13 @@ def shard_shell() -> str:
 
 
 def shard_data_input(run_dir: str | Path, stage: str) -> Callable[[Any], list[str]]:
-    """The ``data`` input function of a stage's rule (no data for stages that need none)."""
-    needs = STAGES[stage].needs_data
-    return lambda wildcards: shard_datasets(run_dir, stage, str(wildcards.shard)) if needs else []
+    """The ``data`` input function of a stage's rule: the prepared dataset files the points of the
+    job's shard need (none for stages that need no data)."""
+    def data(wildcards: Any) -> list[str]:
+        points = RunDir.of(run_dir).shard_spec(stage, str(wildcards.shard))["points"]
+        return [f"data/{k}.npz" for k in sorted({p["dataset"] for p in points if p.get("dataset")})]
+
+    return data if STAGES[stage].needs_data else lambda wildcards: []
 
 
 def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
