@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def positive_int(text: str) -> int:
@@ -16,37 +17,34 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _number(text: str, low: float, high: float, what: str) -> float:
+def _number(text: str, ok: Callable[[float], bool], what: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not low < value < high:
+    if not ok(value):
         raise argparse.ArgumentTypeError(f"{value:g} must be {what}")
     return value
 
 
 def positive_float(text: str) -> float:
     """A number > 0 (``--timeout`` seconds)."""
-    return _number(text, 0.0, float("inf"), "> 0")
+    return _number(text, lambda v: 0 < v < float("inf"), "> 0")
 
 
 def fraction(text: str) -> float:
     """A level between 0 and 1 (``--alpha``)."""
-    return _number(text, 0.0, 1.0, "between 0 and 1")
+    return _number(text, lambda v: 0 < v < 1, "between 0 and 1")
 
 
 def percent(text: str) -> float:
     """A percentage above 0 (``--margin``)."""
-    return _number(text, 0.0, 1000.0, "a percentage above 0")
+    return _number(text, lambda v: 0 < v < 1000, "a percentage above 0")
 
 
 def percent_or_zero(text: str) -> float:
     """A percentage, 0 allowed (``--run-noise``)."""
-    value = _number(text, -1.0, 1000.0, "a percentage, 0 or more")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be a percentage, 0 or more")
-    return value
+    return _number(text, lambda v: 0 <= v < 1000, "a percentage, 0 or more")
 
 
 ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "

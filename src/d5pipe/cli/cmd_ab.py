@@ -34,12 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-interleave", action="store_true",
                         help="run the sides at the same time without taking turns (for comparison only)")
     add_until_decided_arguments(parser, on=True)
-    parser.add_argument("--env-a", action="append", default=[], metavar="NAME=VALUE",
-                        help="an environment variable for side A's jobs only (repeatable)")
-    parser.add_argument("--env-b", action="append", default=[], metavar="NAME=VALUE",
-                        help="an environment variable for side B's jobs only (repeatable)")
-    parser.add_argument("--python-a", default=None, help="the Python interpreter (environment) of side A")
-    parser.add_argument("--python-b", default=None, help="the Python interpreter (environment) of side B")
+    for side in ("A", "B"):
+        parser.add_argument(f"--env-{side.lower()}", action="append", default=[], metavar="NAME=VALUE",
+                            help=f"an environment variable for side {side}'s jobs only (repeatable)")
+    for side in ("A", "B"):
+        parser.add_argument(f"--python-{side.lower()}", default=None,
+                            help=f"the Python interpreter (environment) of side {side}")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help=f"exit {REGRESSION_EXIT} when a timing changed for the worse by more than PCT percent")
     add_policy_arguments(parser)
@@ -50,19 +50,19 @@ def main(args: argparse.Namespace) -> int:
     import sys
 
     from d5pipe.core.errors import D5PipeError
-    from d5pipe.execute.ab import SideSpec, parse_env, run_ab
+    from d5pipe.execute.ab import SIDES, SideSpec, parse_env, run_ab
     from d5pipe.provenance.bundle import opened_bundle
     from d5pipe.results.compare_table import format_table, summary_line
 
     apply_allow(args.allow)
-    envs = {"a": parse_env(args.env_a, "--env-a"), "b": parse_env(args.env_b, "--env-b")}
-    pythons = {"a": args.python_a or sys.executable, "b": args.python_b or sys.executable}
+    envs = {s: parse_env(getattr(args, f"env_{s}"), f"--env-{s}") for s in SIDES}
+    pythons = {s: getattr(args, f"python_{s}") or sys.executable for s in SIDES}
     for side, exe in pythons.items():
         if not Path(exe).is_file():
             raise D5PipeError(f"--python-{side} {exe}: not a file")
     with contextlib.ExitStack() as stack:
-        dirs = {"a": stack.enter_context(opened_bundle(args.a)), "b": stack.enter_context(opened_bundle(args.b))}
-        specs = {s: SideSpec(Path(dirs[s]), envs[s], pythons[s]) for s in ("a", "b")}
+        specs = {s: SideSpec(Path(stack.enter_context(opened_bundle(getattr(args, s)))), envs[s], pythons[s])
+                 for s in SIDES}
         result = run_ab(specs, args.out, args.repetitions, timing_policy_from_args(args), policy_from_args(args),
                         seed=args.seed, interleave=not args.no_interleave, until_decided=args.until_decided,
                         budget_s=args.budget, max_repetitions=args.max_repetitions)
@@ -77,6 +77,4 @@ def main(args: argparse.Namespace) -> int:
     if result.alone:
         how += f"; {result.alone} point(s) met no partner and were measured alone"
     print(f"ab ({how}, {result.seconds:.0f} s): {summary_line(result.comparison)}; {args.out / 'ab.json'}")
-    if code == 0 and any(c == 3 for c in result.exit_codes.values()):
-        return 3
-    return code
+    return 3 if code == 0 and 3 in result.exit_codes.values() else code

@@ -45,7 +45,7 @@ def summary_lines(record: dict[str, object]) -> list[str]:
         return cur
 
     packages = record.get("packages")
-    lines = [
+    return [
         f"env_hash   {envinfo.env_hash(record)}",
         f"python     {get('python.implementation')} {get('python.version')}",
         f"packages   {len(packages) if isinstance(packages, dict) else 0} distributions",
@@ -59,7 +59,6 @@ def summary_lines(record: dict[str, object]) -> list[str]:
         f"hostname   {record.get('hostname')}",
         f"git        {get('git.commit')} dirty={get('git.dirty')}",
     ]
-    return lines
 
 
 def main(args: argparse.Namespace) -> int:

@@ -69,10 +69,7 @@ def _params(items: list[str]) -> dict[str, Any]:
 
 
 def _print_frame(df: Any, columns: list[str]) -> None:
-    if df.empty:
-        print("(none)")
-        return
-    print(df[columns].to_string(index=False))
+    print("(none)" if df.empty else df[columns].to_string(index=False))
 
 
 def main(args: argparse.Namespace) -> int:

@@ -19,12 +19,11 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from d5pipe.cli.arguments import add_allow_argument, apply_allow
 from d5pipe.cli.cmd_compare import add_policy_arguments, policy_from_args, timing_policy_from_args
-from d5pipe.core.errors import D5PipeError
-from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, RerunFn, reproduce
+from d5pipe.provenance.reproduce import EnvComparison, ReproduceVerdict, reproduce
 from d5pipe.rundir.layout import RunDir
 
 MAX_ENV_LINES = 40
@@ -44,14 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "d5pipe.provenance.rebuild)")
     add_policy_arguments(parser)
     add_allow_argument(parser)
-
-
-def _default_rerun() -> RerunFn:
-    execute_run = importlib.import_module("d5pipe.execute.run")
-    fn = getattr(execute_run, "run_config_file", None)
-    if fn is None:
-        raise D5PipeError("reproduce: d5pipe.execute.run.run_config_file(config_yaml, out_dir) is not available")
-    return cast(RerunFn, fn)
 
 
 def _print_env(title: str, env: EnvComparison, report: Path) -> None:
@@ -132,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     apply_allow(getattr(args, "allow", []) or [])  # the reproducer's trust, never the bundle's
     if getattr(args, "rebuild_env", False):
         return _in_rebuilt_env(args)
-    rerun = getattr(args, "rerun", None) or _default_rerun()
+    rerun = getattr(args, "rerun", None) or importlib.import_module("d5pipe.execute.run").run_config_file
     verdict = reproduce(args.bundle, args.out, args.strict_env, rerun, policy_from_args(args),
                         strict_timing=args.strict_timing, timing=timing_policy_from_args(args),
                         fail_on_inconclusive=args.fail_on_inconclusive)
@@ -152,14 +143,11 @@ def main(args: argparse.Namespace) -> int:
         from d5pipe.results.report import build_report
 
         build_report(out_dir)  # the re-run's report now shows the verdict
-    for line in verdict.failures:
+    # with --strict-timing (--fail-on-inconclusive) the changed (undecided) timings are among the failures
+    timings = ([] if verdict.strict_timing else verdict.timing_changes) + (
+        [] if verdict.fail_on_inconclusive else verdict.timing_undecided)
+    for line in [*verdict.failures, *(f"timing {t}" for t in timings)]:
         print(line)
-    for line in verdict.timing_changes:
-        if not verdict.strict_timing:  # with --strict-timing they are already among the failures
-            print(f"timing {line}")
-    for line in verdict.timing_undecided:
-        if not verdict.fail_on_inconclusive:
-            print(f"timing {line}")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(verdict.counts.items()))
     print(f"{verdict.status.replace('_', ' ')} ({counts}); {_timing_line(verdict)}; report: {verdict.report_path}")
     return verdict.exit_code

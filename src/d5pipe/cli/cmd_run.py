@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from subprocess import Popen
 from typing import TYPE_CHECKING
 
 from d5pipe.cli.arguments import (
@@ -78,22 +77,18 @@ def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
     try:
-        return _plan_and_run(args, started, out)
+        from d5pipe.cli.cmd_plan import code_stale
+        from d5pipe.execute.run import default_out, execute_plan, load_plan
+
+        plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, out or args.out)
+        out = Path(out or args.out) if (out or args.out) else default_out(plan)
+        for line in code_stale(plan, out):
+            print(f"d5pipe: {line}", flush=True)
+        ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
+        return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
+                            dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
     finally:
         discard(started)
-
-
-def _plan_and_run(args: argparse.Namespace, started: Popen[str], out: Path | None = None) -> RunOutcome:
-    from d5pipe.cli.cmd_plan import code_stale
-    from d5pipe.execute.run import default_out, execute_plan, load_plan
-
-    plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, out or args.out)
-    out = Path(out or args.out) if (out or args.out) else default_out(plan)
-    for line in code_stale(plan, out):
-        print(f"d5pipe: {line}", flush=True)
-    ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
-    return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
-                        dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
 
 
 def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
@@ -112,10 +107,7 @@ def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:
         set_looks(outcome.run_dir, looks)
         outcome = type(outcome)(outcome.run_dir, write_outputs(rd.root))
     last, rounds = 0.0, 1
-    while True:
-        spent = time.perf_counter() - t0
-        if spent + last > args.budget:
-            break
+    while time.perf_counter() - t0 + last <= args.budget:  # no new round past the budget
         wants = wants_of_pairs(outcome.run_dir, args.max_repetitions)
         if not wants or not grow(outcome.run_dir, wants, looks):
             break

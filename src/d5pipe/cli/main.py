@@ -68,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(command)
         args = parser.parse_intermixed_args(args_list[1:])
         args.argv = args_list[1:]  # as given (d5pipe run --detach re-submits the same command)
-        rc: int = args._main(args)
-        return rc
+        return int(args._main(args))
     except D5PipeError as err:
         sys.stderr.write(f"d5pipe: error: {err}\n")
         return err.exit_code

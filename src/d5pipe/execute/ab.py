@@ -160,13 +160,6 @@ def _run_both(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None,
     return codes
 
 
-def shard_shapes(run_dir: Path) -> dict[str, list[int]]:
-    """Per stage, the number of points of each shard: two sides whose shapes agree are paired
-    shard by shard."""
-    rd = RunDir.of(run_dir)
-    return {stage: [len(rd.shard_spec(stage, s)["points"]) for s in rd.shards(stage)] for stage in rd.stages()}
-
-
 def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, timing: Policy,
            policy: ComparePolicy | None = None, seed: int = 0, interleave: bool = True,
            until_decided: bool = False, budget_s: float = 0.0, max_repetitions: int = 20) -> AbResult:
@@ -183,23 +176,21 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
     t0 = time.perf_counter()
     rounds: list[dict[str, Any]] = []
     with _pair_dir(interleave) as pair_dir:
-        codes = _run_both(specs, out, repetitions, pair_dir, seed, log)
-        paired = pair_dir is not None and _same_shape(out)
-        comparison = compare_runs(out / "a", out / "b", policy, allow_different=True, timing=timing, paired=paired)
-        rounds.append(_round_entry(comparison, time.perf_counter() - t0))
-        while until_decided and comparison.counts()["inconclusive"]:
-            spent = time.perf_counter() - t0
-            last = rounds[-1]["seconds"] if len(rounds) == 1 else rounds[-1]["seconds"] - rounds[-2]["seconds"]
-            if budget_s > 0 and spent + last > budget_s:
-                break
-            wants = wants_of_comparison(comparison, max_repetitions)
-            if not sum(grow(out / side, wants, timing.looks) for side in SIDES):
-                break
-            codes = _run_both(specs, out, None, pair_dir, seed, log)
+        paired = pair_dir is not None
+        while True:  # one round: both sides run, then compared
+            codes = _run_both(specs, out, None if rounds else repetitions, pair_dir, seed, log)
             paired = paired and _same_shape(out)
             comparison = compare_runs(out / "a", out / "b", policy, allow_different=True, timing=timing,
                                       paired=paired)
             rounds.append(_round_entry(comparison, time.perf_counter() - t0))
+            if not until_decided or not comparison.counts()["inconclusive"]:
+                break
+            last = rounds[-1]["seconds"] - (rounds[-2]["seconds"] if len(rounds) > 1 else 0.0)
+            if budget_s > 0 and time.perf_counter() - t0 + last > budget_s:
+                break
+            wants = wants_of_comparison(comparison, max_repetitions)
+            if not sum(grow(out / side, wants, timing.looks) for side in SIDES):
+                break
     alone = measured_alone(out) if pair_dir is not None else 0
     result = AbResult(out, comparison, rounds, pair_dir is not None, time.perf_counter() - t0, codes, alone)
     write_json(out / AB_FILE, {"schema_version": AB_SCHEMA_VERSION,
@@ -228,7 +219,11 @@ def measured_alone(out: Path) -> int:
 
 
 def _same_shape(out: Path) -> bool:
-    return shard_shapes(out / "a") == shard_shapes(out / "b")
+    """Whether both sides have, per stage, shards of the same numbers of points: then they are
+    paired shard by shard."""
+    a, b = ({stage: [len(rd.shard_spec(stage, s)["points"]) for s in rd.shards(stage)] for stage in rd.stages()}
+            for rd in (RunDir.of(out / side) for side in SIDES))
+    return a == b
 
 
 def _round_entry(comparison: RunComparison, seconds: float) -> dict[str, Any]:

@@ -14,10 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from d5pipe.core.canonical import canonical_json
 from d5pipe.results.compare import GroupKey, RunComparison, groups, load_points
 from d5pipe.rundir.layout import RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def next_count(have: int, needed: float | int | None, max_repetitions: int) -> int:
@@ -39,16 +43,17 @@ def grow(run_dir: Path, wants: Mapping[GroupKey, int], looks: int = 1) -> int:
             more[f"{gkey[0]}/{reps[min(reps)].point_id}"] = target
             grown += 1
     if grown:
-        rd.write_json(rd.repetitions_path, {"schema_version": 1, "groups": more, "looks": looks}, indent=1)
+        set_looks(run_dir, looks, more)
     return grown
 
 
-def set_looks(run_dir: Path, looks: int) -> None:
-    """Record the planned looks of the until-decided mode before its first decision."""
+def set_looks(run_dir: Path, looks: int, more: Mapping[str, int] | None = None) -> None:
+    """Record the planned looks of the until-decided mode (before its first decision), and the
+    repetitions ``more`` of configurations (default: those recorded)."""
     rd = RunDir.of(run_dir)
     rd.plan_dir.mkdir(parents=True, exist_ok=True)
-    rd.write_json(rd.repetitions_path, {"schema_version": 1, "groups": rd.more_repetitions, "looks": looks},
-                  indent=1)
+    groups = dict(rd.more_repetitions if more is None else more)
+    rd.write_json(rd.repetitions_path, {"schema_version": 1, "groups": groups, "looks": looks}, indent=1)
 
 
 def wants_of_comparison(comparison: RunComparison, max_repetitions: int) -> dict[GroupKey, int]:
@@ -64,17 +69,20 @@ def wants_of_comparison(comparison: RunComparison, max_repetitions: int) -> dict
     return want
 
 
-def wants_of_pairs(run_dir: Path, max_repetitions: int) -> dict[GroupKey, int]:
-    """Both configurations of every inconclusive side-by-side pair of one run -> next count."""
+def _inconclusive_pairs(run_dir: Path) -> pd.DataFrame:
+    """The run's side-by-side pairs whose verdict is inconclusive (none without the table)."""
     import pandas as pd
 
     path = RunDir.of(run_dir).side_table("comparisons")
-    if not path.is_file():
-        return {}
-    pairs = pd.read_parquet(path)
+    pairs = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+    return pairs[pairs["verdict"] == "inconclusive"] if not pairs.empty else pairs
+
+
+def wants_of_pairs(run_dir: Path, max_repetitions: int) -> dict[GroupKey, int]:
+    """Both configurations of every inconclusive side-by-side pair of one run -> next count."""
+    pairs = _inconclusive_pairs(run_dir)
     if pairs.empty:
         return {}
-    pairs = pairs[pairs["verdict"] == "inconclusive"]
     points = load_points(run_dir, fastest=False)
     key_of = {pid: (p.stage, canonical_json({k: v for k, v in p.params.items() if k != "repeat"}))
               for (_, pid), p in points.items()}
@@ -90,15 +98,5 @@ def wants_of_pairs(run_dir: Path, max_repetitions: int) -> dict[GroupKey, int]:
 
 def undecided(run_dirs: Iterable[Path]) -> list[str]:
     """``stage/variant vs baseline metric (context)`` of every inconclusive side-by-side pair."""
-    import pandas as pd
-
-    out = []
-    for run_dir in run_dirs:
-        path = RunDir.of(run_dir).side_table("comparisons")
-        if not path.is_file():
-            continue
-        pairs = pd.read_parquet(path)
-        for row in pairs[pairs["verdict"] == "inconclusive"].itertuples(index=False) if not pairs.empty else []:
-            ctx = f" ({row.context})" if row.context else ""
-            out.append(f"{row.stage}/{row.variant} vs {row.baseline} {row.metric}{ctx}")
-    return out
+    return [f"{row.stage}/{row.variant} vs {row.baseline} {row.metric}" + (f" ({row.context})" if row.context else "")
+            for run_dir in run_dirs for row in _inconclusive_pairs(run_dir).itertuples(index=False)]

@@ -4,7 +4,7 @@ Snakemake imports every installed executor plugin when it starts, and the SLURM 
 pandas and numpy at import time for its efficiency report: about half a second on the critical
 path of every local run in d5pipe's Snakemake process (d5pipe.execute.snakemake_main), where
 only the report job uses them. :func:`defer` puts a stand-in into ``sys.modules``; the first
-attribute read on it (or :func:`resolve`) imports the real module, under a lock, and the
+attribute read on it (or :func:`resolve_all`) imports the real module, under a lock, and the
 stand-in then forwards every read to it. Code that imports the module after that gets the real
 one from ``sys.modules``.
 """
@@ -55,18 +55,7 @@ def defer(*names: str) -> list[str]:
     return done
 
 
-def resolve(name: str) -> types.ModuleType | None:
-    """Import the real module behind a stand-in now (e.g. in a background thread)."""
-    mod = sys.modules.get(name)
-    return _real(mod) if isinstance(mod, _Deferred) else mod
-
-
 def resolve_all() -> None:
     """Import the real module behind every stand-in still in ``sys.modules``."""
     for mod in [m for m in list(sys.modules.values()) if isinstance(m, _Deferred)]:
         _real(mod)
-
-
-def is_deferred(name: str) -> bool:
-    """Whether ``name`` is still only a stand-in."""
-    return isinstance(sys.modules.get(name), _Deferred)

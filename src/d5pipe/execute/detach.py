@@ -11,7 +11,7 @@ it next to the shard jobs and ``d5pipe cancel RUN`` stops both.
 from __future__ import annotations
 
 import json
-import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,17 +41,8 @@ def _sbatch_argv(rd: RunDir, executor: dict[str, Any], command: Sequence[str], n
             "--ntasks=1", "--cpus-per-task=1", "--mem=1024",
             f"--time={int(executor.get('driver_runtime_min', 1440) or 1440)}",
             f"--chdir={Path.cwd()}"]  # not RUN: the driver is not one of the run's shard jobs
-    if res.get("partition"):
-        argv.append(f"--partition={res['partition']}")
-    if res.get("account"):
-        argv.append(f"--account={res['account']}")
-    return [*argv, "--wrap", " ".join(_quote(a) for a in command)]
-
-
-def _quote(arg: str) -> str:
-    import shlex
-
-    return shlex.quote(arg)
+    argv += [f"--{key}={res[key]}" for key in ("partition", "account") if res.get(key)]
+    return [*argv, "--wrap", shlex.join(command)]
 
 
 def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], name: str) -> str:
@@ -61,8 +52,7 @@ def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], nam
         raise D5PipeError("--detach: sbatch not found on PATH (is this a SLURM login node?)")
     command = [sys.executable, "-m", "d5pipe.cli.main", *argv]
     call = _sbatch_argv(rd, executor, command, name)
-    env = dict(os.environ)
-    proc = subprocess.run([exe, *call[1:]], capture_output=True, text=True, timeout=60, env=env, check=False)
+    proc = subprocess.run([exe, *call[1:]], capture_output=True, text=True, timeout=60, check=False)
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
         raise D5PipeError(f"--detach: sbatch refused the driver job: {first}")
@@ -74,10 +64,9 @@ def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], nam
 
 def driver_job(rd: RunDir) -> dict[str, Any] | None:
     try:
-        data: dict[str, Any] = json.loads(driver_path(rd).read_text(encoding="utf-8"))
+        return json.loads(driver_path(rd).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return None
-    return data
 
 
 def driver_status_line(rd: RunDir) -> str | None:
@@ -101,17 +90,14 @@ def driver_status_line(rd: RunDir) -> str | None:
 
 def cancel(rd: RunDir) -> list[str]:
     """Cancel the detached driver (it then cancels its jobs) and every job of the run; their IDs."""
-    from d5pipe.execute.slurm import cancel_run_jobs
+    from d5pipe.execute.slurm import cancel_run_jobs, slurm_tool
 
     cancelled: list[str] = []
     info = driver_job(rd)
-    exe = shutil.which("scancel")
-    if info is not None and exe is not None:
-        # SIGTERM first: the driver kills Snakemake and cancels the shard jobs itself
-        subprocess.run([exe, "--signal=TERM", "--full", str(info["job_id"])], capture_output=True,
-                       timeout=30, check=False)
+    # SIGTERM first: the driver kills Snakemake and cancels the shard jobs itself
+    if info is not None and slurm_tool(["scancel", "--signal=TERM", "--full", str(info["job_id"])], 30) is not None:
         cancelled.append(str(info["job_id"]))
         time.sleep(2)
-        subprocess.run([exe, str(info["job_id"])], capture_output=True, timeout=30, check=False)
+        slurm_tool(["scancel", str(info["job_id"])], 30)
     cancelled += cancel_run_jobs(rd.root)
     return cancelled

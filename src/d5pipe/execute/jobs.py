@@ -26,12 +26,6 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def _logged(smk: Any) -> Iterator[None]:
-    with _logged_to(Path(str(smk.log[0])) if len(smk.log) else None):
-        yield
-
-
-@contextlib.contextmanager
 def _logged_to(log: Path | None) -> Iterator[None]:
     from d5pipe.measure.process import exit_with_parent
 
@@ -81,14 +75,14 @@ def shard_main(argv: list[str]) -> int:
 def prepare_data_job(smk: Any) -> None:
     """Materialise one dataset (``prepare_data`` rule) and write its metadata beside it."""
     from d5pipe.core.atomic import write_json
-    from d5pipe.execute.snakefile_api import dataset_config
     from d5pipe.levels.datasets import prepare
     from d5pipe.rundir.data_cache import store
+    from d5pipe.rundir.layout import RunDir
 
-    with _logged(smk):
+    with _logged_to(Path(str(smk.log[0])) if len(smk.log) else None):
         key = str(smk.wildcards.dataset)
         t0 = time.perf_counter()
-        meta = prepare(dataset_config(".", key), Path(str(smk.output.data)))
+        meta = prepare(RunDir.of(".").index["datasets"][key], Path(str(smk.output.data)))
         seconds = time.perf_counter() - t0
         write_json(Path(str(smk.output.meta)), {"key": key, **meta})
         if meta.get("storage", "memory") == "memory":  # the cache holds one file a dataset
@@ -153,7 +147,6 @@ def report_in_process(output: Any, log: Any) -> None:
     """Records -> results.parquet (checks, verdicts), report.html/.md and verdict.json: the body
     of the ``report`` rule, run in a thread of the Snakemake process (no new interpreter, no
     imports; see :func:`preload_report`). Its log gets one line, or the traceback of a failure."""
-    import time
     import traceback
 
     log_path = Path(str(log[0]))

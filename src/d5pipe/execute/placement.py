@@ -50,12 +50,9 @@ def partition_nodes(partition: str = "") -> tuple[str, ...]:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
         raise D5PipeError(f"placement.node: listing the nodes with sinfo failed ({exc})") from None
-    names: set[str] = set()
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and _NODE_NAME.match(parts[0]) and not parts[1].lower().startswith(_UNUSABLE):
-            names.add(parts[0])
-    return tuple(natsorted(names))
+    rows = [line.split() for line in out.splitlines()]
+    return tuple(natsorted({parts[0] for parts in rows if len(parts) == 2 and _NODE_NAME.match(parts[0])
+                            and not parts[1].lower().startswith(_UNUSABLE)}))
 
 
 def node_name(index: int, partition: str = "") -> str:
@@ -75,11 +72,7 @@ def nodelist_option(index: int, partition: str = "") -> str:
 
 def placed_stages(plan: Any) -> set[str]:
     """Stages of a plan (d5pipe.plan.build.Plan) whose points are pinned to nodes."""
-    out = set()
-    for stage, sp in plan.stages.items():
-        if NODE_AXIS in sp.axes or node_of(plan.config) > 0:
-            out.add(stage)
-    return out
+    return {stage for stage, sp in plan.stages.items() if NODE_AXIS in sp.axes or node_of(plan.config) > 0}
 
 
 def check_nodes(plan: Any) -> None:

@@ -50,18 +50,11 @@ def snakemake_resources(stage_res: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("partition", "account"):
         if not isinstance(merged[key], str):
             raise D5PipeError(f"executor.resources.{key}: {merged[key]!r} is not a string")
-    out: dict[str, Any] = {
-        "runtime": resource_int(merged, "runtime_min", 1),
-        "nodes": resource_int(merged, "nodes", 1),
-        "tasks": resource_int(merged, "tasks", 1),
-        "cpus_per_task": resource_int(merged, "cpus_per_task", 1),
-        "mem_mb": resource_int(merged, "mem_mb", 1),
-    }
+    out: dict[str, Any] = {name: resource_int(merged, key, 1) for name, key in (
+        ("runtime", "runtime_min"), ("nodes", "nodes"), ("tasks", "tasks"), ("cpus_per_task", "cpus_per_task"),
+        ("mem_mb", "mem_mb"))}
     gpus = resource_int(merged, "gpus", 0)
-    if merged["partition"]:
-        out["slurm_partition"] = merged["partition"]
-    if merged["account"]:
-        out["slurm_account"] = merged["account"]
+    out.update({f"slurm_{key}": merged[key] for key in ("partition", "account") if merged[key]})
     if gpus:
         out["gpu"] = gpus
         # Without this the plugin passes --ntasks-per-gpu=<tasks>, multiplying the task count.

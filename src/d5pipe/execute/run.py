@@ -20,13 +20,8 @@ from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.plan_files import invalidate_stale_markers, remove_failed, write_plan
 
 
-def load_plan(
-    experiment: str,
-    overrides: list[str],
-    config_dirs: list[str] | None = None,
-    executor: str | None = None,
-    run_dir: Path | None = None,
-) -> Plan:
+def load_plan(experiment: str, overrides: list[str], config_dirs: list[str] | None = None,
+              executor: str | None = None, run_dir: Path | None = None) -> Plan:
     """Compose, validate and expand; nothing is written.
 
     ``run_dir`` (``d5pipe run``'s ``--out``; ``runs/<name>`` when None): the plan it remembers
@@ -82,20 +77,10 @@ def prepare_run(plan: Plan, run_dir: Path, overrides: list[str], retry_failed: b
     return summary
 
 
-def run(
-    experiment: str,
-    overrides: list[str],
-    out: Path | None = None,
-    jobs: int | None = None,
-    executor: str | None = None,
-    config_dirs: list[str] | None = None,
-    retry_failed: bool = False,
-    snakemake_args: list[str] | None = None,
-    timeout: float | None = None,
-    dry_run: bool = False,
-    force: bool = False,
-    verbose: bool = False,
-) -> RunOutcome:
+def run(experiment: str, overrides: list[str], out: Path | None = None, jobs: int | None = None,
+        executor: str | None = None, config_dirs: list[str] | None = None, retry_failed: bool = False,
+        snakemake_args: list[str] | None = None, timeout: float | None = None, dry_run: bool = False,
+        force: bool = False, verbose: bool = False) -> RunOutcome:
     """Plan, then run the workflow; returns the run directory and its verdict.
 
     ``dry_run``: write the plan into the run directory and show Snakemake's job list only.
@@ -150,8 +135,7 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
     rd = RunDir.of(run_dir)
     with RunLock(rd):
         claim(rd, plan.experiment, force)
-        stale = clear_stale_snakemake_locks(rd)
-        if stale:
+        if stale := clear_stale_snakemake_locks(rd):
             print(f"d5pipe: removed {stale} stale Snakemake lock(s) of an earlier run of {run_dir} "
                   "that is no longer running", flush=True)
         if write_code(run_dir, plan.code):

@@ -43,26 +43,17 @@ def _now() -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[str | None, str | None, str | None]:
+def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[tuple[str, str | None], ...]:
     """SLURM job ID, node list and cluster name of this process (one squeue call per job at most)."""
     from d5pipe.execute.slurm import slurm_provenance
 
-    prov = slurm_provenance()
-    return prov["slurm_job_id"], prov["slurm_nodelist"], prov["slurm_cluster"]
+    return tuple(slurm_provenance().items())
 
 
 def _provenance() -> dict[str, Any]:
-    job_id, nodelist, cluster = _slurm_ids(
-        os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
-        os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"),
-    )
-    return {
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "slurm_job_id": job_id,
-        "slurm_nodelist": nodelist,
-        "slurm_cluster": cluster,
-    }
+    ids = _slurm_ids(os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
+                     os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"))
+    return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids)}
 
 
 def done_record(path: Path) -> Record | None:
@@ -91,9 +82,8 @@ def process_env_hash(run_dir: Path) -> str:
     return h
 
 
-def run_point_record(ctx: PointContext, env_hash: str, run_point: Any | None = None) -> Record:
+def run_point_record(ctx: PointContext, env_hash: str, run_point: Any) -> Record:
     """Run one point in this process and build its record; errors become ``failed`` with their text."""
-    run_point = run_point or STAGES[ctx.stage].runner()
     started = time.time()
     start_iso = _now()
     status = "ok"
@@ -162,10 +152,9 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
         elif attempts[pid] >= max_attempts:
             cause = (f"crashed: the point's process died with its shard job in {attempts[pid]} "
                      f"start(s) (shards.max_attempts={max_attempts}); not tried again")
-            rec = _crash_record(spec, stage, pt, cause, env_hash, 0.0)
-            rec.write(rd.record(stage, pid), durable=False)
+            _crash_record(spec, stage, pt, cause, env_hash, 0.0).write(rd.record(stage, pid), durable=False)
             written.append(rd.record(stage, pid))
-            statuses[pid] = rec.status
+            statuses[pid] = "failed"
             print(f"[{stage}/{shard}] {k + 1}/{n} {pid}: failed ({cause})", flush=True)
         else:
             todo.append(k)

@@ -19,15 +19,12 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 
 from d5pipe.core.errors import D5PipeError
 
-SQUEUE_FIELDS: tuple[str, ...] = ("job_id", "state", "name", "comment", "nodelist",
-                                  "time_limit", "elapsed", "exit_reason", "work_dir",
-                                  "submit_time")
 _SQUEUE_FORMAT = "%i|%T|%j|%k|%N|%l|%M|%r|%Z|%V"
 
 STATE_MEANING: dict[str, str] = {
@@ -75,16 +72,25 @@ class SlurmJob:
         return f"{rule} {wildcards}".strip()
 
 
+def slurm_tool(argv: Sequence[str], timeout_s: float,
+               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
+    """Run a SLURM client command (``argv[0]`` looked up on ``env``'s PATH) under a time limit;
+    None when it is not installed. One that does not answer raises ``subprocess.TimeoutExpired``."""
+    exe = shutil.which(argv[0], path=(env or os.environ).get("PATH"))
+    if exe is None:
+        return None
+    return subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout_s,
+                          env=dict(env) if env is not None else None, check=False)
+
+
 def _run_squeue(args: Sequence[str], timeout_s: float,
                 env: Mapping[str, str] | None) -> str:
-    exe = shutil.which("squeue", path=(env or os.environ).get("PATH"))
-    if exe is None:
-        raise D5PipeError("executor slurm: squeue not found on PATH")
     try:
-        proc = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(env) if env is not None else None, check=False)
+        proc = slurm_tool(["squeue", *args], timeout_s, env)
     except subprocess.TimeoutExpired as exc:
         raise D5PipeError(f"executor slurm: squeue did not answer within {timeout_s} s") from exc
+    if proc is None:
+        raise D5PipeError("executor slurm: squeue not found on PATH")
     if proc.returncode != 0:
         raise D5PipeError(f"executor slurm: squeue failed: {proc.stderr.strip()}")
     return proc.stdout
@@ -95,7 +101,7 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     jobs = []
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != len(SQUEUE_FIELDS) or not parts[0]:
+        if len(parts) != len(fields(SlurmJob)) or not parts[0]:
             continue
         jobs.append(SlurmJob(*parts))
     return jobs
@@ -115,18 +121,6 @@ def query_jobs(name: str | None = None, job_ids: Sequence[str] = (), timeout_s: 
     if job_ids:
         args += ["--jobs", ",".join(job_ids)]
     return parse_squeue(_run_squeue(args, timeout_s, env))
-
-
-def _scancel(ids: Sequence[str], timeout_s: float, env: Mapping[str, str] | None) -> None:
-    exe = shutil.which("scancel", path=(env or os.environ).get("PATH"))
-    if not ids or exe is None:
-        return
-    try:
-        subprocess.run([exe, *ids], capture_output=True, text=True, timeout=timeout_s,
-                       env=dict(env) if env is not None else None, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
-
 
 
 def run_jobs(run_dir: str | Path, since: datetime | None = None, timeout_s: float = 10.0,
@@ -155,11 +149,10 @@ def _job_sort_key(job_id: str) -> tuple[int, str]:
     return (int(head) if head.isdigit() else 0, job_id)
 
 
-def latest_per_rule(jobs: Sequence[SlurmJob]) -> list[SlurmJob]:
-    """The newest job of each rule+wildcards (a resumed shard supersedes its killed job)."""
-    latest: dict[str, SlurmJob] = {}
-    for job in sorted(jobs, key=lambda j: _job_sort_key(j.job_id)):
-        latest[job.rule or job.job_id] = job
+def latest_run_jobs(run_dir: str | Path, since: datetime | None = None) -> list[SlurmJob]:
+    """The newest job of ``run_dir`` for each rule+wildcards (a resumed shard supersedes its killed
+    job), oldest first (see :func:`run_jobs`)."""
+    latest = {job.rule or job.job_id: job for job in run_jobs(run_dir, since)}
     return sorted(latest.values(), key=lambda j: _job_sort_key(j.job_id))
 
 
@@ -167,7 +160,11 @@ def cancel_run_jobs(run_dir: str | Path, since: datetime | None = None, timeout_
                     env: Mapping[str, str] | None = None) -> list[str]:
     """``scancel`` the unfinished jobs of ``run_dir`` (see :func:`run_jobs`); their IDs."""
     ids = [j.job_id for j in run_jobs(run_dir, since, timeout_s, env) if not j.finished]
-    _scancel(ids, timeout_s, env)
+    try:
+        if ids:
+            slurm_tool(["scancel", *ids], timeout_s, env)
+    except subprocess.TimeoutExpired as exc:
+        raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
     return ids
 
 

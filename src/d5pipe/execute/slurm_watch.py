@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.execute.slurm import query_jobs, slurm_tool
 
 DEFAULT_INIT_S = 40.0
 """The plugin's default ``slurm-init-seconds-before-status-checks``."""
@@ -38,12 +38,9 @@ class StatusLost(D5PipeError):
 
 
 def _run(argv: Sequence[str], env: Mapping[str, str] | None, timeout_s: float) -> subprocess.CompletedProcess[str] | None:
-    exe = shutil.which(argv[0], path=(env or {}).get("PATH") if env else None)
-    if exe is None:
-        return None
+    """``argv`` run (:func:`d5pipe.execute.slurm.slurm_tool`); None when missing or not answering."""
     try:
-        return subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(env) if env is not None else None, check=False)
+        return slurm_tool(argv, timeout_s, env)
     except subprocess.TimeoutExpired:
         return None
 
@@ -130,8 +127,6 @@ class SlurmWatch:
             self.jobs.pop(m.group(1), None)
 
     def _known(self, ids: list[str]) -> set[str] | None:
-        from d5pipe.execute.slurm import query_jobs
-
         try:
             found = {j.job_id for j in query_jobs(job_ids=sorted({i.split("_")[0] for i in ids}),
                                                   timeout_s=20.0, env=self.env)}

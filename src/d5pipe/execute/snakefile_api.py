@@ -24,20 +24,6 @@ the array's ID appears, before any task is eligible to start (d5pipe.execute.slu
 PLAN_INDEX_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "plan_index.schema.yaml"
 
 
-def _run(run_dir: str | Path) -> RunDir:
-    return RunDir.of(run_dir)
-
-
-def load_index(run_dir: str | Path = ".") -> dict[str, Any]:
-    """``plan/index.json`` of the run."""
-    return _run(run_dir).index
-
-
-def load_config(run_dir: str | Path = ".") -> dict[str, Any]:
-    """``config.yaml`` of the run."""
-    return _run(run_dir).config
-
-
 @functools.lru_cache(maxsize=1)
 def _schema_file() -> dict[str, Any]:
     from d5pipe.core.yamlio import safe_load
@@ -62,34 +48,27 @@ def validate_index(run_dir: str | Path = ".") -> None:
 
     from d5pipe.core.errors import D5PipeError
 
+    rd = RunDir.of(run_dir)
     try:
-        jsonschema.validate(load_index(run_dir), plan_index_schema())
+        jsonschema.validate(rd.index, plan_index_schema())
     except jsonschema.ValidationError as exc:
-        raise D5PipeError(f"{_run(run_dir).index_path}: {exc.message}") from None
+        raise D5PipeError(f"{rd.index_path}: {exc.message}") from None
 
 
 def enabled_stages(run_dir: str | Path = ".") -> list[str]:
     """Planned stages in pipeline order (one Snakemake rule each)."""
-    return _run(run_dir).stages()
+    return RunDir.of(run_dir).stages()
 
 
 def final_outputs(run_dir: str | Path = ".") -> list[str]:
-    rd = _run(run_dir)
+    rd = RunDir.of(run_dir)
     return [RESULTS_FILE, rd.report_html.name, rd.report_md.name, rd.verdict_path.name]
 
 
-def shard_markers(run_dir: str | Path = ".", stage: str | None = None) -> list[str]:
-    """Marker files of every shard (of one stage, or of all planned stages)."""
-    rd = _run(run_dir)
-    stages = [stage] if stage else rd.stages()
-    return [str(Path("shards") / s / f"{name}.json") for s in stages for name in rd.shards(s)]
-
-
-def shard_datasets(run_dir: str | Path, stage: str, shard: str) -> list[str]:
-    """Prepared dataset files the points of one shard need."""
-    spec = _run(run_dir).shard_spec(stage, shard)
-    keys = sorted({p["dataset"] for p in spec["points"] if p.get("dataset")})
-    return [f"data/{k}.npz" for k in keys]
+def shard_markers(run_dir: str | Path = ".") -> list[str]:
+    """Marker files of every shard of every planned stage."""
+    rd = RunDir.of(run_dir)
+    return [str(Path("shards") / s / f"{name}.json") for s in rd.stages() for name in rd.shards(s)]
 
 
 def shard_priority(wildcards: Any) -> int:
@@ -114,18 +93,17 @@ def shard_shell() -> str:
 
 
 def shard_data_input(run_dir: str | Path, stage: str) -> Callable[[Any], list[str]]:
-    """The ``data`` input function of a stage's rule (no data for stages that need none)."""
-    needs = STAGES[stage].needs_data
-    return lambda wildcards: shard_datasets(run_dir, stage, str(wildcards.shard)) if needs else []
+    """The ``data`` input function of a stage's rule: the prepared dataset files the points of the
+    job's shard need (none for stages that need no data)."""
+    def data(wildcards: Any) -> list[str]:
+        points = RunDir.of(run_dir).shard_spec(stage, str(wildcards.shard))["points"]
+        return [f"data/{k}.npz" for k in sorted({p["dataset"] for p in points if p.get("dataset")})]
 
-
-def dataset_config(run_dir: str | Path, key: str) -> dict[str, Any]:
-    cfg: dict[str, Any] = load_index(run_dir)["datasets"][key]
-    return cfg
+    return data if STAGES[stage].needs_data else lambda wildcards: []
 
 
 def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:
-    return _run(run_dir).executor
+    return RunDir.of(run_dir).executor
 
 
 def threads_of(ex: dict[str, Any], stage: str) -> int:
@@ -185,7 +163,7 @@ def stage_resources(run_dir: str | Path, stage: str, throttle: int | None = None
 
 def _jobs_of(run_dir: str | Path, entry: str) -> int:
     """Planned jobs of ``entry``: a stage's shards, or ``prepare_data``'s datasets."""
-    rd = _run(run_dir)
+    rd = RunDir.of(run_dir)
     if entry in STAGES:
         return len(rd.shards(entry)) if entry in rd.index["stages"] else 0
     return len(rd.index.get("datasets") or {})
@@ -194,7 +172,7 @@ def _jobs_of(run_dir: str | Path, entry: str) -> int:
 def _placed(run_dir: str | Path, stage: str) -> bool:
     from d5pipe.execute.placement import node_of
 
-    rd = _run(run_dir)
+    rd = RunDir.of(run_dir)
     return NODE_AXIS in (rd.index["stages"].get(stage) or {}).get("axes", []) or node_of(rd.config) > 0
 
 
@@ -203,7 +181,7 @@ def shard_nodelist(run_dir: str | Path, stage: str, shard: str, partition: str) 
     from d5pipe.core.errors import D5PipeError
     from d5pipe.execute.placement import node_of, nodelist_option
 
-    rd = _run(run_dir)
+    rd = RunDir.of(run_dir)
     fixed = node_of(rd.config)
     indices = {int(p["params"].get(NODE_AXIS, fixed) or 0) for p in rd.shard_spec(stage, shard)["points"]}
     if len(indices) != 1:
@@ -211,20 +189,22 @@ def shard_nodelist(run_dir: str | Path, stage: str, shard: str, partition: str) 
     return nodelist_option(indices.pop(), partition)
 
 
-def _shard_distributed(run_dir: str | Path, stage: str, shard: str, key: str) -> list[int]:
+def _shard_most(run_dir: str | Path, stage: str, shard: str, key: str, resource: str) -> int:
+    """The most ``distributed.<key>`` among a shard's points, at least the configured
+    ``executor.resources.<stage>.<resource>``."""
     from d5pipe.plan.point_config import point_config, stage_base
 
-    rd = _run(run_dir)
+    rd = RunDir.of(run_dir)
     base = stage_base(rd.config, stage)
-    return [int(point_config(base, p["params"]).get("distributed", {}).get(key, 1) or 1)
-            for p in rd.shard_spec(stage, shard)["points"]]
+    return max([int(merged_resources(rd.executor, stage)[resource]),
+                *(int(point_config(base, p["params"]).get("distributed", {}).get(key, 1) or 1)
+                  for p in rd.shard_spec(stage, shard)["points"])])
 
 
 def shard_nodes(run_dir: str | Path, stage: str, shard: str) -> int:
     """SLURM nodes of a shard's job: the most ``distributed.nodes`` among its points, at least
     the configured ``executor.resources.<stage>.nodes``."""
-    configured = int(merged_resources(_run(run_dir).executor, stage)["nodes"])
-    return max([configured, *_shard_distributed(run_dir, stage, shard, "nodes")])
+    return _shard_most(run_dir, stage, shard, "nodes", "nodes")
 
 
 def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
@@ -233,8 +213,7 @@ def shard_tasks(run_dir: str | Path, stage: str, shard: str) -> int:
     At least the configured ``executor.resources.<stage>.tasks``. The points of a shard run one
     after another inside the job, each starting its ranks with ``srun -n <ranks>`` in it.
     """
-    configured = int(merged_resources(_run(run_dir).executor, stage)["tasks"])
-    return max([configured, *_shard_distributed(run_dir, stage, shard, "ranks")])
+    return _shard_most(run_dir, stage, shard, "ranks", "tasks")
 
 
 def shard_mpi(run_dir: str | Path, stage: str, shard: str) -> str:

@@ -34,41 +34,21 @@ def profile_dirs(executor: dict[str, Any]) -> list[Path]:
         p = repo_root() / p
     if not p.is_dir():
         raise D5PipeError(f"executor.profile: {profile} is not a directory")
-    out = [p]
     extra = [str(a) for a in setting(executor, ExecutorConf, "extra_args")]
-    for i, arg in enumerate(extra[:-1]):
-        if arg == "--workflow-profile":
-            out.append(Path(extra[i + 1]))
-    return out
+    return [p, *(Path(value) for arg, value in zip(extra, extra[1:]) if arg == "--workflow-profile")]
 
 
-def build_command(
-    run_dir: Path,
-    executor: dict[str, Any],
-    jobs: int | None = None,
-    extra: list[str] | None = None,
-    dry_run: bool = False,
-) -> list[str]:
+def build_command(run_dir: Path, executor: dict[str, Any], jobs: int | None = None, extra: list[str] | None = None,
+                  dry_run: bool = False) -> list[str]:
     """The snakemake argument list for a run directory and an executor section."""
     name = str(setting(executor, ExecutorConf, "name"))
     n_jobs = int(jobs if jobs is not None else setting(executor, ExecutorConf, "jobs"))
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--snakefile",
-        str(snakefile()),
-        "--directory",
-        str(Path(run_dir).resolve()),
-        "--rerun-incomplete",
-        "--rerun-triggers",
-        "mtime",
-        "input",
-        "--keep-going",
-        "--scheduler",  # shards are independent and only ask for cores: no ILP solve per round
-        "greedy",
-        "--force-use-threads",  # the report rule's `run:` body runs in Snakemake's process
-    ]
+    cmd = [sys.executable, "-m", "snakemake",
+           "--snakefile", str(snakefile()),
+           "--directory", str(Path(run_dir).resolve()),
+           "--rerun-incomplete", "--rerun-triggers", "mtime", "input", "--keep-going",
+           "--scheduler", "greedy",  # shards are independent and only ask for cores: no ILP solve per round
+           "--force-use-threads"]  # the report rule's `run:` body runs in Snakemake's process
     if name == "local":
         # each job slot gets the threads of the widest stage (executor.resources.*.cpus_per_task)
         cmd += ["--cores", str(n_jobs * max_threads(executor))]

@@ -41,7 +41,6 @@ STEPS = re.compile(r"(\d+) of (\d+) steps \((\d+)%\) done")
 FINISHED = re.compile(r"Finished jobid: \d+ \(Rule: ([\w-]+)\)")
 ERROR_IN_RULE = re.compile(r"Error in rule ([\w-]+):")
 LOG_LINE = re.compile(r"^\s+log: (\S+)")
-GRACE_S = 5.0
 
 
 class Interrupted(D5PipeError):
@@ -66,6 +65,10 @@ class Console:
         self._rule = ""
         self._error_rule: str | None = None
 
+    def say(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
     def _points_done(self) -> int:
         return sum(len(ids & self.rd.existing_records(stage)) for stage, ids in self.planned.items())
 
@@ -85,8 +88,7 @@ class Console:
         if m and self._error_rule is not None:
             self.failed_jobs.append((self._error_rule, m.group(1)))
             if not self.verbose:
-                self.out.write(f"d5pipe: job {self._error_rule} failed; log: {self.rd.root / m.group(1)}\n")
-                self.out.flush()
+                self.say(f"d5pipe: job {self._error_rule} failed; log: {self.rd.root / m.group(1)}")
             self._error_rule = None
             return
         m = STEPS.search(line)
@@ -94,9 +96,8 @@ class Console:
             done, total = int(m.group(1)), int(m.group(2))
             elapsed = time.perf_counter() - self.t0
             eta = f", ~{elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
-            self.out.write(f"d5pipe: [{done}/{total} jobs] {self._rule or 'job'} done · "
-                           f"{self._points_done()}/{self.total_points} points · {elapsed:.0f} s{eta}\n")
-            self.out.flush()
+            self.say(f"d5pipe: [{done}/{total} jobs] {self._rule or 'job'} done · "
+                     f"{self._points_done()}/{self.total_points} points · {elapsed:.0f} s{eta}")
 
 
 def _kill_session(proc: subprocess.Popen[str]) -> None:
@@ -127,12 +128,9 @@ def _start_reaper(rd: RunDir, since: datetime, snakemake_pid: int) -> subprocess
 
 def _throttle(array_id: str, limit: int, env: dict[str, str]) -> None:
     """At most ``limit`` tasks of a job array run at once (SLURM's ArrayTaskThrottle)."""
-    import shutil
+    from d5pipe.execute.slurm import slurm_tool
 
-    exe = shutil.which("scontrol", path=env.get("PATH"))
-    if exe is not None:
-        subprocess.run([exe, "update", f"JobId={array_id}", f"ArrayTaskThrottle={limit}"],
-                       capture_output=True, timeout=20, env=env, check=False)
+    slurm_tool(["scontrol", "update", f"JobId={array_id}", f"ArrayTaskThrottle={limit}"], 20, env)
 
 
 def snakemake_env() -> dict[str, str]:
@@ -180,7 +178,7 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     from d5pipe.execute.slurm_watch import SlurmWatch
     from d5pipe.execute.slurm_watchdog import Watchdog
 
-    log_path = rd.root / "logs" / "snakemake.log"
+    log_path = snakemake_log(rd)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     since = datetime.now()
     console = Console(rd, verbose, sys.stdout)
@@ -270,8 +268,7 @@ def _watch_slurm(watch: SlurmWatch, dog: Watchdog | None, throttled: set[str], a
     except (StatusLost, Stalled) as exc:
         return Interrupted(str(exc), STALLED_EXIT)
     if notice:
-        console.out.write(notice + "\n")
-        console.out.flush()
+        console.say(notice)
     return None
 
 
@@ -288,10 +285,10 @@ def _end_reaper(reaper: subprocess.Popen[bytes]) -> None:
 
 def _report_slurm_failures(rd: RunDir, since: datetime) -> None:
     """After a failed SLURM run: print each shard job that did not complete, and why."""
-    from d5pipe.execute.slurm import describe_job, latest_per_rule, run_jobs
+    from d5pipe.execute.slurm import describe_job, latest_run_jobs
 
     try:
-        jobs = latest_per_rule(run_jobs(rd.root, since=since))
+        jobs = latest_run_jobs(rd.root, since)
     except D5PipeError as exc:
         print(f"d5pipe: cannot list the run's SLURM jobs ({exc})", file=sys.stderr, flush=True)
         return

@@ -3,7 +3,7 @@ under the SLURM executor also the run's SLURM jobs, from squeue."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +22,6 @@ class StageStatus:
     failed: int = 0
     skipped: int = 0
     pending: int = 0
-    failures: list[tuple[str, str]] = field(default_factory=list)
 
 
 def run_status(verdicts: pd.DataFrame) -> list[StageStatus]:
@@ -32,37 +31,23 @@ def run_status(verdicts: pd.DataFrame) -> list[StageStatus]:
 
     out = []
     for stage, group in verdicts.groupby("stage", sort=False):
-        st = StageStatus(str(stage), total=len(group))
-        for pid, status, reason in zip(group["point_id"], group["status"], group["reason"]):
-            if status == "ok":
-                st.ok += 1
-            elif status == "skipped" and str(reason).startswith(NOT_RUN_PREFIX):
-                st.pending += 1
-            elif status == "skipped":
-                st.skipped += 1
-            else:
-                st.failed += 1
-                st.failures.append((str(pid), str(reason)))
-        out.append(st)
+        status = group["status"].where(group["status"].isin(["ok", "skipped"]), "failed")
+        not_run = status.eq("skipped") & group["reason"].astype(str).str.startswith(NOT_RUN_PREFIX)
+        n = status.mask(not_run, "pending").value_counts()
+        out.append(StageStatus(str(stage), len(group), *(int(n.get(k, 0)) for k in ("ok", "failed", "skipped", "pending"))))
     return out
 
 
-def format_status(stats: list[StageStatus], verdict: RunVerdict | None = None) -> str:
-    """Points per stage and status; with ``verdict``, the failing checks too (one line each)."""
+def format_status(stats: list[StageStatus], verdict: RunVerdict) -> str:
+    """Points per stage and status, then the verdicts and the failing points and checks (one line each)."""
     lines = [f"{'stage':<10}{'total':>8}{'ok':>8}{'failed':>8}{'skipped':>8}{'pending':>8}"]
-    for s in stats:
-        lines.append(f"{s.stage:<10}{s.total:>8}{s.ok:>8}{s.failed:>8}{s.skipped:>8}{s.pending:>8}")
-    if verdict is not None:
-        lines.append(f"verdicts: {verdict.passed} pass, {verdict.failed_points + verdict.failed_checks + verdict.not_run}"
-                     f" fail ({verdict.failed_checks} by a check), {verdict.unchecked} unchecked")
-        for stage, pid, reason in verdict.failures[:20]:
-            lines.append(f"fail {stage}/{pid}: {reason.splitlines()[0] if reason else ''}")
-        if len(verdict.failures) > 20:
-            lines.append(f"... {len(verdict.failures) - 20} more in the report")
-    else:
-        for s in stats:
-            for pid, err in s.failures[:20]:
-                lines.append(f"failed {s.stage}/{pid}: {err.splitlines()[0] if err else ''}")
+    lines += [f"{s.stage:<10}{s.total:>8}{s.ok:>8}{s.failed:>8}{s.skipped:>8}{s.pending:>8}" for s in stats]
+    lines.append(f"verdicts: {verdict.passed} pass, {verdict.failed_points + verdict.failed_checks + verdict.not_run}"
+                 f" fail ({verdict.failed_checks} by a check), {verdict.unchecked} unchecked")
+    lines += [f"fail {stage}/{pid}: {reason.splitlines()[0] if reason else ''}"
+              for stage, pid, reason in verdict.failures[:20]]
+    if len(verdict.failures) > 20:
+        lines.append(f"... {len(verdict.failures) - 20} more in the report")
     return "\n".join(lines)
 
 
@@ -73,10 +58,10 @@ def slurm_status_lines(run_dir: Path) -> list[str]:
     (``TIMEOUT``: exceeded its walltime). squeue keeps finished jobs only ``MinJobAge`` seconds.
     A failing squeue gives one line saying so (status never hangs: squeue runs under a timeout).
     """
-    from d5pipe.execute.slurm import describe_job, latest_per_rule, run_jobs
+    from d5pipe.execute.slurm import describe_job, latest_run_jobs
 
     try:
-        jobs = latest_per_rule(run_jobs(run_dir))
+        jobs = latest_run_jobs(run_dir)
     except D5PipeError as exc:
         return [f"slurm: no job information ({exc})"]
     done = sum(1 for j in jobs if j.state == "COMPLETED")

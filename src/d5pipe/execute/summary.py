@@ -67,14 +67,13 @@ class PlanSummary:
 
 def _submissions(plan: Plan, stage: str, jobs: int) -> int:
     """sbatch calls for ``jobs`` shard jobs of ``stage`` (see d5pipe.execute.run.slurm_args)."""
-    from d5pipe.levels.registry import STAGES
-
     ex = plan.config.get("executor") or {}
     if ex.get("name") != "slurm":
         return 0
     from d5pipe.execute.placement import placed_stages
+    from d5pipe.levels.registry import array_job
 
-    if jobs <= 1 or not setting(ex, ExecutorConf, "arrays") or STAGES[stage].tasks_from_ranks or stage in placed_stages(plan):
+    if jobs <= 1 or not setting(ex, ExecutorConf, "arrays") or not array_job(stage, stage in placed_stages(plan)):
         return jobs
     return math.ceil(jobs / int(setting(ex, ExecutorConf, "array_limit")))
 
@@ -85,23 +84,12 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
     for stage, sp in plan.stages.items():
         done = existing_records(run_dir, stage)
         done_flags = [pid in done for pid in sp.point_ids]
-        jobs_done = 0
-        for i in range(sp.n_shards):
-            if all(done_flags[j] for j in sp.shard_slice(i)):
-                jobs_done += 1
-        stages.append(
-            StageSummary(
-                stage=stage,
-                points=len(sp.point_ids),
-                points_done=sum(done_flags),
-                jobs=sp.n_shards,
-                jobs_done=jobs_done,
-                points_per_shard=sp.points_per_shard,
-                axes=list(sp.axes),
-                expected_s_per_job=max((sp.shard_cost_s(i) for i in range(sp.n_shards)), default=0.0),
-                submissions=_submissions(plan, stage, sp.n_shards),
-            )
-        )
+        stages.append(StageSummary(
+            stage=stage, points=len(sp.point_ids), points_done=sum(done_flags), jobs=sp.n_shards,
+            jobs_done=sum(all(done_flags[j] for j in sp.shard_slice(i)) for i in range(sp.n_shards)),
+            points_per_shard=sp.points_per_shard, axes=list(sp.axes),
+            expected_s_per_job=max((sp.shard_cost_s(i) for i in range(sp.n_shards)), default=0.0),
+            submissions=_submissions(plan, stage, sp.n_shards)))
     other = {"prepare_data": len(plan.datasets), "report": 1}
     slurm = (plan.config.get("executor") or {}).get("name") == "slurm"
     return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm,

@@ -70,8 +70,7 @@ def _worker_loop(conn: Connection, run: PointFn, on_exit: Callable[[], None] | N
             break
         if index is None:
             break
-        status = run(int(index))
-        conn.send(status)
+        conn.send(run(int(index)))
     if on_exit is not None:
         on_exit()
     conn.close()
@@ -125,10 +124,7 @@ class Supervisor:
         try:
             self._conn.send(index)
         except (BrokenPipeError, OSError):
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self._drop()
-            return Result("crashed", describe_exit(code), time.perf_counter() - t0)
+            return self._crashed(5, t0)
         if self._timeout is not None and not self._conn.poll(self._timeout):
             self._kill()
             return Result("timeout", f"timeout after {self._timeout:g} s (shards.point_timeout_s)",
@@ -136,11 +132,15 @@ class Supervisor:
         try:
             status = self._conn.recv()
         except (EOFError, OSError):
-            self._proc.join(10)
-            code = self._proc.exitcode
-            self._drop()
-            return Result("crashed", describe_exit(code), time.perf_counter() - t0)
+            return self._crashed(10, t0)
         return Result(str(status), "", time.perf_counter() - t0)
+
+    def _crashed(self, wait_s: float, t0: float) -> Result:
+        """The worker died: how (after up to ``wait_s`` for its exit code)."""
+        self._proc.join(wait_s)
+        code = self._proc.exitcode
+        self._drop()
+        return Result("crashed", describe_exit(code), time.perf_counter() - t0)
 
     def close(self) -> None:
         """Stop the worker (it exits between points)."""
