@@ -23,9 +23,6 @@ from d5pipe.rundir.layout import RESULTS_FILE
 if TYPE_CHECKING:
     import pandas as pd
 
-RESULTS_SCHEMA_VERSION = 1
-"""Stored in the parquet file's metadata as ``d5pipe_schema_version``."""
-
 FIXED_COLUMNS: tuple[str, ...] = (
     "experiment", "stage", "point_id", "metric", "value", "text", "unit", "kind",
     "ci_low", "ci_high", "status", "error", "seed", "env_hash",

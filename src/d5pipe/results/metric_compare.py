@@ -18,6 +18,8 @@ from typing import Any, Literal, cast
 
 Verdict = Literal["reproduced", "not_reproduced", "not_compared"]
 EXACT_KINDS = frozenset({"deterministic", "count", "verdict"})
+NOT_COMPARED_KINDS = {"info": "info metric",
+                      "timing": "a timing: compared across repetitions (d5pipe.results.timing_compare)"}
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,6 @@ def _same(a: float | str | None, b: float | str | None) -> bool:
     return a == b
 
 
-def _as_float(v: float | str | None) -> float | None:
-    if _is_missing(v) or isinstance(v, str):
-        return None
-    return float(cast(float, v))
-
-
 def _rel(ref: float, new: float) -> float | None:
     if ref == 0:
         return None if new == 0 else math.copysign(math.inf, new)
@@ -98,14 +94,9 @@ def compare_metric(name: str, ref: MetricValue, new: MetricValue, policy: Compar
     """Compare metric ``name`` of the reference run with the candidate run, by ``ref.kind``."""
     policy = policy or ComparePolicy()
     kind = ref.kind
-    if kind == "info":
-        return Comparison(metric=name, kind=kind, verdict="not_compared", reference=ref.value,
-                          candidate=new.value, unit=ref.unit, detail="info metric")
-    if kind == "timing":
-        return Comparison(metric=name, kind=kind, verdict="not_compared", reference=ref.value,
-                          candidate=new.value, unit=ref.unit,
-                          detail="a timing: compared across repetitions (d5pipe.results.timing_compare)")
     base: dict[str, Any] = {"metric": name, "kind": kind, "reference": ref.value, "candidate": new.value, "unit": ref.unit}
+    if kind in NOT_COMPARED_KINDS:
+        return Comparison(**base, verdict="not_compared", detail=NOT_COMPARED_KINDS[kind])
     if kind in EXACT_KINDS:
         same = _same(ref.value, new.value)
         return Comparison(**base, verdict="reproduced" if same else "not_reproduced",

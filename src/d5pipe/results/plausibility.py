@@ -48,8 +48,6 @@ from d5pipe.results.columns import METRIC_COLUMNS
 
 PREFIX = "plausibility:"
 HARD: frozenset[str] = frozenset({"superlinear_speedup"})
-SOFT: frozenset[str] = frozenset({"oversubscribed", "target_missed", "high_variation", "several_environments",
-                                  "above_bound", "outlier_repetition"})
 DESCRIPTIONS: dict[str, str] = {
     "superlinear_speedup": "speedup above the rank count beyond its 95% CI (parallel efficiency > 1): "
                            "a hard failure, the point fails",

@@ -88,7 +88,6 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
     if table.num_rows == 0:
         raise D5PipeError(f"{rd.root}: no point records and no plan (is it a d5pipe run directory?)")
     df = with_checks(with_derived(_nullable(table)), config)
-    acct = None
     df, acct = with_accounting(df, rd, query=accounting)
     verdicts = point_verdicts(df)
     df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
