@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.results.columns import axis_column_name, axis_columns
+from d5pipe.results.columns import axis_column_name, stage_axes
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
@@ -265,7 +265,7 @@ def stage_summary(results: pd.DataFrame, stage: str) -> pd.DataFrame:
     axis column is stored as ``metric:<name>``.
     """
     df = results[results["stage"] == stage]
-    axis_cols = [c for c in axis_columns(df.columns) if df[c].notna().any()]
+    axis_cols = stage_axes(df)
     point_cols = ["point_id", "status", *(["verdict"] if "verdict" in df.columns else []), "error", "seed"]
     base = df.drop_duplicates("point_id")[[*point_cols, *axis_cols]]
     base = base.set_index("point_id")

@@ -44,6 +44,11 @@ def axis_columns(columns: Iterable[Any]) -> list[str]:
     return [str(c) for c in columns if str(c) not in NON_AXIS_COLUMNS]
 
 
+def stage_axes(rows: pd.DataFrame) -> list[str]:
+    """The axis columns with a value for some row of ``rows`` (a stage's rows: the axes it sweeps)."""
+    return [c for c in axis_columns(rows.columns) if rows[c].notna().any()]
+
+
 METRIC_COLUMNS: frozenset[str] = frozenset(
     {"metric", "value", "text", "unit", "kind", "ci_low", "ci_high", "status", "error"})
 """Columns that describe one metric row; every other column describes the point."""

@@ -51,7 +51,7 @@ from d5pipe.levels.registry import factors
 from d5pipe.levels.stage import Factor
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.collect import SampleSource
-from d5pipe.results.columns import axis_columns
+from d5pipe.results.columns import stage_axes
 from d5pipe.results.repetition_values import Side, fastest_sample, geometric_mean
 from d5pipe.results.timing_compare import (
     DEFAULT_ALPHA,
@@ -164,11 +164,6 @@ def _key(v: Any) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
-
-
-def stage_axes(rows: pd.DataFrame) -> list[str]:
-    """Axis columns with a value for some row of ``rows`` (the fixed columns and ``verdict`` excluded)."""
-    return [c for c in axis_columns(rows.columns) if rows[c].notna().any()]
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ def above_bound(df: pd.DataFrame) -> list[Finding]:
 def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
     """Repetitions of a configuration whose time is far from their siblings' (module docstring)."""
     from d5pipe.plan.point_config import REPEAT_AXIS
-    from d5pipe.results.columns import axis_columns
+    from d5pipe.results.columns import stage_axes
     from d5pipe.results.repetition_values import Side, find_outliers
     from d5pipe.results.report.units import quantity
 
@@ -223,7 +223,7 @@ def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
     timing = rows[(rows["kind"] == "timing") & rows["unit"].isin(list(TIME_UNITS)) & rows["value"].notna()]
     if timing.empty:
         return []
-    axes = [a for a in axis_columns(timing.columns) if a != REPEAT_AXIS and timing[a].notna().any()]
+    axes = [a for a in stage_axes(timing) if a != REPEAT_AXIS]
     keys = [timing["stage"], timing["metric"], *[timing[a].astype(str) for a in axes]]
     out: list[Finding] = []
     for _, group in timing.groupby(keys, sort=False):

@@ -151,7 +151,7 @@ def with_comparison_rows(df: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     results.parquet holds the speedups too: ``speedup:<metric>`` (value, CI, verdict in ``text``,
     the baseline in ``error``) and ``speedup_p:<metric>``."""
     from d5pipe.plan.point_config import REPEAT_AXIS
-    from d5pipe.results.comparisons import stage_axes
+    from d5pipe.results.columns import stage_axes
 
     if pairs.empty:
         return df

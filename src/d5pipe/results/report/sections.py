@@ -7,14 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.results.columns import stage_axes
 from d5pipe.results.report.blocks import Pre, Section, Table, Text
-from d5pipe.results.report.frames import (
-    fmt_plain,
-    metric_names,
-    stage_axes,
-    varying_axes,
-    wide_table,
-)
+from d5pipe.results.report.frames import fmt_plain, metric_names, varying_axes, wide_table
 from d5pipe.results.report.loader import RunData
 
 MAX_METRIC_COLUMNS = 8
