@@ -54,6 +54,12 @@ METRIC_COLUMNS: frozenset[str] = frozenset(
 """Columns that describe one metric row; every other column describes the point."""
 
 
+COMPARISON_PREFIXES = ("speedup:", "speedup_p:")
+"""Metrics of a variant's points that carry its side-by-side comparison (``speedup:<metric>``:
+speedup over the baseline with its CI, text the verdict; ``speedup_p:<metric>``: the p-value;
+d5pipe.results.run_results.with_comparison_rows)."""
+
+
 def axis_column_name(key: str) -> str:
     """The column name of sweep axis ``key`` in results.parquet."""
     return f"axis:{key}" if key in FIXED_COLUMNS else key

@@ -141,11 +141,6 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, *new], ignore_index=True) if new else df
 
 
-COMPARISON_PREFIXES = ("speedup:", "speedup_p:")
-"""Metrics of a variant's points that carry its side-by-side comparison (``speedup:<metric>``:
-speedup over the baseline with its CI, text the verdict; ``speedup_p:<metric>``: the p-value)."""
-
-
 def with_comparison_rows(df: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     """Each compared pair as metrics of the variant configuration's points (every repetition), so
     results.parquet holds the speedups too: ``speedup:<metric>`` (value, CI, verdict in ``text``,
