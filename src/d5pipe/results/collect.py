@@ -119,7 +119,7 @@ def _add_point(cols: Collected, stage: str, pid: str, rec: dict[str, Any]) -> No
     status = rec.get("status") or "ok"
     if status not in ("ok", "failed", "skipped"):
         status = "failed"
-    metrics = (rec.get("metrics") or []) if status == "ok" else []
+    metrics = (rec.get("metrics") if status == "ok" else None) or [_STATUS_ROW]
     cols.experiment.append(rec.get("experiment"))
     cols.stage.append(stage)
     cols.point_id.append(pid)
@@ -132,8 +132,6 @@ def _add_point(cols: Collected, stage: str, pid: str, rec: dict[str, Any]) -> No
     job = (rec.get("provenance") or {}).get("slurm_job_id")
     cols.slurm_job_id.append(None if job is None else str(job))
     cols.params.append(rec.get("params") or {})
-    if not metrics:
-        metrics = [_STATUS_ROW]
     out = cols.metric
     try:
         for key, getter in _GETTERS:
@@ -217,13 +215,6 @@ def _axis_array(values: list[Any]) -> pa.Array:
                      for v in values], type=pa.string())
 
 
-def _axes(params: list[dict[str, Any]]) -> list[str]:
-    keys: set[str] = set()
-    for p in params:
-        keys.update(p)
-    return sorted(keys)
-
-
 def _build_table(cols: Collected) -> pa.Table:
     idx = pa.array(np.repeat(np.arange(len(cols.counts), dtype=np.int64), cols.counts))
     m = cols.metric
@@ -252,7 +243,7 @@ def _build_table(cols: Collected) -> pa.Table:
         "env_hash": pa.array(cols.env_hash, type=pa.string()).take(idx),
         "slurm_job_id": pa.array(cols.slurm_job_id, type=pa.string()).take(idx),
     }
-    for key in _axes(cols.params):
+    for key in sorted(set().union(*cols.params)):  # every axis any point has
         data[axis_column_name(key)] = _axis_array([p.get(key) for p in cols.params]).take(idx)
     return pa.table(data)
 

@@ -22,6 +22,7 @@ from d5pipe.rundir.layout import RESULTS_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 FIXED_COLUMNS: tuple[str, ...] = (
     "experiment", "stage", "point_id", "metric", "value", "text", "unit", "kind",
@@ -72,8 +73,6 @@ def load_results(run_dir: str | Path) -> pd.DataFrame:
     """``RUN/results.parquet`` (a run directory or the file) as a pandas DataFrame, integer axes
     as nullable ``Int64`` (never floats with ``.0``). A missing, unreadable or foreign file is a
     one-line D5PipeError."""
-    import pandas as pd
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from d5pipe.core.errors import D5PipeError
@@ -89,6 +88,14 @@ def load_results(run_dir: str | Path) -> pd.DataFrame:
     missing = REQUIRED_COLUMNS - set(table.column_names)
     if missing:
         raise D5PipeError(f"{path}: missing columns {sorted(missing)}")
+    return to_frame(table)
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """A results table as pandas, integer columns as nullable ``Int64`` (never floats with ``.0``)."""
+    import pandas as pd
+    import pyarrow as pa
+
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
