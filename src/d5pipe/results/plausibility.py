@@ -125,8 +125,7 @@ def several_environments(df: pd.DataFrame) -> list[Finding]:
     rows = _ok(df)
     out: list[Finding] = []
     for stage, group in rows.groupby("stage", sort=True):
-        hashes = group["env_hash"].dropna().astype(str)
-        distinct = sorted(h for h in hashes.unique() if h)
+        distinct = sorted(h for h in group["env_hash"].dropna().astype(str).unique() if h)
         if len(distinct) < 2:
             continue
         for pid, env in group.drop_duplicates("point_id")[["point_id", "env_hash"]].itertuples(index=False):

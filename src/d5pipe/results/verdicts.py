@@ -73,8 +73,7 @@ def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
         more = int(m.at[i, "n_failed"]) - 1
         reason[i] = (f"check {m.at[i, 'f_metric']} failed" + (f" ({detail})" if detail else "")
                      + (f"; {more} more" if more else ""))
-    out = m[[*keys, "status"]].assign(verdict=verdict, reason=reason.astype(str))
-    return out
+    return m[[*keys, "status"]].assign(verdict=verdict, reason=reason.astype(str))
 
 
 @dataclass

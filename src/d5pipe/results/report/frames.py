@@ -69,12 +69,10 @@ def metric_names(rows: pd.DataFrame) -> list[str]:
 def find_metric(rows: pd.DataFrame, candidates: Sequence[str], prefix: str = "") -> str | None:
     """The first of ``candidates`` present in ``rows``, else the first metric starting with ``prefix``."""
     names = metric_names(rows)
-    for c in candidates:
-        if c in names:
-            return c
-    if prefix:
-        return next((n for n in names if n.startswith(prefix)), None)
-    return None
+    found = pick(candidates, names)
+    if found is None and prefix:
+        found = next((n for n in names if n.startswith(prefix)), None)
+    return found
 
 
 def pick(options: Iterable[str], available: Sequence[str]) -> str | None:
