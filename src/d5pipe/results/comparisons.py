@@ -138,10 +138,7 @@ def _swept_values(config: dict[str, Any], column: str) -> list[str]:
     sweep = config.get("sweep")
     if not isinstance(sweep, dict):
         return []
-    grid = sweep.get("grid")
-    if isinstance(grid, dict) and isinstance(grid.get(column), list):
-        return [_key(v) for v in grid[column]]
-    for group in sweep.get("zip") or []:
+    for group in [sweep.get("grid"), *(sweep.get("zip") or [])]:  # the grid first, then each zip group
         if isinstance(group, dict) and isinstance(group.get(column), list):
             return [_key(v) for v in group[column]]
     return []

@@ -104,13 +104,8 @@ class RunVerdict:
             text = f"all {self.points} points passed or unchecked ({self.passed} pass, {self.unchecked} unchecked"
             text += f", {self.skipped} skipped)" if self.skipped else ")"
             return text
-        parts = []
-        if self.failed_points:
-            parts.append(f"{self.failed_points} failed")
-        if self.failed_checks:
-            parts.append(f"{self.failed_checks} failed checks")
-        if self.not_run:
-            parts.append(f"{self.not_run} never ran")
+        parts = [f"{n} {what}" for n, what in ((self.failed_points, "failed"), (self.failed_checks, "failed checks"),
+                                               (self.not_run, "never ran")) if n]
         where = f"; see {report}#failures" if report else ""
         return f"{bad} of {self.points} points did not pass ({', '.join(parts)}){where}"
 
