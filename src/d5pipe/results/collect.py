@@ -188,18 +188,13 @@ def _value_and_text(values: list[Any]) -> tuple[pa.Array, pa.Array]:
     return pa.array(num, type=pa.float64()), pa.array(text, type=pa.string())
 
 
-def _string_array(values: list[Any]) -> pa.Array:
+def _array(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """A string or float64 column; when some value is of another type, such values become nulls."""
     try:
-        return pa.array(values, type=pa.string())
+        return pa.array(values, type=kind)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if isinstance(v, str) else None for v in values], type=pa.string())
-
-
-def _float_array(values: list[Any]) -> pa.Array:
-    try:
-        return pa.array(values, type=pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if isinstance(v, (int, float)) else None for v in values], type=pa.float64())
+        fits = str if kind == pa.string() else (int, float)
+        return pa.array([v if isinstance(v, fits) else None for v in values], type=kind)
 
 
 def _axis_array(values: list[Any]) -> pa.Array:
@@ -218,7 +213,7 @@ def _axis_array(values: list[Any]) -> pa.Array:
 def _build_table(cols: Collected) -> pa.Table:
     idx = pa.array(np.repeat(np.arange(len(cols.counts), dtype=np.int64), cols.counts))
     m = cols.metric
-    names = _string_array(m["name"])
+    names = _array(m["name"], pa.string())
     value_arr, text_arr = _value_and_text(m["value"])
     status_text = pa.array(cols.status, type=pa.string()).take(idx)
     is_status_row = pc.equal(names, "status")
@@ -232,13 +227,13 @@ def _build_table(cols: Collected) -> pa.Table:
         "metric": names,
         "value": value_arr,
         "text": text_arr,
-        "unit": pc.fill_null(_string_array(m["unit"]), ""),
-        "kind": pc.fill_null(_string_array(m["kind"]), ""),
-        "ci_low": _float_array(m["ci_low"]),
-        "ci_high": _float_array(m["ci_high"]),
+        "unit": pc.fill_null(_array(m["unit"], pa.string()), ""),
+        "kind": pc.fill_null(_array(m["kind"], pa.string()), ""),
+        "ci_low": _array(m["ci_low"], pa.float64()),
+        "ci_high": _array(m["ci_high"], pa.float64()),
         "status": status_text,
         # a metric's own detail (a check's evidence) where it has one, else its point's error
-        "error": pc.coalesce(_string_array(m["detail"]), pa.array(cols.error, type=pa.string()).take(idx)),
+        "error": pc.coalesce(_array(m["detail"], pa.string()), pa.array(cols.error, type=pa.string()).take(idx)),
         "seed": pa.array(cols.seed, type=pa.int64()).take(idx),
         "env_hash": pa.array(cols.env_hash, type=pa.string()).take(idx),
         "slurm_job_id": pa.array(cols.slurm_job_id, type=pa.string()).take(idx),

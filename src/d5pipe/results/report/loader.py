@@ -46,15 +46,11 @@ class RunData:
         return sorted(self.results["stage"].dropna().unique())
 
     @cached_property
-    def _point_rows(self) -> pd.DataFrame:
-        return self.results.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
-
-    @cached_property
     def _axis_values(self) -> tuple[dict[tuple[str, str], int], list[str], Any]:
         """(point key -> row, axis names, the points' axis values as one object array): one
         lookup per :meth:`params_of` call instead of a pandas ``.loc``."""
         axes = axis_columns(self.results.columns)
-        rows = self._point_rows
+        rows = self.results.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
         return ({key: i for i, key in enumerate(rows.index)}, axes, rows[axes].to_numpy(dtype=object))
 
     def params_of(self, stage: str, point_id: str) -> dict[str, object]:
