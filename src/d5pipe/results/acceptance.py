@@ -15,18 +15,17 @@ from d5pipe.results.columns import METRIC_COLUMNS
 
 def _as_float(value: Any) -> float:
     try:
-        out = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return math.nan
-    return out
 
 
 def evaluate_acceptance(results: pd.DataFrame, acceptance: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Verdict rows (one per point of the threshold's stage and threshold); see the module docstring."""
     rules = validate_acceptance(acceptance)
-    if results.empty:
-        return pd.DataFrame(columns=[*results.columns, *(c for c in VERDICT_COLUMNS if c not in results)])
     columns = [*results.columns, *(c for c in VERDICT_COLUMNS if c not in results)]
+    if results.empty:
+        return pd.DataFrame(columns=columns)
     for col in ("stage", "point_id", "metric", "status"):
         if col not in results.columns:
             raise D5PipeError(f"results: column '{col}' missing; cannot evaluate recipe.acceptance")
@@ -45,19 +44,14 @@ def evaluate_acceptance(results: pd.DataFrame, acceptance: Sequence[dict[str, An
             error: str | None = None
             if statuses != {"ok"}:
                 error = f"point status {sorted(statuses)}; required {rule['metric']} {threshold}"
-                verdict = "fail"
             elif len(hit) == 0:
                 error = f"metric {rule['metric']!r} not recorded; required {threshold}"
-                verdict = "fail"
             elif math.isnan(observed):
                 error = f"{rule['metric']} is NaN; required {threshold}"
-                verdict = "fail"
-            else:
-                verdict = "pass" if compare(observed, rule["value"]) else "fail"
-                if verdict == "fail":
-                    error = f"{rule['metric']}={observed:g}, required {threshold}"
+            elif not compare(observed, rule["value"]):
+                error = f"{rule['metric']}={observed:g}, required {threshold}"
             rows.append({**base, "point_id": point_id, "stage": rule["stage"],
-                         "metric": VERDICT_PREFIX + rule["metric"], "value": observed, "text": verdict,
+                         "metric": VERDICT_PREFIX + rule["metric"], "value": observed,
+                         "text": "pass" if error is None else "fail",
                          "unit": unit, "kind": "verdict", "status": "ok", "error": error})
-    frame = pd.DataFrame(rows, columns=columns)
-    return frame
+    return pd.DataFrame(rows, columns=columns)

@@ -30,15 +30,10 @@ def _seconds(text: str) -> float:
     text = text.strip()
     if not text:
         return 0.0
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [float(p) for p in text.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0.0)
-    h, m, s = parts
-    return days * 86400 + h * 3600 + m * 60 + s
+    days, _, clock = text.rpartition("-")
+    parts = [float(p) for p in clock.split(":")]
+    h, m, s = [0.0] * (3 - len(parts)) + parts
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
 def _megabytes(text: str) -> float:
@@ -83,23 +78,25 @@ def parse_sacct(text: str) -> pd.DataFrame:
     return df[list(COLUMNS)]
 
 
-def _env() -> dict[str, str]:
+def _sacct(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | str:
+    """``sacct <args>`` (``SLURM_CONF`` from ``D5PIPE_SLURM_CONF`` unless set), or why it did not run."""
+    exe = shutil.which("sacct")
+    if exe is None:
+        return "sacct is not installed here"
     env = dict(os.environ)
     if "D5PIPE_SLURM_CONF" in env:
         env.setdefault("SLURM_CONF", env["D5PIPE_SLURM_CONF"])
-    return env
+    try:
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return f"sacct did not answer within {timeout_s:g} s"
 
 
 def run_job_ids(run_dir: str, since: str, timeout_s: float = 60.0) -> set[str]:
     """IDs of every job sacct knows whose working directory is ``run_dir`` (submitted since
     ``since``): also the jobs that lost their node before any of their points finished."""
-    exe = shutil.which("sacct")
-    if exe is None:
-        return set()
-    try:
-        proc = subprocess.run([exe, "-n", "-X", "-P", "-o", "JobIDRaw,WorkDir", "-S", since], capture_output=True,
-                              text=True, timeout=timeout_s, env=_env(), check=False)
-    except subprocess.TimeoutExpired:
+    proc = _sacct(["-n", "-X", "-P", "-o", "JobIDRaw,WorkDir", "-S", since], timeout_s)
+    if isinstance(proc, str):
         return set()
     target = os.path.realpath(run_dir)
     out = set()
@@ -115,15 +112,9 @@ def job_accounting(job_ids: Iterable[str], timeout_s: float = 60.0) -> tuple[pd.
     ids = sorted({str(j) for j in job_ids if j})
     if not ids:
         return pd.DataFrame(columns=list(COLUMNS)), "no SLURM jobs (a local run)"
-    exe = shutil.which("sacct")
-    if exe is None:
-        return pd.DataFrame(columns=list(COLUMNS)), "sacct is not installed here"
-    env = _env()
-    try:
-        proc = subprocess.run([exe, "-n", "-P", "-o", ",".join(FIELDS), "-j", ",".join(ids)],
-                              capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return pd.DataFrame(columns=list(COLUMNS)), f"sacct did not answer within {timeout_s:g} s"
+    proc = _sacct(["-n", "-P", "-o", ",".join(FIELDS), "-j", ",".join(ids)], timeout_s)
+    if isinstance(proc, str):
+        return pd.DataFrame(columns=list(COLUMNS)), proc
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
         return pd.DataFrame(columns=list(COLUMNS)), f"sacct failed: {first} (no accounting on this cluster?)"

@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.results.columns import axis_column_name, axis_columns
+from d5pipe.results.columns import axis_column_name, stage_axes
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
@@ -119,7 +119,7 @@ def _add_point(cols: Collected, stage: str, pid: str, rec: dict[str, Any]) -> No
     status = rec.get("status") or "ok"
     if status not in ("ok", "failed", "skipped"):
         status = "failed"
-    metrics = (rec.get("metrics") or []) if status == "ok" else []
+    metrics = (rec.get("metrics") if status == "ok" else None) or [_STATUS_ROW]
     cols.experiment.append(rec.get("experiment"))
     cols.stage.append(stage)
     cols.point_id.append(pid)
@@ -132,8 +132,6 @@ def _add_point(cols: Collected, stage: str, pid: str, rec: dict[str, Any]) -> No
     job = (rec.get("provenance") or {}).get("slurm_job_id")
     cols.slurm_job_id.append(None if job is None else str(job))
     cols.params.append(rec.get("params") or {})
-    if not metrics:
-        metrics = [_STATUS_ROW]
     out = cols.metric
     try:
         for key, getter in _GETTERS:
@@ -190,18 +188,13 @@ def _value_and_text(values: list[Any]) -> tuple[pa.Array, pa.Array]:
     return pa.array(num, type=pa.float64()), pa.array(text, type=pa.string())
 
 
-def _string_array(values: list[Any]) -> pa.Array:
+def _array(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """A string or float64 column; when some value is of another type, such values become nulls."""
     try:
-        return pa.array(values, type=pa.string())
+        return pa.array(values, type=kind)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if isinstance(v, str) else None for v in values], type=pa.string())
-
-
-def _float_array(values: list[Any]) -> pa.Array:
-    try:
-        return pa.array(values, type=pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        return pa.array([v if isinstance(v, (int, float)) else None for v in values], type=pa.float64())
+        fits = str if kind == pa.string() else (int, float)
+        return pa.array([v if isinstance(v, fits) else None for v in values], type=kind)
 
 
 def _axis_array(values: list[Any]) -> pa.Array:
@@ -217,17 +210,10 @@ def _axis_array(values: list[Any]) -> pa.Array:
                      for v in values], type=pa.string())
 
 
-def _axes(params: list[dict[str, Any]]) -> list[str]:
-    keys: set[str] = set()
-    for p in params:
-        keys.update(p)
-    return sorted(keys)
-
-
 def _build_table(cols: Collected) -> pa.Table:
     idx = pa.array(np.repeat(np.arange(len(cols.counts), dtype=np.int64), cols.counts))
     m = cols.metric
-    names = _string_array(m["name"])
+    names = _array(m["name"], pa.string())
     value_arr, text_arr = _value_and_text(m["value"])
     status_text = pa.array(cols.status, type=pa.string()).take(idx)
     is_status_row = pc.equal(names, "status")
@@ -241,18 +227,18 @@ def _build_table(cols: Collected) -> pa.Table:
         "metric": names,
         "value": value_arr,
         "text": text_arr,
-        "unit": pc.fill_null(_string_array(m["unit"]), ""),
-        "kind": pc.fill_null(_string_array(m["kind"]), ""),
-        "ci_low": _float_array(m["ci_low"]),
-        "ci_high": _float_array(m["ci_high"]),
+        "unit": pc.fill_null(_array(m["unit"], pa.string()), ""),
+        "kind": pc.fill_null(_array(m["kind"], pa.string()), ""),
+        "ci_low": _array(m["ci_low"], pa.float64()),
+        "ci_high": _array(m["ci_high"], pa.float64()),
         "status": status_text,
         # a metric's own detail (a check's evidence) where it has one, else its point's error
-        "error": pc.coalesce(_string_array(m["detail"]), pa.array(cols.error, type=pa.string()).take(idx)),
+        "error": pc.coalesce(_array(m["detail"], pa.string()), pa.array(cols.error, type=pa.string()).take(idx)),
         "seed": pa.array(cols.seed, type=pa.int64()).take(idx),
         "env_hash": pa.array(cols.env_hash, type=pa.string()).take(idx),
         "slurm_job_id": pa.array(cols.slurm_job_id, type=pa.string()).take(idx),
     }
-    for key in _axes(cols.params):
+    for key in sorted(set().union(*cols.params)):  # every axis any point has
         data[axis_column_name(key)] = _axis_array([p.get(key) for p in cols.params]).take(idx)
     return pa.table(data)
 
@@ -265,7 +251,7 @@ def stage_summary(results: pd.DataFrame, stage: str) -> pd.DataFrame:
     axis column is stored as ``metric:<name>``.
     """
     df = results[results["stage"] == stage]
-    axis_cols = [c for c in axis_columns(df.columns) if df[c].notna().any()]
+    axis_cols = stage_axes(df)
     point_cols = ["point_id", "status", *(["verdict"] if "verdict" in df.columns else []), "error", "seed"]
     base = df.drop_duplicates("point_id")[[*point_cols, *axis_cols]]
     base = base.set_index("point_id")

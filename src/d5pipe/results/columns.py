@@ -22,9 +22,7 @@ from d5pipe.rundir.layout import RESULTS_FILE
 
 if TYPE_CHECKING:
     import pandas as pd
-
-RESULTS_SCHEMA_VERSION = 1
-"""Stored in the parquet file's metadata as ``d5pipe_schema_version``."""
+    import pyarrow as pa
 
 FIXED_COLUMNS: tuple[str, ...] = (
     "experiment", "stage", "point_id", "metric", "value", "text", "unit", "kind",
@@ -47,9 +45,20 @@ def axis_columns(columns: Iterable[Any]) -> list[str]:
     return [str(c) for c in columns if str(c) not in NON_AXIS_COLUMNS]
 
 
+def stage_axes(rows: pd.DataFrame) -> list[str]:
+    """The axis columns with a value for some row of ``rows`` (a stage's rows: the axes it sweeps)."""
+    return [c for c in axis_columns(rows.columns) if rows[c].notna().any()]
+
+
 METRIC_COLUMNS: frozenset[str] = frozenset(
     {"metric", "value", "text", "unit", "kind", "ci_low", "ci_high", "status", "error"})
 """Columns that describe one metric row; every other column describes the point."""
+
+
+COMPARISON_PREFIXES = ("speedup:", "speedup_p:")
+"""Metrics of a variant's points that carry its side-by-side comparison (``speedup:<metric>``:
+speedup over the baseline with its CI, text the verdict; ``speedup_p:<metric>``: the p-value;
+d5pipe.results.run_results.with_comparison_rows)."""
 
 
 def axis_column_name(key: str) -> str:
@@ -64,8 +73,6 @@ def load_results(run_dir: str | Path) -> pd.DataFrame:
     """``RUN/results.parquet`` (a run directory or the file) as a pandas DataFrame, integer axes
     as nullable ``Int64`` (never floats with ``.0``). A missing, unreadable or foreign file is a
     one-line D5PipeError."""
-    import pandas as pd
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from d5pipe.core.errors import D5PipeError
@@ -81,6 +88,14 @@ def load_results(run_dir: str | Path) -> pd.DataFrame:
     missing = REQUIRED_COLUMNS - set(table.column_names)
     if missing:
         raise D5PipeError(f"{path}: missing columns {sorted(missing)}")
+    return to_frame(table)
+
+
+def to_frame(table: pa.Table) -> pd.DataFrame:
+    """A results table as pandas, integer columns as nullable ``Int64`` (never floats with ``.0``)."""
+    import pandas as pd
+    import pyarrow as pa
+
     return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 

@@ -31,8 +31,9 @@ from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.collect import metric_samples
-from d5pipe.results.columns import axis_columns, is_missing, load_results, row_params
+from d5pipe.results.columns import COMPARISON_PREFIXES, axis_columns, is_missing, load_results, row_params
 from d5pipe.results.metric_compare import ComparePolicy, Comparison, MetricValue, compare_metric
+from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from d5pipe.results.repetition_values import Side, derived_timings, fastest_sample, follow_sign
 from d5pipe.results.timing_compare import Item, Policy, TimingComparison, compare_family, lower_is_better
 from d5pipe.rundir.layout import RunDir
@@ -115,9 +116,7 @@ def load_points(run_dir: Path, fastest: bool = True) -> dict[tuple[str, str], Po
     axis_cols = axis_columns(df.columns)
     # plausibility rows are derived from this run's timings (which are compared themselves) and
     # from this machine's noise; speedup rows repeat the side-by-side comparison of this run
-    names = df["metric"].astype(str)
-    df = df[~names.str.startswith("plausibility:") & ~names.str.startswith("speedup:")
-            & ~names.str.startswith("speedup_p:")]
+    df = df[~df["metric"].astype(str).str.startswith((PLAUSIBILITY_PREFIX, *COMPARISON_PREFIXES))]
     points: dict[tuple[str, str], PointData] = {}
     for row in df.to_dict(orient="records"):
         key = (str(row["stage"]), str(row["point_id"]))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from d5pipe.results.compare import PointComparison, RunComparison
+from d5pipe.results.compare import RunComparison
 from d5pipe.results.metric_compare import Comparison
 from d5pipe.results.repetition_values import MAX_NEEDED
 from d5pipe.results.report.units import natural_key, quantity
@@ -125,11 +125,7 @@ def format_table(result: RunComparison) -> str:
     """The comparison as text (module docstring), at most :data:`WIDTH` columns a line."""
     head = " ".join(name.ljust(w) for name, w in _COLUMNS) + " verdict"
     lines = [_fit("  " + head, WIDTH)]
-
-    def order(p: PointComparison) -> tuple[Any, ...]:
-        return (p.worst(), natural_key(p.stage), natural_key(p.point_id))
-
-    for p in sorted(result.points, key=order):
+    for p in sorted(result.points, key=lambda p: (p.worst(), natural_key(p.stage), natural_key(p.point_id))):
         params = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(p.params.items()))
         lines.append(_fit(f"{p.stage} {_short_id(p.point_id)}" + (f"  ({params})" if params else ""), WIDTH))
         lines += _timing_lines(p.timings)

@@ -51,7 +51,7 @@ from d5pipe.levels.registry import factors
 from d5pipe.levels.stage import Factor
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.collect import SampleSource
-from d5pipe.results.columns import axis_columns
+from d5pipe.results.columns import stage_axes
 from d5pipe.results.repetition_values import Side, fastest_sample, geometric_mean
 from d5pipe.results.timing_compare import (
     DEFAULT_ALPHA,
@@ -138,10 +138,7 @@ def _swept_values(config: dict[str, Any], column: str) -> list[str]:
     sweep = config.get("sweep")
     if not isinstance(sweep, dict):
         return []
-    grid = sweep.get("grid")
-    if isinstance(grid, dict) and isinstance(grid.get(column), list):
-        return [_key(v) for v in grid[column]]
-    for group in sweep.get("zip") or []:
+    for group in [sweep.get("grid"), *(sweep.get("zip") or [])]:  # the grid first, then each zip group
         if isinstance(group, dict) and isinstance(group.get(column), list):
             return [_key(v) for v in group[column]]
     return []
@@ -164,11 +161,6 @@ def _key(v: Any) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
-
-
-def stage_axes(rows: pd.DataFrame) -> list[str]:
-    """Axis columns with a value for some row of ``rows`` (the fixed columns and ``verdict`` excluded)."""
-    return [c for c in axis_columns(rows.columns) if rows[c].notna().any()]
 
 
 @dataclass(frozen=True)
@@ -266,10 +258,7 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
 def _side_verdict(outcome: dict[str, tuple[str, str]], points: list[str]) -> tuple[str, str]:
     """A side's verdict over its repetitions: ``fail`` (with the first reason) if any failed."""
     seen = [outcome.get(p, ("", "")) for p in points]
-    failed = [o for o in seen if o[0] == "fail"]
-    if failed:
-        return failed[0]
-    return seen[0] if seen else ("", "")
+    return next((o for o in seen if o[0] == "fail"), seen[0] if seen else ("", ""))
 
 
 def _mean(values: dict[str, float], points: list[str]) -> float:
@@ -287,11 +276,8 @@ def verdicts_by_point(df: pd.DataFrame, stage: str, verdicts: pd.DataFrame | Non
     from d5pipe.results.verdicts import point_verdicts
 
     rows = df[df["stage"] == stage]
-    if verdicts is not None:
-        pv = verdicts[verdicts["stage"] == stage]
-        return {str(p): (str(v), str(r)) for p, v, r in zip(pv["point_id"], pv["verdict"], pv["reason"])}
-    if CHECK_COLUMNS <= set(rows.columns):
-        pv = point_verdicts(rows)
+    if verdicts is not None or CHECK_COLUMNS <= set(rows.columns):
+        pv = verdicts[verdicts["stage"] == stage] if verdicts is not None else point_verdicts(rows)
         return {str(p): (str(v), str(r)) for p, v, r in zip(pv["point_id"], pv["verdict"], pv["reason"])}
     if "verdict" in rows.columns:
         first = rows.drop_duplicates("point_id")
@@ -345,12 +331,7 @@ def comparisons(df: pd.DataFrame, samples: SampleSource | None = None,
     ranked = [r for r in raws if r.item is not None]
     decided = dict(zip((id(r) for r in ranked),
                        compare_family([r.item for r in ranked if r.item is not None], policy_of(config, looks))))
-    pairs = []
-    for r in raws:
-        t = decided.get(id(r))
-        if t is None:  # a side failed a check: its speed is no result, not even its ratio is shown
-            pairs.append(replace(r.pair, method="not compared: a side failed a check"))
-        else:
-            pairs.append(_decided(r.pair, t))
-    columns = list(Pair.__dataclass_fields__)
-    return pd.DataFrame([asdict(p) for p in pairs], columns=columns)
+    # a pair not decided had a side that failed a check: its speed is no result, not even its ratio is shown
+    pairs = [replace(r.pair, method="not compared: a side failed a check") if (t := decided.get(id(r))) is None
+             else _decided(r.pair, t) for r in raws]
+    return pd.DataFrame([asdict(p) for p in pairs], columns=list(Pair.__dataclass_fields__))

@@ -16,8 +16,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, cast
 
+from d5pipe.results.columns import is_missing
+
 Verdict = Literal["reproduced", "not_reproduced", "not_compared"]
 EXACT_KINDS = frozenset({"deterministic", "count", "verdict"})
+NOT_COMPARED_KINDS = {"info": "info metric",
+                      "timing": "a timing: compared across repetitions (d5pipe.results.timing_compare)"}
 
 
 @dataclass(frozen=True)
@@ -68,20 +72,10 @@ class Comparison:
         return out
 
 
-def _is_missing(v: float | str | None) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
 def _same(a: float | str | None, b: float | str | None) -> bool:
-    if _is_missing(a) or _is_missing(b):
-        return _is_missing(a) and _is_missing(b)
+    if is_missing(a) or is_missing(b):
+        return is_missing(a) and is_missing(b)
     return a == b
-
-
-def _as_float(v: float | str | None) -> float | None:
-    if _is_missing(v) or isinstance(v, str):
-        return None
-    return float(cast(float, v))
 
 
 def _rel(ref: float, new: float) -> float | None:
@@ -91,27 +85,22 @@ def _rel(ref: float, new: float) -> float | None:
 
 
 def _fmt(v: float | str | None) -> str:
-    return "missing" if _is_missing(v) else (f"{v:.6g}" if isinstance(v, float) else str(v))
+    return "missing" if is_missing(v) else (f"{v:.6g}" if isinstance(v, float) else str(v))
 
 
 def compare_metric(name: str, ref: MetricValue, new: MetricValue, policy: ComparePolicy | None = None) -> Comparison:
     """Compare metric ``name`` of the reference run with the candidate run, by ``ref.kind``."""
     policy = policy or ComparePolicy()
     kind = ref.kind
-    if kind == "info":
-        return Comparison(metric=name, kind=kind, verdict="not_compared", reference=ref.value,
-                          candidate=new.value, unit=ref.unit, detail="info metric")
-    if kind == "timing":
-        return Comparison(metric=name, kind=kind, verdict="not_compared", reference=ref.value,
-                          candidate=new.value, unit=ref.unit,
-                          detail="a timing: compared across repetitions (d5pipe.results.timing_compare)")
     base: dict[str, Any] = {"metric": name, "kind": kind, "reference": ref.value, "candidate": new.value, "unit": ref.unit}
+    if kind in NOT_COMPARED_KINDS:
+        return Comparison(**base, verdict="not_compared", detail=NOT_COMPARED_KINDS[kind])
     if kind in EXACT_KINDS:
         same = _same(ref.value, new.value)
         return Comparison(**base, verdict="reproduced" if same else "not_reproduced",
                           detail="identical" if same else f"{_fmt(ref.value)} != {_fmt(new.value)}")
     # numerical (and any unknown kind, treated the same way)
-    if _is_missing(ref.value) or _is_missing(new.value) or isinstance(ref.value, str) or isinstance(new.value, str):
+    if is_missing(ref.value) or is_missing(new.value) or isinstance(ref.value, str) or isinstance(new.value, str):
         same = _same(ref.value, new.value)
         return Comparison(**base, verdict="reproduced" if same else "not_reproduced",
                           detail=f"{_fmt(ref.value)} vs {_fmt(new.value)}")

@@ -44,12 +44,13 @@ from typing import Any
 import pandas as pd
 
 from d5pipe.measure.stats import HIGH_VARIATION_IQR_RATIO
-from d5pipe.results.columns import METRIC_COLUMNS
+from d5pipe.plan.point_config import REPEAT_AXIS
+from d5pipe.results.columns import METRIC_COLUMNS, stage_axes
+from d5pipe.results.repetition_values import Side, find_outliers
+from d5pipe.results.report.units import TIME_UNITS, quantity
 
 PREFIX = "plausibility:"
 HARD: frozenset[str] = frozenset({"superlinear_speedup"})
-SOFT: frozenset[str] = frozenset({"oversubscribed", "target_missed", "high_variation", "several_environments",
-                                  "above_bound", "outlier_repetition"})
 DESCRIPTIONS: dict[str, str] = {
     "superlinear_speedup": "speedup above the rank count beyond its 95% CI (parallel efficiency > 1): "
                            "a hard failure, the point fails",
@@ -62,7 +63,6 @@ DESCRIPTIONS: dict[str, str] = {
 }
 """What each check means, for the report."""
 
-TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 IQR_OF: dict[str, str] = {"time": "iqr", "time_per_step_s": "step_iqr", "collective_time_s": "coll_iqr"}
 """IQR rows named by a summary prefix (d5pipe.measure.stats.Summary.to_metrics); else ``<metric>_iqr``."""
 
@@ -110,24 +110,14 @@ def high_variation(df: pd.DataFrame, threshold: float = HIGH_VARIATION_IQR_RATIO
         return []
     iqr = rows[["stage", "point_id", "metric", "value"]].astype({"metric": str}).rename(
         columns={"metric": "iqr_metric", "value": "iqr"})
-    best = None
-    for candidate in (timing["metric"].map(IQR_OF), timing["metric"] + "_iqr"):  # the summary prefix first
-        hit = timing.assign(iqr_metric=candidate).merge(iqr, on=["stage", "point_id", "iqr_metric"], how="inner")
-        best = hit if best is None else pd.concat([best, hit], ignore_index=True)
-    assert best is not None
-    best = best.drop_duplicates(["stage", "point_id", "metric"])
+    best = pd.concat([timing.assign(iqr_metric=candidate).merge(iqr, on=["stage", "point_id", "iqr_metric"])
+                      for candidate in (timing["metric"].map(IQR_OF), timing["metric"] + "_iqr")],  # the prefix first
+                     ignore_index=True).drop_duplicates(["stage", "point_id", "metric"])
     best = best.assign(ratio=best["iqr"].astype(float) / best["value"].astype(float).abs())
     high = best[best["ratio"] > threshold].sort_values(["stage", "point_id", "metric"])
-    if high.empty:
-        return []
-    per_point: dict[tuple[str, str], tuple[list[str], float]] = {}
-    for stage, pid, metric, ratio in zip(high["stage"].tolist(), high["point_id"].tolist(),
-                                         high["metric"].tolist(), high["ratio"].tolist()):
-        parts, worst = per_point.setdefault((str(stage), str(pid)), ([], 0.0))
-        parts.append(f"{metric}: IQR is {ratio:.1%} of the median")
-        per_point[(str(stage), str(pid))] = (parts, max(worst, float(ratio)))
-    return [Finding(stage, pid, "high_variation", "; ".join(parts), worst)
-            for (stage, pid), (parts, worst) in per_point.items()]
+    high = high.assign(part=[f"{m}: IQR is {r:.1%} of the median" for m, r in zip(high["metric"], high["ratio"])])
+    return [Finding(str(stage), str(pid), "high_variation", "; ".join(g["part"]), float(g["ratio"].max()))
+            for (stage, pid), g in high.groupby(["stage", "point_id"], sort=False)]
 
 
 def several_environments(df: pd.DataFrame) -> list[Finding]:
@@ -135,8 +125,7 @@ def several_environments(df: pd.DataFrame) -> list[Finding]:
     rows = _ok(df)
     out: list[Finding] = []
     for stage, group in rows.groupby("stage", sort=True):
-        hashes = group["env_hash"].dropna().astype(str)
-        distinct = sorted(h for h in hashes.unique() if h)
+        distinct = sorted(h for h in group["env_hash"].dropna().astype(str).unique() if h)
         if len(distinct) < 2:
             continue
         for pid, env in group.drop_duplicates("point_id")[["point_id", "env_hash"]].itertuples(index=False):
@@ -151,7 +140,6 @@ def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Findin
     efficiency's CI lies entirely above 1: a speedup beyond the worker count beyond its CI. The
     speedup and efficiency rows are the level's derived ones (d5pipe.results.run_results)."""
     from d5pipe.levels.registry import LEVELS
-    from d5pipe.results.report.units import quantity
 
     rows = _ok(df)
     out: list[Finding] = []
@@ -214,18 +202,13 @@ def above_bound(df: pd.DataFrame) -> list[Finding]:
 
 def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
     """Repetitions of a configuration whose time is far from their siblings' (module docstring)."""
-    from d5pipe.plan.point_config import REPEAT_AXIS
-    from d5pipe.results.columns import axis_columns
-    from d5pipe.results.repetition_values import Side, find_outliers
-    from d5pipe.results.report.units import quantity
-
     rows = _ok(df)
     if REPEAT_AXIS not in rows.columns:
         return []
     timing = rows[(rows["kind"] == "timing") & rows["unit"].isin(list(TIME_UNITS)) & rows["value"].notna()]
     if timing.empty:
         return []
-    axes = [a for a in axis_columns(timing.columns) if a != REPEAT_AXIS and timing[a].notna().any()]
+    axes = [a for a in stage_axes(timing) if a != REPEAT_AXIS]
     keys = [timing["stage"], timing["metric"], *[timing[a].astype(str) for a in axes]]
     out: list[Finding] = []
     for _, group in timing.groupby(keys, sort=False):

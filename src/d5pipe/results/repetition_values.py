@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Literal
 
 POWER = 0.8
@@ -91,12 +92,6 @@ def geometric_mean(values: Sequence[float]) -> float | None:
     """Geometric mean of the positive, finite ``values`` (None when there are none)."""
     got = [v for v in values if math.isfinite(v) and v > 0]
     return math.exp(sum(math.log(v) for v in got) / len(got)) if got else None
-
-
-def median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    k = len(s) // 2
-    return s[k] if len(s) % 2 else (s[k - 1] + s[k]) / 2
 
 
 def find_outliers(side: Side, name: Literal["A", "B"], k: float = OUTLIER_K) -> tuple[Outlier, ...]:

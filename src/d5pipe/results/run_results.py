@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 
 from d5pipe.core.atomic import write_bytes, write_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.results.collect import SampleSource, collect, stage_summary
+from d5pipe.results.columns import to_frame
 from d5pipe.results.comparisons import comparisons
 from d5pipe.results.verdicts import RunVerdict, point_verdicts, run_verdict
 from d5pipe.rundir.layout import RunDir
@@ -52,11 +52,6 @@ class RunResults:
     """(stage, point_id, metric) -> the raw samples of the record, or None."""
     accounting: pd.DataFrame | None = None
     """The SLURM accounting of the run's jobs, else None."""
-
-
-def _nullable(table: pa.Table) -> pd.DataFrame:
-    """Integers stay integers (nullable ``Int64``) where some rows have no value."""
-    return table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
 
 
 def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
@@ -87,8 +82,7 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
     table, cols = collect(rd.root, point_ids)
     if table.num_rows == 0:
         raise D5PipeError(f"{rd.root}: no point records and no plan (is it a d5pipe run directory?)")
-    df = with_checks(with_derived(_nullable(table)), config)
-    acct = None
+    df = with_checks(with_derived(to_frame(table)), config)
     df, acct = with_accounting(df, rd, query=accounting)
     verdicts = point_verdicts(df)
     df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
@@ -131,20 +125,10 @@ def with_derived(df: pd.DataFrame) -> pd.DataFrame:
     efficiency against its 1-rank point), computed once from the level's rows of this run."""
     from d5pipe.levels.registry import LEVELS
 
-    new = []
-    for level in LEVELS:
-        rows = df[df["stage"] == level.name] if level.derive is not None else df.iloc[:0]
-        if rows.empty or level.derive is None:
-            continue
-        extra = level.derive(rows)
-        if extra is not None and not extra.empty:
-            new.append(extra)
+    derived = [level.derive(rows) for level in LEVELS
+               if level.derive is not None and not (rows := df[df["stage"] == level.name]).empty]
+    new = [extra for extra in derived if extra is not None and not extra.empty]
     return pd.concat([df, *new], ignore_index=True) if new else df
-
-
-COMPARISON_PREFIXES = ("speedup:", "speedup_p:")
-"""Metrics of a variant's points that carry its side-by-side comparison (``speedup:<metric>``:
-speedup over the baseline with its CI, text the verdict; ``speedup_p:<metric>``: the p-value)."""
 
 
 def with_comparison_rows(df: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
@@ -152,7 +136,7 @@ def with_comparison_rows(df: pd.DataFrame, pairs: pd.DataFrame) -> pd.DataFrame:
     results.parquet holds the speedups too: ``speedup:<metric>`` (value, CI, verdict in ``text``,
     the baseline in ``error``) and ``speedup_p:<metric>``."""
     from d5pipe.plan.point_config import REPEAT_AXIS
-    from d5pipe.results.comparisons import stage_axes
+    from d5pipe.results.columns import stage_axes
 
     if pairs.empty:
         return df

@@ -231,11 +231,9 @@ def _raw(metric: str, unit: str, a: Side, b: Side, policy: Policy, paired: bool,
     varis = (variation(a, outliers, "A"), variation(b, outliers, "B"))
     base = replace(base, outliers=outliers, variation=varis)
     if paired:
-        skip_a = {o.repetition for o in outliers if o.side == "A"}
-        skip_b = {o.repetition for o in outliers if o.side == "B"}
+        skip = {o.repetition for o in outliers}  # a round with an outlier on either side
         pb = dict(zip(b.repetitions, b.values))
-        pairs = [(x, pb[r]) for r, x in zip(a.repetitions, a.values)
-                 if r in pb and r not in skip_a and r not in skip_b and x > 0 and pb[r] > 0]
+        pairs = [(x, pb[r]) for r, x in zip(a.repetitions, a.values) if r in pb and r not in skip and x > 0 and pb[r] > 0]
         va, vb = [p[0] for p in pairs], [p[1] for p in pairs]
     if len(va) < 2 or len(vb) < 2:
         gm_a, gm_b = geometric_mean(va), geometric_mean(vb)

@@ -10,9 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Literal
-
-from d5pipe.results.repetition_values import median
 
 Correction = Literal["holm", "bh", "none"]
 

@@ -73,8 +73,7 @@ def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
         more = int(m.at[i, "n_failed"]) - 1
         reason[i] = (f"check {m.at[i, 'f_metric']} failed" + (f" ({detail})" if detail else "")
                      + (f"; {more} more" if more else ""))
-    out = m[[*keys, "status"]].assign(verdict=verdict, reason=reason.astype(str))
-    return out
+    return m[[*keys, "status"]].assign(verdict=verdict, reason=reason.astype(str))
 
 
 @dataclass
@@ -105,13 +104,8 @@ class RunVerdict:
             text = f"all {self.points} points passed or unchecked ({self.passed} pass, {self.unchecked} unchecked"
             text += f", {self.skipped} skipped)" if self.skipped else ")"
             return text
-        parts = []
-        if self.failed_points:
-            parts.append(f"{self.failed_points} failed")
-        if self.failed_checks:
-            parts.append(f"{self.failed_checks} failed checks")
-        if self.not_run:
-            parts.append(f"{self.not_run} never ran")
+        parts = [f"{n} {what}" for n, what in ((self.failed_points, "failed"), (self.failed_checks, "failed checks"),
+                                               (self.not_run, "never ran")) if n]
         where = f"; see {report}#failures" if report else ""
         return f"{bad} of {self.points} points did not pass ({', '.join(parts)}){where}"
 

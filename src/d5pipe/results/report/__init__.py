@@ -12,19 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from d5pipe.results.report.blocks import Report
-    from d5pipe.results.report.loader import RunData
     from d5pipe.results.run_results import RunResults
 
-__all__ = ["build_report", "build_sections"]
-
-
-def build_sections(data: RunData) -> Report:
-    """All sections in page order: failures first (when any), the overview, the levels, warnings,
-    provenance."""
-    from d5pipe.results.report.build import build_sections as build
-
-    return build(data)
+__all__ = ["build_report"]
 
 
 def build_report(results: RunResults | Path) -> tuple[Path, Path]:

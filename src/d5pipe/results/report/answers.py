@@ -19,8 +19,8 @@ from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.plausibility import PREFIX
 from d5pipe.results.report.blocks import Block, Table, Text
 from d5pipe.results.report.frames import MAX_TABLE_ROWS, fmt_plain, folded_cell, natural_order, varying_axes
+from d5pipe.results.report.units import TIME_UNITS
 
-TIME_UNITS = frozenset({"s", "ms", "us", "µs", "ns"})
 MAX_TIMINGS = 4
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from d5pipe.core.atomic import write_text
 from d5pipe.levels.registry import STAGES
-from d5pipe.results.report.blocks import Report, Section
+from d5pipe.results.report.blocks import Report
 from d5pipe.results.report.html import render_html
 from d5pipe.results.report.levels import SECTIONS
 from d5pipe.results.report.levels.common import generic
@@ -22,27 +22,14 @@ from d5pipe.results.run_results import RunResults, build_results
 def build_sections(data: RunData) -> Report:
     """All sections in page order: failures first (when any), the overview, the levels, warnings,
     provenance."""
-    sections: list[Section] = []
-    fail = failures(data)
-    if fail is not None:
-        sections.append(fail)
-    sections.append(overview(data))
+    sections = [s for s in (failures(data), overview(data)) if s is not None]
     for stage in data.stages:
         entry = STAGES.get(stage)
         make = SECTIONS.get(stage)
         level = make(data) if make is not None else generic(data, stage, entry.title if entry else stage)
         level.subsections.append(stage_table(data, stage))
         sections.append(level)
-    nodes = node_variability(data)
-    if nodes is not None:
-        sections.append(nodes)
-    jobs = slurm_jobs(data)
-    if jobs is not None:
-        sections.append(jobs)
-    warn = warnings(data)
-    if warn is not None:
-        sections.append(warn)
-    sections.append(provenance(data))
+    sections += [s for s in (node_variability(data), slurm_jobs(data), warnings(data), provenance(data)) if s is not None]
     m = data.manifest
     name = str(m.get("experiment") or data.config.get("name") or data.run_dir.name)
     report_cfg = data.config.get("report")

@@ -9,28 +9,18 @@ from typing import Any
 import pandas as pd
 
 from d5pipe.plan.point_config import REPEAT_AXIS
-from d5pipe.results.columns import NON_AXIS_COLUMNS, is_missing
+from d5pipe.results.columns import is_missing, stage_axes
 from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from d5pipe.results.report.units import natural_key, number, quantity, quantity_ci
 
 MAX_TABLE_ROWS = 200
-"""Columns of the results that are not sweep axes (``verdict`` is added by d5pipe.results.verdicts)."""
-
-
-def stage_axes(rows: pd.DataFrame) -> list[str]:
-    """Axis columns that have a value for at least one row of ``rows``."""
-    return [c for c in rows.columns if c not in NON_AXIS_COLUMNS and rows[c].notna().any()]
-
-
-def points_of(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per point (the first row of each point)."""
-    return rows.drop_duplicates("point_id")
+"""At most this many rows in a table of the report (the rest are in results.parquet)."""
 
 
 def varying_axes(rows: pd.DataFrame, repeat: bool = False) -> list[str]:
     """Axes whose value differs between the points of ``rows``; the repetition axis only with
     ``repeat`` (figures and answers fold a configuration's repetitions into one value)."""
-    pts = points_of(rows)
+    pts = rows.drop_duplicates("point_id")
     return [c for c in stage_axes(rows) if pts[c].astype(str).nunique(dropna=False) > 1
             and (repeat or c != REPEAT_AXIS)]
 
@@ -79,12 +69,10 @@ def metric_names(rows: pd.DataFrame) -> list[str]:
 def find_metric(rows: pd.DataFrame, candidates: Sequence[str], prefix: str = "") -> str | None:
     """The first of ``candidates`` present in ``rows``, else the first metric starting with ``prefix``."""
     names = metric_names(rows)
-    for c in candidates:
-        if c in names:
-            return c
-    if prefix:
-        return next((n for n in names if n.startswith(prefix)), None)
-    return None
+    found = pick(candidates, names)
+    if found is None and prefix:
+        found = next((n for n in names if n.startswith(prefix)), None)
+    return found
 
 
 def pick(options: Iterable[str], available: Sequence[str]) -> str | None:
@@ -139,7 +127,7 @@ def fmt_cell(row: dict[str, Any]) -> str:
 
 def natural_order(rows: pd.DataFrame, axes: Sequence[str]) -> list[str]:
     """Point IDs of ``rows`` sorted by their axis values in natural order (64 < 128 < 256)."""
-    pts = points_of(rows)
+    pts = rows.drop_duplicates("point_id")
     keyed = [(tuple(natural_key(r[a]) for a in axes), natural_key(r["point_id"]), str(r["point_id"]))
              for _, r in pts.iterrows()]
     return [p for *_, p in sorted(keyed)]
@@ -203,16 +191,12 @@ def wide_table(rows: pd.DataFrame, metrics: Sequence[str], axes: Sequence[str]) 
     """One row per ok point: axes then ``value [ci] unit`` per metric. Returns (cols, rows, total)."""
     ok = rows[(rows["status"] == "ok") & rows["metric"].isin(list(metrics))]
     pts = natural_order(ok, axes)
-    total = len(pts)
-    keep = set(pts[:MAX_TABLE_ROWS])
-    ok = ok[ok["point_id"].isin(keep)]
+    shown = pts[:MAX_TABLE_ROWS]
+    ok = ok[ok["point_id"].isin(set(shown))]
     cells: dict[str, dict[str, str]] = {}
-    first: dict[str, pd.Series] = {}
     for r in ok.itertuples(index=False):
         d = r._asdict()
         cells.setdefault(d["point_id"], {})[d["metric"]] = fmt_cell(d)
-    for _, r in points_of(ok).iterrows():
-        first[r["point_id"]] = r
-    out = [[fmt_plain(first[p][a]) for a in axes] + [cells[p].get(m, "") for m in metrics]
-           for p in pts[:MAX_TABLE_ROWS]]
-    return ["point_id", *axes, *metrics], [[p, *row] for p, row in zip(pts, out)], total
+    first = {r["point_id"]: r for _, r in ok.drop_duplicates("point_id").iterrows()}
+    body = [[p, *(fmt_plain(first[p][a]) for a in axes), *(cells[p].get(m, "") for m in metrics)] for p in shown]
+    return ["point_id", *axes, *metrics], body, len(pts)

@@ -14,7 +14,7 @@ import pandas as pd
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.results.collect import SampleSource
-from d5pipe.results.report.frames import NON_AXIS_COLUMNS
+from d5pipe.results.columns import axis_columns
 from d5pipe.results.run_results import RunResults
 
 
@@ -45,20 +45,12 @@ class RunData:
     def stages(self) -> list[str]:
         return sorted(self.results["stage"].dropna().unique())
 
-    @property
-    def axis_columns(self) -> list[str]:
-        return [c for c in self.results.columns if c not in NON_AXIS_COLUMNS]
-
-    @cached_property
-    def _point_rows(self) -> pd.DataFrame:
-        return self.results.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
-
     @cached_property
     def _axis_values(self) -> tuple[dict[tuple[str, str], int], list[str], Any]:
         """(point key -> row, axis names, the points' axis values as one object array): one
         lookup per :meth:`params_of` call instead of a pandas ``.loc``."""
-        axes = self.axis_columns
-        rows = self._point_rows
+        axes = axis_columns(self.results.columns)
+        rows = self.results.drop_duplicates(["stage", "point_id"]).set_index(["stage", "point_id"])
         return ({key: i for i, key in enumerate(rows.index)}, axes, rows[axes].to_numpy(dtype=object))
 
     def params_of(self, stage: str, point_id: str) -> dict[str, object]:

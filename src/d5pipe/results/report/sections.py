@@ -7,14 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.results.columns import COMPARISON_PREFIXES, stage_axes
 from d5pipe.results.report.blocks import Pre, Section, Table, Text
-from d5pipe.results.report.frames import (
-    fmt_plain,
-    metric_names,
-    stage_axes,
-    varying_axes,
-    wide_table,
-)
+from d5pipe.results.report.frames import fmt_plain, metric_names, varying_axes, wide_table
 from d5pipe.results.report.loader import RunData
 
 MAX_METRIC_COLUMNS = 8
@@ -28,7 +23,7 @@ def main_metrics(rows: pd.DataFrame) -> list[str]:
     with_ci = set(ok[ok["ci_low"].notna()]["metric"])
     info = set(ok[ok["kind"] == "info"]["metric"])
     ordered = [n for n in names if n in with_ci] + [n for n in names if n not in with_ci and n not in info]
-    ordered = [n for n in ordered if not n.startswith(("speedup:", "speedup_p:"))]  # the side-by-side's
+    ordered = [n for n in ordered if not n.startswith(COMPARISON_PREFIXES)]  # the side-by-side's
     return ordered[:MAX_METRIC_COLUMNS]
 
 

@@ -199,11 +199,10 @@ def warnings(data: RunData) -> Section | None:
     return Section("warnings", "Warnings", blocks, subsections)
 
 
-def level_notes(data: RunData, stage: str,
-                causes: tuple[str, ...] | None = None) -> list[tuple[Text, list[str]]]:
+def level_notes(data: RunData, stage: str) -> list[tuple[Text, list[str]]]:
     """One line per cause for ``stage`` (to go under its figures), naming the points it concerns,
     with the details it was built from (they name the metrics, so the line can go next to theirs)."""
-    found = [w for w in collect_warnings(data) if w.stage == stage and (causes is None or w.cause in causes)]
+    found = [w for w in collect_warnings(data) if w.stage == stage]
     by_cause: dict[str, list[WarningEntry]] = {}
     for w in found:
         by_cause.setdefault(w.cause, []).append(w)

@@ -15,9 +15,6 @@ from d5pipe.results.report.frames import fmt_plain, metric_names, varying_axes, 
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.verdict_sections import level_notes
 
-TIMING_CAUSES = ("high_variation", "target_missed", "oversubscribed", "several_environments")
-"""Warnings shown under a level's time figure (all causes are also in the Warnings section)."""
-
 
 def _names_metric(details: list[str], metric: str) -> bool:
     """True when a warning detail names ``metric`` (``fwd_bwd_time: ...`` or the prefix ``fwd_bwd: ...``)."""
@@ -29,14 +26,13 @@ def _names_metric(details: list[str], metric: str) -> bool:
     return False
 
 
-def finish(data: RunData, stage: str, title: str, blocks: list[Block], notes_at: int | None = None,
-           causes: tuple[str, ...] | None = None) -> Section:
+def finish(data: RunData, stage: str, title: str, blocks: list[Block], notes_at: int | None = None) -> Section:
     """The level section: each warning line right after the figure of the metric it names, else after
     block ``notes_at`` (default: the first figure); then the side-by-side comparison of the level."""
     if notes_at is None:
         notes_at = next((i + 1 for i, b in enumerate(blocks) if isinstance(b, Figure)), len(blocks))
     placed: list[tuple[int, int, Block]] = []
-    for n, (note, details) in enumerate(level_notes(data, stage, causes)):
+    for n, (note, details) in enumerate(level_notes(data, stage)):
         at = next((i + 1 for i, b in enumerate(blocks) if isinstance(b, Figure)
                    and _names_metric(details, b.alt.split(" vs ", 1)[0])), notes_at)
         placed.append((at, n, note))

@@ -39,6 +39,11 @@ STRATEGY_METRICS = ("time_per_step_s", "comm_payload_bytes_per_rank_step", "comm
                     "comm_payload_vs_gradient", "staleness_max", "final_loss", "test_loss", "test_accuracy",
                     "steps_to_target_loss", "time_to_target_loss_s")
 """The strategies table's columns, in this order (those the run has)."""
+STRATEGY_COLUMNS_TEXT = ("the payload each rank hands to the network per step (mean over ranks), its ratio to the "
+                         "strategy's analytic expectation and its share of the gradient, the largest staleness an "
+                         "asynchronous strategy applied, the final training loss, rank 0's model on the test split, "
+                         "and the steps and time to distributed.target_loss")
+"""What the strategies table shows after the time per step, in both of its forms."""
 
 
 def _folded_strategies(rows: pd.DataFrame, metrics: list[str], axes: list[str]) -> Table:
@@ -60,10 +65,7 @@ def _folded_strategies(rows: pd.DataFrame, metrics: list[str], axes: list[str]) 
     return Table([*axes, "repetitions", *metrics], body[:MAX_TABLE_ROWS],
                  "Strategies side by side, each over its repetitions (separate processes): the mean -- geometric "
                  "for times -- [95% t-interval across repetitions] of the time per step (the slowest rank's median), "
-                 "the payload each rank hands to the network per step (mean over ranks), its ratio to the "
-                 "strategy's analytic expectation and its share of the gradient, the largest staleness an "
-                 "asynchronous strategy applied, the final training loss, rank 0's model on the test split, and "
-                 "the steps and time to distributed.target_loss (a repetition that never reached it is left out)")
+                 f"{STRATEGY_COLUMNS_TEXT} (a repetition that never reached it is left out)")
 
 
 def strategies_table(rows: pd.DataFrame) -> list[Block]:
@@ -79,11 +81,8 @@ def strategies_table(rows: pd.DataFrame) -> list[Block]:
         return [_folded_strategies(rows, metrics, by)]
     cols, body, total = wide_table(rows, metrics, by)
     more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
-    return [Table(cols, body, "Strategies side by side: time per step (the slowest rank, median [95% CI]), the payload "
-                  "each rank hands to the network per step (mean over ranks), its ratio to the strategy's analytic "
-                  "expectation and its share of the gradient, the largest staleness an asynchronous strategy "
-                  "applied, the final training loss, rank 0's model on the test split, and the steps and time to "
-                  "distributed.target_loss" + more)]
+    return [Table(cols, body, "Strategies side by side: time per step (the slowest rank, median [95% CI]), "
+                  f"{STRATEGY_COLUMNS_TEXT}{more}")]
 
 
 def section(data: RunData) -> Section:
