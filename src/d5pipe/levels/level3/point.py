@@ -20,9 +20,6 @@ starts: each rank moves its whole training split to its device.
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,19 +37,15 @@ from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import outcome, quality, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
-from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, session_for
+from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, run_once, session_for
 from d5pipe.levels.level3.shard_check import shard_metric
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.targets import target_of
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
-from d5pipe.measure.process import die_with_parent
 
 if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
-
-LOG_TAIL_CHARS = 3000
-INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
-
 
 def rank_seeds(point_seed: int, ranks: int) -> list[int]:
     """One seed per rank, derived from the point seed (d5pipe.core.seeds policy)."""
@@ -98,7 +91,7 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
     if spec["benchmark"] == "collective":
         spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
     else:
-        key, target = training.strategy_target(dist_cfg)
+        key, target = target_of(dist_cfg, "strategy")
         spec["strategy"] = {"key": key, "target": target, "name": str(dist_cfg["strategy"])}
         global_batch, per_rank = training.batch_sizes(dist_cfg, ranks)
         spec.update(
@@ -110,31 +103,6 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
             data_seed=derive_seed(seed, "data"),
         )
     return spec
-
-
-def _launch(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> None:
-    """Run the launcher; on timeout kill its whole process group (it was started in a new session)."""
-    # rank variables of an enclosing launch must not leak into the workers' rank detection
-    inherited = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
-    env = {**inherited, **plan.env}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(  # its own session (killed as a group on timeout), dies with us
-            plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: {_tail(log_path)}") from None
-    if rc != 0:
-        raise RuntimeError(f"{plan.launcher} exited with {rc}: {_tail(log_path)}")
-
-
-def _tail(path: Path) -> str:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    return text[-LOG_TAIL_CHARS:]
 
 
 def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
@@ -187,7 +155,7 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
 
 def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
     """A strategy that cannot run the point (its engine, its roles on this many ranks) skips it, saying so."""
-    key, target = training.strategy_target(dist_cfg)
+    key, target = target_of(dist_cfg, "strategy")
     strategy = training.build_strategy({"strategy": {"key": key, "target": target}})
     ranks = int(dist_cfg["ranks"])
     why = strategy.unsupported(str(dist_cfg["backend"]), ranks, training.batch_sizes(dist_cfg, ranks)[0])
@@ -293,7 +261,7 @@ def _run_ranks(ctx: PointContext, spec: dict[str, Any], options: dict[str, Any],
         plan = build_launch(spec_path=work / "spec.json", **options)
         spec["threads_per_rank"] = plan.threads_per_rank
         write_json(work / "spec.json", spec)
-        _launch(plan, work, work / "launch.log", timeout_s)
+        run_once(plan, work, work / "launch.log", timeout_s)
         # one launch per point: its launch is not told apart from the point's own time
         return plan, _read_ranks(out_dir, int(spec["ranks"])), 0.0, retries
     key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)

@@ -23,7 +23,9 @@ import torch
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
+from d5pipe.levels.level3.backends import plain_step
 from d5pipe.levels.level3.schema import DistributedConf
+from d5pipe.levels.optim import make_optimizer
 
 
 def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
@@ -66,20 +68,6 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
     torch.manual_seed(seed)
     model: torch.nn.Module = shared_build_model(model_cfg, input_shape, n_classes)
     return model
-
-
-def make_optimizer(train_cfg: dict[str, Any], params: Any) -> torch.optim.Optimizer:
-    """The optimizer ``train.optimizer`` selects (built-in or user; d5pipe.levels.optim)."""
-    from d5pipe.levels.optim import make_optimizer as build_optimizer
-
-    return build_optimizer(train_cfg, params)
-
-
-def strategy_target(dist_cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(key, target)`` of the strategy ``distributed.strategy`` selects (torch-free lookup)."""
-    from d5pipe.levels.targets import target_of
-
-    return target_of(dist_cfg, "strategy")
 
 
 def build_strategy(spec: dict[str, Any]) -> Any:
@@ -136,15 +124,8 @@ def train_serial(
     Returns the final flat parameters and the per-step losses.
     """
     model = build_model(spec["model"], input_shape, n_classes, int(spec["rank_seeds"][0]))
-    opt = make_optimizer(spec["train"], model.parameters())
-    criterion = loss_fn()
-    losses: list[float] = []
+    step = plain_step(model, make_optimizer(spec["train"], model.parameters()), loss_fn())
     total = int(spec["warmup_steps"]) + int(spec["steps"])
-    for idx in global_batches(len(y), int(spec["global_batch"]), total, int(spec["data_seed"])):
-        t = torch.from_numpy(idx)
-        opt.zero_grad()
-        loss = criterion(model(x[t]), y[t])
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+    batches = global_batches(len(y), int(spec["global_batch"]), total, int(spec["data_seed"]))
+    losses = [step(x[t], y[t]) for t in map(torch.from_numpy, batches)]
     return flat_params(model), losses
