@@ -47,6 +47,7 @@ from d5pipe.levels.variant_seed import VariantKeys, variant_seed
 if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
 
+
 def rank_seeds(point_seed: int, ranks: int) -> list[int]:
     """One seed per rank, derived from the point seed (d5pipe.core.seeds policy)."""
     return [derive_seed(point_seed, f"rank{r}") for r in range(ranks)]

@@ -39,11 +39,6 @@ def speedup(base_s: float, time_s: float, ranks: int, scaling: str) -> float:
     return (ranks * base_s / time_s) if scaling == "weak" else base_s / time_s
 
 
-def efficiency(speedup_value: float, ranks: int, scaling: str) -> float:
-    """Parallel efficiency from a speedup."""
-    return speedup_value / ranks
-
-
 def _bounds(row: pd.Series) -> tuple[float, float, float]:
     value = float(row["value"])
     low = row.get("ci_low")
@@ -111,9 +106,7 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
                     s_hi = speedup(b_hi, t_lo, n, scaling)
                 rec.update(base_time_s=b, base_ci_low=b_lo, base_ci_high=b_hi,
                            speedup=s, speedup_ci_low=s_lo, speedup_ci_high=s_hi,
-                           efficiency=efficiency(s, n, scaling),
-                           efficiency_ci_low=efficiency(s_lo, n, scaling),
-                           efficiency_ci_high=efficiency(s_hi, n, scaling))
+                           efficiency=s / n, efficiency_ci_low=s_lo / n, efficiency_ci_high=s_hi / n)
             out.append(rec)
     return pd.DataFrame(out)
 
@@ -124,14 +117,13 @@ def derive_scaling(df: pd.DataFrame) -> pd.DataFrame:
     configuration (CI from both times' CIs), as metrics of the point -- timings (ratios of
     timings), so the report's scaling figures are data in results.parquet too. Nothing when the
     records carry them already or the run does not sweep ranks."""
-    l3 = df
     empty = df.iloc[:0]
-    if l3.empty or RANKS_COLUMN not in df.columns or {"speedup", "efficiency"} & set(l3["metric"]):
+    if df.empty or RANKS_COLUMN not in df.columns or {"speedup", "efficiency"} & set(df["metric"]):
         return empty
-    table = scaling_table(l3, TIME_METRIC)
+    table = scaling_table(df, TIME_METRIC)
     if table.empty or "point_id" not in table.columns:
         return empty
-    timed = l3[l3["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
+    timed = df[df["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
     new = []
     for metric in ("speedup", "efficiency"):
         t = table.dropna(subset=[metric]).drop_duplicates("point_id").set_index("point_id")

@@ -53,8 +53,7 @@ from d5pipe.levels.level3.backends import (
     set_values,
     trainable,
 )
-
-ALL_ENGINES: tuple[str, ...] = ("ddp", "horovod", "mpi")
+from d5pipe.levels.level3.schema import BACKENDS
 
 
 class Communicator:
@@ -118,7 +117,7 @@ class Strategy:
     name = "custom"
     exact = False
     consistent = True
-    engines: tuple[str, ...] = ALL_ENGINES
+    engines: tuple[str, ...] = BACKENDS
     lockstep = True
     """Every step starts after a barrier of all ranks (an asynchronous strategy says False)."""
 
