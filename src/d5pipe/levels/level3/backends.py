@@ -212,11 +212,8 @@ class DdpBackend:
             return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
         # DDP inspects the hook's annotations as objects; this module's are strings (PEP 563)
-        counting_hook.__annotations__ = {
-            "state": object,
-            "bucket": self._dist.GradBucket,
-            "return": torch.futures.Future[torch.Tensor],
-        }
+        counting_hook.__annotations__ = {"state": object, "bucket": self._dist.GradBucket,
+                                         "return": torch.futures.Future[torch.Tensor]}
         ddp.register_comm_hook(None, counting_hook)
         return plain_step(ddp, optimizer, loss_fn)
 

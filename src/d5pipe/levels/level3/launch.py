@@ -180,14 +180,10 @@ def build_launch(
     if chosen == "srun" and slurm_nodes > 1 and master_addr == LOOPBACK:
         master_addr = slurm_master_addr(job_nodelist())
     n_cores = usable_cores() if cores is None else cores
-    if threads_per_rank > 0:
-        threads = threads_per_rank
-    elif chosen == "srun":
-        # one rank per task, each with the job's CPUs per task: srun (>= 22.05) does not inherit
-        # the allocation's --cpus-per-task, so it is passed on explicitly
-        threads = slurm_cpus_per_task() or max(1, n_cores // ranks)
-    else:
-        threads = max(1, n_cores // ranks)
+    # under srun one rank per task, each with the job's CPUs per task: srun (>= 22.05) does not inherit
+    # the allocation's --cpus-per-task, so it is passed on explicitly
+    job_cpus = slurm_cpus_per_task() if chosen == "srun" else None
+    threads = threads_per_rank if threads_per_rank > 0 else job_cpus or max(1, n_cores // ranks)
     oversubscribed = ranks * threads > n_cores and chosen != "srun"
     if oversubscribed and not oversubscribe:
         raise D5PipeError(
