@@ -129,9 +129,7 @@ class TrainResult:
     first_waits_s: list[float]
     """Per epoch, the wait for its first batch."""
     epoch_stall_fraction: list[float]
-    epoch_train_time_s: list[float]
     epoch_samples: list[int]
-    steps: int
     step_losses: list[float]
     epochs_to_target: int | None
     time_to_target_s: float | None
@@ -173,8 +171,8 @@ def fit(
             epochs_to_target, time_to_target = epoch, cum
     return TrainResult(curves, [t for e in epochs for t in e.step_times_s], [w for e in epochs for w in e.wait_times_s],
                        [e.wait_times_s[0] for e in epochs if e.wait_times_s], [e.stall_fraction for e in epochs],
-                       curves["epoch_train_time_s"], [e.samples for e in epochs], steps,
-                       [v for e in epochs for v in e.step_losses], epochs_to_target, time_to_target)
+                       [e.samples for e in epochs], [v for e in epochs for v in e.step_losses], epochs_to_target,
+                       time_to_target)
 
 
 def _nan_if_none(value: float | None) -> float:
@@ -199,7 +197,7 @@ def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_paramet
     """A training run's own metrics from its curves and timings, among them its throughput (what
     its GFLOP/s are computed from), and the warnings of its step-time statistics."""
     curves = result.curves
-    total_time = sum(result.epoch_train_time_s)
+    total_time = sum(curves["epoch_train_time_s"])
     total_samples = sum(result.epoch_samples)
     step_summary = summarize(result.step_times_s)
     throughput = Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
@@ -220,7 +218,7 @@ def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_paramet
         *_data_metrics(result),
         Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
         Metric("n_parameters", n_parameters, "", "count"),
-        Metric("train_steps", result.steps, "", "count"),
+        Metric("train_steps", len(result.step_times_s), "", "count"),
     ]
     return throughput, metrics, list(step_summary.warnings)
 
@@ -281,7 +279,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             result = fit(model, data, conf, seed, device, log)
             weights = state_dict_sha256(model)
             weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
-            log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
+            log.write({"event": "end", "steps": len(result.step_times_s), "weights_sha256": weights})
         n_test = len(data.y_test) if conf.metrics or not data.generated else 0  # generated only when used
         added = extra_metrics(asdict(conf), model, data.x_test[:n_test].to(device), data.y_test[:n_test].to(device))
         checked: tuple[list[Metric], dict[str, Any]] = ([], {})
@@ -315,7 +313,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "first_batch_s": result.first_waits_s,
             "epoch_stall_fraction": result.epoch_stall_fraction,
             **loader[1],
-            "epoch_train_time_s": result.epoch_train_time_s,
+            "epoch_train_time_s": curves["epoch_train_time_s"],
             "epoch_samples_per_s": curves["samples_per_s"],
         },
         extra={

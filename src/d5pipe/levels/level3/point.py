@@ -48,11 +48,6 @@ if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
 
 
-def rank_seeds(point_seed: int, ranks: int) -> list[int]:
-    """One seed per rank, derived from the point seed (d5pipe.core.seeds policy)."""
-    return [derive_seed(point_seed, f"rank{r}") for r in range(ranks)]
-
-
 def _skip_if_unavailable(backend: str, device: str) -> None:
     import importlib.util
 
@@ -85,7 +80,7 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
         "warmup_steps": int(dist_cfg["warmup_steps"]),
         "timeout_s": float(dist_cfg["timeout_s"]),
         "out_dir": str(out_dir),
-        "rank_seeds": rank_seeds(seed, ranks),
+        "rank_seeds": [derive_seed(seed, f"rank{r}") for r in range(ranks)],  # one seed per rank
         "device": str(setting(cfg.get("train"), TrainConf, "device")),
         "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": how},
     }

@@ -21,6 +21,7 @@ shard ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -59,10 +60,8 @@ def start_ranks(plan: LaunchPlan, cwd: Path, log: IO[bytes]) -> subprocess.Popen
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """Kill the launcher's process group (every rank) and reap the launcher."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
