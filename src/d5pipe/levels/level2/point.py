@@ -81,6 +81,7 @@ from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind
 from d5pipe.levels.optim import make_optimizer as build_optimizer
 from d5pipe.levels.optim import make_scheduler
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.targets import metric_targets
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
@@ -101,8 +102,6 @@ def _check_generated(cfg: dict[str, Any], conf: TrainConf, data: Dataset) -> Non
         raise PointSkipped(f"{exc} (dataset {data.meta['key']})") from exc
     if not data.generated:
         return
-    from d5pipe.levels.targets import metric_targets
-
     size = data.x_test.nbytes if isinstance(data.x_test, LazySamples) else 0
     if metric_targets(asdict(conf)) and size > METRICS_SPLIT_BYTES:
         raise PointSkipped(f"train.metrics need the whole test split, {size} bytes of the generated dataset "

@@ -251,11 +251,10 @@ class HorovodBackend:
         """Horovod has no send/recv: one ``alltoall`` whose splits reach exactly ``peers``."""
         flat = t.reshape(-1)
         wanted = set(peers)
-        order = [r for r in range(self.size) if r in wanted]
         splits = torch.tensor([flat.numel() if r in wanted else 0 for r in range(self.size)], dtype=torch.int32)
-        send = torch.cat([flat] * len(order)) if order else flat[:0]
+        send = torch.cat([flat] * len(wanted)) if wanted else flat[:0]
         out, received = self._hvd.alltoall(send, splits=splits)
-        chunks = dict(zip(range(self.size), out.split([int(n) for n in received.tolist()])))
+        chunks = out.split([int(n) for n in received.tolist()])  # one per rank, in rank order
         return [chunks[p].view_as(t) for p in peers]
 
     def make_train_step(

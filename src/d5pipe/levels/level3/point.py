@@ -20,6 +20,8 @@ starts: each rank moves its whole training split to its device.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from d5pipe.core.outcome import PointOutcome
 from d5pipe.core.seeds import derive_seed
 from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
+from d5pipe.levels.dataset_key import is_lazy
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import outcome, quality, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
@@ -49,8 +52,6 @@ if TYPE_CHECKING:
 
 
 def _skip_if_unavailable(backend: str, device: str) -> None:
-    import importlib.util
-
     if backend == "horovod" and importlib.util.find_spec("horovod") is None:
         raise PointSkipped("horovod is not installed (scripts/install_horovod.sh VENV builds it)")
     if backend == "mpi" and importlib.util.find_spec("mpi4py") is None:
@@ -102,8 +103,6 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
 
 
 def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
-    import json
-
     missing = [r for r in range(ranks) if not (out_dir / f"rank{r}.json").exists()]
     if missing:
         raise RuntimeError(f"ranks {missing} wrote no result in {out_dir}")
@@ -115,7 +114,7 @@ def serial_comparison(spec: dict[str, Any], data: Dataset, out_dir: Path, tolera
     from d5pipe.levels.datasets import require_materialised
 
     x_train, y_train, _, _ = require_materialised(data, "level 3's serial reference")
-    reference, _ = training.train_serial(spec, x_train, y_train, data.input_shape, data.n_classes)
+    reference = training.train_serial(spec, x_train, y_train, data.input_shape, data.n_classes)
     rank0 = torch.load(out_dir / "params_rank0.pt")
     diff = float((rank0 - reference).abs().max()) if rank0.numel() else 0.0
     return {
@@ -160,8 +159,6 @@ def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
 
 
 def _skip_generated_dataset(dataset_cfg: dict[str, Any]) -> None:
-    from d5pipe.levels.dataset_key import is_lazy
-
     if is_lazy(dataset_cfg):
         raise PointSkipped(f"level 3 training needs a materialised dataset; dataset.name="
                            f"{dataset_cfg.get('name')} is generated on demand (every rank loads its whole "
