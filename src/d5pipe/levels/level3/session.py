@@ -74,7 +74,8 @@ def run_once(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> N
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
-            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: {tail(log_path)}") from None
+            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: "
+                               f"{tail(log_path)}") from None
     if rc != 0:
         raise RuntimeError(f"{plan.launcher} exited with {rc}: {tail(log_path)}")
 
