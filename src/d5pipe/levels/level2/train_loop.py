@@ -58,9 +58,7 @@ class ShuffledBatches(Sampler[torch.Tensor]):
     """Index tensors of one seeded permutation per epoch, cut into batches (last one may be short)."""
 
     def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
-        self.n = n
-        self.batch_size = batch_size
-        self.generator = generator
+        self.n, self.batch_size, self.generator = n, batch_size, generator
 
     def __len__(self) -> int:
         return (self.n + self.batch_size - 1) // self.batch_size

@@ -156,9 +156,8 @@ class RankSession:
             time.sleep(POLL_S)
         failed = [json.loads(e.read_text(encoding="utf-8")) for e in errors if e.exists()]
         if failed:
-            first = failed[0]
-            raise RuntimeError(f"rank {first.get('rank')} of {self.ranks} raised "
-                               f"{first.get('error', '?')} ({len(failed)} rank(s) failed)")
+            raise RuntimeError(f"rank {failed[0].get('rank')} of {self.ranks} raised "
+                               f"{failed[0].get('error', '?')} ({len(failed)} rank(s) failed)")
         return [json.loads(p.read_text(encoding="utf-8")) for p in results]
 
 

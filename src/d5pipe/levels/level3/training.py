@@ -34,9 +34,8 @@ def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
     if scaling == "strong":
         global_batch = int(dist_cfg["global_batch"])
         if global_batch % ranks != 0:
-            raise D5PipeError(
-                f"distributed.global_batch: {global_batch} is not divisible by distributed.ranks={ranks}"
-            )
+            raise D5PipeError(f"distributed.global_batch: {global_batch} is not divisible by "
+                              f"distributed.ranks={ranks}")
         return global_batch, global_batch // ranks
     if scaling == "weak":
         per_rank = int(dist_cfg["per_rank_batch"])
@@ -47,9 +46,7 @@ def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
 def global_batches(n_train: int, global_batch: int, steps: int, data_seed: int) -> Iterator[np.ndarray]:
     """Index arrays of ``steps`` global batches: epochs of seeded permutations, last partial dropped."""
     if global_batch > n_train:
-        raise D5PipeError(
-            f"distributed.global_batch: {global_batch} exceeds the {n_train} training samples"
-        )
+        raise D5PipeError(f"distributed.global_batch: {global_batch} exceeds the {n_train} training samples")
     rng = np.random.default_rng(data_seed % (1 << 32))
     per_epoch = n_train // global_batch
     perm = rng.permutation(n_train)
@@ -66,8 +63,7 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
     from d5pipe.levels.models import build_model as shared_build_model
 
     torch.manual_seed(seed)
-    model: torch.nn.Module = shared_build_model(model_cfg, input_shape, n_classes)
-    return model
+    return shared_build_model(model_cfg, input_shape, n_classes)
 
 
 def build_strategy(spec: dict[str, Any]) -> Any:

@@ -148,8 +148,7 @@ def _next_spec(session: Path, index: int) -> dict[str, Any] | None:
             return None
         time.sleep(delay)
         delay = min(0.02, delay * 2)
-    spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return spec
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def run_session(session: Path) -> int:
