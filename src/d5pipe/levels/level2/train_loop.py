@@ -69,7 +69,7 @@ class ShuffledBatches(Sampler[torch.Tensor]):
         yield from torch.split(perm, self.batch_size)
 
 
-class GatheredBatches:
+class GatheredBatches(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
     """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery (a
     generated dataset, d5pipe.levels.lazy_samples, generates them on the CPU); with workers,
     DataLoader items (``batch_size=None``)."""
