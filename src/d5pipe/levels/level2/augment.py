@@ -20,7 +20,7 @@ import torch
 
 from d5pipe.levels.lazy_samples import splitmix64
 
-AUGMENTS: tuple[str, ...] = ("none", "flip")
+
 def flip_mask(seed: int, tags: np.ndarray) -> np.ndarray:
     """Which drawn samples (``index + epoch * n`` tags) are mirrored: half of them, by hash."""
     with np.errstate(over="ignore"):

@@ -7,7 +7,7 @@ feeding variants share, and the measurements of the loader alone and of the mode
   are fed (:data:`PIPELINE_KEYS`), so they must end with the same weights;
 * ``train.measure_loader``: :func:`loader_alone` (one epoch of the loader without the model) and
   :func:`in_memory_steps` (steps of a copy of the model on batches held in memory), summarised by
-  :func:`loader_metrics`.
+  :func:`measure_loader`.
 """
 
 from __future__ import annotations
@@ -84,21 +84,27 @@ def in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int,
     return stats.step_times_s, len(held[0][1]) if held else 0
 
 
-def loader_metrics(rates: list[float], in_memory: list[float], batch: int) -> list[Metric]:
-    """``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
+def median_metric(name: str, values: list[float], unit: str, samples: str) -> Metric:
+    """``name``: the median of ``values`` with its CI, a timing whose raw samples are ``samples``."""
+    s = summarize(values)
+    return Metric(name, s.median, unit, "timing", s.ci_low, s.ci_high, samples)
+
+
+def measure_loader(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device
+                   ) -> tuple[list[Metric], dict[str, list[float]]]:
+    """:func:`loader_alone` and :func:`in_memory_steps` as metrics and their samples:
+    ``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
     (median, CI) and the model's consumption rate ``model_samples_per_s`` (a batch over each step)."""
-    out: list[Metric] = []
-    if rates:
-        r = summarize(rates)
-        out.append(Metric("loader_samples_per_s", r.median, "samples/s", "timing", r.ci_low, r.ci_high,
-                          "loader_batch_samples_per_s"))
+    rates = loader_alone(data, conf, seed, device)
+    in_memory, batch = in_memory_steps(model, data, conf, seed, device)
+    metrics = [median_metric("loader_samples_per_s", rates, "samples/s", "loader_batch_samples_per_s")] if rates else []
+    samples = {"loader_batch_samples_per_s": rates} if rates else {}
     if in_memory and batch:
-        t = summarize(in_memory)
-        m = summarize([batch / s for s in in_memory])
-        out += [Metric("step_time_in_memory", t.median, "s", "timing", t.ci_low, t.ci_high, "in_memory_step_s"),
-                Metric("model_samples_per_s", m.median, "samples/s", "timing", m.ci_low, m.ci_high,
-                       "in_memory_samples_per_s")]
-    return out
+        samples.update(in_memory_step_s=in_memory, in_memory_samples_per_s=[batch / s for s in in_memory])
+        metrics += [median_metric("step_time_in_memory", in_memory, "s", "in_memory_step_s"),
+                    median_metric("model_samples_per_s", samples["in_memory_samples_per_s"], "samples/s",
+                                  "in_memory_samples_per_s")]
+    return metrics, samples
 
 
 PIPELINE_KEYS: VariantKeys = {

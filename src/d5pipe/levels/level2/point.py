@@ -71,23 +71,17 @@ from d5pipe.levels.device import require_device, state_dict_sha256
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import extra_metrics
 from d5pipe.levels.level2.optimizer_check import check_optimizer
-from d5pipe.levels.level2.pipeline import (
-    in_memory_steps,
-    loader_alone,
-    loader_metrics,
-    train_labels,
-    training_loader,
-    training_seed,
-)
+from d5pipe.levels.level2.pipeline import measure_loader, median_metric, train_labels, training_loader, training_seed
 from d5pipe.levels.level2.sampler_check import check_sampler
 from d5pipe.levels.level2.sampling import make_sampler
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.level2.train_loop import StepLog, evaluate, train_epoch
+from d5pipe.levels.level2.train_loop import EpochStats, StepLog, evaluate, train_epoch
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.optim import make_optimizer as build_optimizer
-from d5pipe.levels.optim import make_scheduler as build_scheduler
+from d5pipe.levels.optim import make_scheduler
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.targets import metric_targets
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
@@ -108,8 +102,6 @@ def _check_generated(cfg: dict[str, Any], conf: TrainConf, data: Dataset) -> Non
         raise PointSkipped(f"{exc} (dataset {data.meta['key']})") from exc
     if not data.generated:
         return
-    from d5pipe.levels.targets import metric_targets
-
     size = data.x_test.nbytes if isinstance(data.x_test, LazySamples) else 0
     if metric_targets(asdict(conf)) and size > METRICS_SPLIT_BYTES:
         raise PointSkipped(f"train.metrics need the whole test split, {size} bytes of the generated dataset "
@@ -127,11 +119,6 @@ def make_optimizer(params: Any, conf: TrainConf) -> torch.optim.Optimizer:
     return build_optimizer(asdict(conf), params)
 
 
-def make_scheduler(opt: torch.optim.Optimizer, conf: TrainConf) -> Any:
-    """The LR scheduler ``train.schedule`` selects; stepped once per epoch."""
-    return build_scheduler(asdict(conf), opt)
-
-
 @dataclass
 class TrainResult:
     curves: dict[str, list[float]]
@@ -141,9 +128,7 @@ class TrainResult:
     first_waits_s: list[float]
     """Per epoch, the wait for its first batch."""
     epoch_stall_fraction: list[float]
-    epoch_train_time_s: list[float]
     epoch_samples: list[int]
-    steps: int
     step_losses: list[float]
     epochs_to_target: int | None
     time_to_target_s: float | None
@@ -154,17 +139,12 @@ def fit(
 ) -> TrainResult:
     """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
     optimizer = make_optimizer(model.parameters(), conf)
-    scheduler = make_scheduler(optimizer, conf)
+    scheduler = make_scheduler(asdict(conf), optimizer)  # stepped once per epoch
     loader = training_loader(conf, data, seed, device)
     names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
              "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
     curves: dict[str, list[float]] = {k: [] for k in names}
-    step_times: list[float] = []
-    waits: list[float] = []
-    first_waits: list[float] = []
-    stalls: list[float] = []
-    step_losses: list[float] = []
-    epoch_samples: list[int] = []
+    epochs: list[EpochStats] = []
     steps = 0
     cum = 0.0
     epochs_to_target: int | None = None
@@ -172,13 +152,8 @@ def fit(
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
+        epochs.append(stats)
         steps += len(stats.step_times_s)
-        step_times += stats.step_times_s
-        waits += stats.wait_times_s
-        first_waits += stats.wait_times_s[:1]
-        stalls.append(stats.stall_fraction)
-        step_losses += stats.step_losses
-        epoch_samples.append(stats.samples)
         cum += stats.train_time_s
         scheduler.step()
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
@@ -193,8 +168,10 @@ def fit(
         target = conf.target_accuracy
         if epochs_to_target is None and target is not None and test_acc >= target:
             epochs_to_target, time_to_target = epoch, cum
-    return TrainResult(curves, step_times, waits, first_waits, stalls, curves["epoch_train_time_s"], epoch_samples,
-                       steps, step_losses, epochs_to_target, time_to_target)
+    return TrainResult(curves, [t for e in epochs for t in e.step_times_s], [w for e in epochs for w in e.wait_times_s],
+                       [e.wait_times_s[0] for e in epochs if e.wait_times_s], [e.stall_fraction for e in epochs],
+                       [e.samples for e in epochs], [v for e in epochs for v in e.step_losses], epochs_to_target,
+                       time_to_target)
 
 
 def _nan_if_none(value: float | None) -> float:
@@ -219,7 +196,7 @@ def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_paramet
     """A training run's own metrics from its curves and timings, among them its throughput (what
     its GFLOP/s are computed from), and the warnings of its step-time statistics."""
     curves = result.curves
-    total_time = sum(result.epoch_train_time_s)
+    total_time = sum(curves["epoch_train_time_s"])
     total_samples = sum(result.epoch_samples)
     step_summary = summarize(result.step_times_s)
     throughput = Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
@@ -240,7 +217,7 @@ def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_paramet
         *_data_metrics(result),
         Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
         Metric("n_parameters", n_parameters, "", "count"),
-        Metric("train_steps", result.steps, "", "count"),
+        Metric("train_steps", len(result.step_times_s), "", "count"),
     ]
     return throughput, metrics, list(step_summary.warnings)
 
@@ -249,14 +226,9 @@ def _data_metrics(result: TrainResult) -> list[Metric]:
     """How long the steps waited for their batches: ``data_wait`` (median over steps, CI),
     ``first_batch_s`` (median over epochs of the first batch's wait: the loader's start) and
     ``data_stall_fraction`` (median over epochs of waits / (waits + steps), CI)."""
-    wait = summarize(result.wait_times_s)
-    first = summarize(result.first_waits_s)
-    stall = summarize(result.epoch_stall_fraction)
-    return [
-        Metric("data_wait", wait.median, "s", "timing", wait.ci_low, wait.ci_high, "data_wait_s"),
-        Metric("first_batch_s", first.median, "s", "timing", first.ci_low, first.ci_high, "first_batch_s"),
-        Metric("data_stall_fraction", stall.median, "", "timing", stall.ci_low, stall.ci_high, "epoch_stall_fraction"),
-    ]
+    return [median_metric("data_wait", result.wait_times_s, "s", "data_wait_s"),
+            median_metric("first_batch_s", result.first_waits_s, "s", "first_batch_s"),
+            median_metric("data_stall_fraction", result.epoch_stall_fraction, "", "epoch_stall_fraction")]
 
 
 MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
@@ -306,7 +278,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             result = fit(model, data, conf, seed, device, log)
             weights = state_dict_sha256(model)
             weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
-            log.write({"event": "end", "steps": result.steps, "weights_sha256": weights})
+            log.write({"event": "end", "steps": len(result.step_times_s), "weights_sha256": weights})
         n_test = len(data.y_test) if conf.metrics or not data.generated else 0  # generated only when used
         added = extra_metrics(asdict(conf), model, data.x_test[:n_test].to(device), data.y_test[:n_test].to(device))
         checked: tuple[list[Metric], dict[str, Any]] = ([], {})
@@ -315,20 +287,19 @@ def run_point(ctx: PointContext) -> PointOutcome:
         flop_warnings: list[str] = []
         counted = safe_count(lambda: training_step_flops(model, *first), flop_warnings)
         memory = _step_memory(model, *first, conf.micro_batches, device) if conf.measure_memory else None
-        rates: list[float] = []
-        in_memory: tuple[list[float], int] = ([], 0)
+        loader: tuple[list[Metric], dict[str, list[float]]] = ([], {})
         if conf.measure_loader:
-            rates = loader_alone(data, conf, seed, device)
-            in_memory = in_memory_steps(model, data, conf, seed, device)
+            loader = measure_loader(model, data, conf, seed, device)
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
     notes = _notes(conf, curves, result.epochs_to_target)
     throughput, metrics, step_warnings = _train_metrics(conf, result, weights, count_parameters(model))
+    checks = {"optimizer_check": checked, "micro_batch_check": micro, "sampler_check": sampling}
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
         metrics.append(Metric("step_peak_memory", memory.bytes, "B", "numerical"))
-    metrics += loader_metrics(rates, in_memory[0], in_memory[1])
+    metrics += loader[0]
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
         peak = flops_peak(ctx.cache, str(device), torch.float32) if conf.peak else None
@@ -340,10 +311,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "data_wait_s": result.wait_times_s,
             "first_batch_s": result.first_waits_s,
             "epoch_stall_fraction": result.epoch_stall_fraction,
-            **({"loader_batch_samples_per_s": rates} if rates else {}),
-            **({"in_memory_step_s": in_memory[0],
-                "in_memory_samples_per_s": [in_memory[1] / t for t in in_memory[0]]} if in_memory[0] else {}),
-            "epoch_train_time_s": result.epoch_train_time_s,
+            **loader[1],
+            "epoch_train_time_s": curves["epoch_train_time_s"],
             "epoch_samples_per_s": curves["samples_per_s"],
         },
         extra={
@@ -363,9 +332,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "flops": FLOPS_NOTE,
             "step_log": "steps.jsonl",
             "sanity": sane[1],
-            **({"optimizer_check": checked[1]} if checked[1] else {}),
-            **({"micro_batch_check": micro[1]} if micro[1] else {}),
-            **({"sampler_check": sampling[1]} if sampling[1] else {}),
+            **{name: found for name, (_, found) in checks.items() if found},
             **({"memory": {"method": memory.method, "note": memory.note, "what": MEMORY_NOTE}} if memory else {}),
         },
     )

@@ -16,6 +16,7 @@ lets the sampler checks (d5pipe.levels.level2.sampler_check) run on it like on a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sized
 from typing import Any
 
@@ -53,11 +54,6 @@ class IndexBatches(Sampler[torch.Tensor]):
         return (len(self.sampler) + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        batch: list[int] = []
-        for index in self.sampler:
-            batch.append(int(index))
-            if len(batch) == self.batch_size:
-                yield torch.tensor(batch, dtype=torch.int64)
-                batch = []
-        if batch:
+        indices = iter(self.sampler)
+        while batch := [int(i) for i in itertools.islice(indices, self.batch_size)]:
             yield torch.tensor(batch, dtype=torch.int64)

@@ -31,7 +31,7 @@ from typing import IO, Any, Protocol
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Sampler
 from torch.utils.data import Dataset as TorchDataset
 
 from d5pipe.core.seeds import derive_seed
@@ -58,9 +58,7 @@ class ShuffledBatches(Sampler[torch.Tensor]):
     """Index tensors of one seeded permutation per epoch, cut into batches (last one may be short)."""
 
     def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
-        self.n = n
-        self.batch_size = batch_size
-        self.generator = generator
+        self.n, self.batch_size, self.generator = n, batch_size, generator
 
     def __len__(self) -> int:
         return (self.n + self.batch_size - 1) // self.batch_size
@@ -71,27 +69,10 @@ class ShuffledBatches(Sampler[torch.Tensor]):
         yield from torch.split(perm, self.batch_size)
 
 
-class InProcessBatches:
-    """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, sampler: IndexSampler) -> None:
-        self.x, self.y, self.sampler = x, y, sampler
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        x, y = self.x, self.y
-        on_cpu = x.device.type == "cpu"  # the sampler's indices are CPU tensors
-        for idx in self.sampler:
-            if not on_cpu:
-                idx = idx.to(x.device, non_blocking=True)
-            yield x[idx], y[idx]
-
-
-class GeneratedBatches:
-    """``(x[idx], y[idx])`` generated on the CPU for each index batch of the sampler (a generated
-    dataset, d5pipe.levels.lazy_samples); with workers, DataLoader items (``batch_size=None``)."""
+class GatheredBatches(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery (a
+    generated dataset, d5pipe.levels.lazy_samples, generates them on the CPU); with workers,
+    DataLoader items (``batch_size=None``)."""
 
     def __init__(self, x: Samples, y: Samples, sampler: IndexSampler | None = None) -> None:
         self.x, self.y, self.sampler = x, y, sampler
@@ -104,8 +85,13 @@ class GeneratedBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         assert self.sampler is not None
+        x, y = self.x, self.y
+        # the sampler's indices are CPU tensors: moved to a split held on another device
+        to = x.device if isinstance(x, torch.Tensor) and x.device.type != "cpu" else None
         for idx in self.sampler:
-            yield self.x[idx], self.y[idx]
+            if to is not None:
+                idx = idx.to(to, non_blocking=True)
+            yield x[idx], y[idx]
 
 
 class OnDevice:
@@ -157,30 +143,26 @@ def make_loader(
         x, y = Augmented(x, n, augment_seed), Augmented(y, n, None)  # type: ignore[assignment]
     generated = isinstance(x, (LazySamples, Augmented)) or isinstance(y, (LazySamples, Augmented))
     opts = options or LoaderOptions()
-    if getattr(x, "per_sample", False):  # a stored split or a user's Dataset (augmented or not)
-        return OnDevice(_per_sample_loader(x, y, sampler, seed, num_workers, device, opts), device)
-    if num_workers <= 0:
+    per_sample = bool(getattr(x, "per_sample", False))  # a stored split or a user's Dataset (augmented or not)
+    if num_workers <= 0 and not per_sample:
         if generated:  # never the whole split on the device: each batch generated, then copied
-            batches_ = GeneratedBatches(x, y, sampler)
+            batches_ = GatheredBatches(x, y, sampler)
             return batches_ if device.type == "cpu" else OnDevice(batches_, device)
         assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-        return InProcessBatches(x.to(device), y.to(device), sampler)
-    # worker base seeds come from their own generator, so the shuffle does not depend on workers
-    if generated:
-        items: Any = GeneratedBatches(x, y)  # each worker generates its batches
-    else:
-        assert isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-        items = TensorDataset(x, y)
+        return GatheredBatches(x.to(device), y.to(device), sampler)
+    # worker base seeds come from their own generator, so the shuffle does not depend on workers;
+    # per sample, each batch is read one sample at a time (in this process with 0 workers) and collated
+    workers = num_workers > 0
+    batching: dict[str, Any] = {"batch_sampler": sampler} if per_sample else {"batch_size": None, "sampler": sampler}
     loader: DataLoader[Any] = DataLoader(
-        items,
-        batch_size=None,
-        sampler=sampler,
+        PerSample(x, y) if per_sample else GatheredBatches(x, y),  # each worker gathers (generates) its batches
+        **batching,
         num_workers=num_workers,
-        worker_init_fn=seed_worker,
+        worker_init_fn=seed_worker if workers else None,
         generator=loader_generator(derive_seed(seed, "dataloader-workers")),
         pin_memory=opts.pinned(device),
-        prefetch_factor=opts.prefetch_factor,
-        persistent_workers=opts.persistent_workers,
+        prefetch_factor=opts.prefetch_factor if workers else None,
+        persistent_workers=opts.persistent_workers and workers,
     )
     return OnDevice(loader, device)
 
@@ -200,23 +182,6 @@ class PerSample(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
         if source is not None and source is getattr(self.y, "generator", None) and hasattr(source, "item"):
             return source.item(int(i) + self.x.start)  # type: ignore[union-attr]  # a user's item, read once
         return self.x[int(i)], self.y[int(i)]
-
-
-def _per_sample_loader(x: Samples, y: Samples, sampler: IndexSampler, seed: int, num_workers: int,
-                       device: torch.device, opts: LoaderOptions) -> DataLoader[Any]:
-    """A DataLoader that reads each batch one sample at a time (in the training process with 0
-    workers) and collates it; the batches are the sampler's index batches, as for data in memory."""
-    workers = num_workers > 0
-    return DataLoader(
-        PerSample(x, y),
-        batch_sampler=sampler,  # type: ignore[arg-type]
-        num_workers=num_workers,
-        worker_init_fn=seed_worker if workers else None,
-        generator=loader_generator(derive_seed(seed, "dataloader-workers")),
-        pin_memory=opts.pinned(device),
-        prefetch_factor=opts.prefetch_factor if workers else None,
-        persistent_workers=opts.persistent_workers and workers,
-    )
 
 
 class StepLog:

@@ -40,12 +40,7 @@ def check_augment(cfg: Mapping[str, Any]) -> None:
 
 def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets a level2 point uses (its code hash covers them)."""
-    return _used(cfg, SLOTS) + metric_targets(cfg)
-
-
-def metric_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(key, dotted path)`` of the user targets among ``train.metrics``."""
-    return metric_user_targets(section(cfg, "train"))
+    return _used(cfg, SLOTS) + metric_user_targets(section(cfg, "train"))  # and those among train.metrics
 
 
 def check_targets(cfg: Mapping[str, Any]) -> None:

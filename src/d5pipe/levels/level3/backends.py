@@ -17,8 +17,9 @@ per rank (see :mod:`d5pipe.levels.level3.scaling`).
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,17 +106,52 @@ class PointToPoint(Protocol):
     def waitall(self, requests: list[Any]) -> None: ...
 
 
-def _plain_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
+def plain_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor],
+    after_backward: Callable[[int], None] | None = None, after_step: Callable[[int], None] | None = None,
 ) -> StepFn:
+    """``step(x, y) -> loss``: ``zero_grad``, forward, loss, backward, ``after_backward(i)``,
+    ``optimizer.step()``, ``after_step(i)`` (the hooks under ``torch.no_grad``; ``i`` counts steps from 0)."""
+    counter = itertools.count()
+
     def step(x: torch.Tensor, y: torch.Tensor) -> float:
+        i = next(counter)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
+        if after_backward is not None:
+            with torch.no_grad():
+                after_backward(i)
         optimizer.step()
+        if after_step is not None:
+            with torch.no_grad():
+                after_step(i)
         return float(loss.detach())
 
     return step
+
+
+def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def flat_grads(params: Sequence[torch.nn.Parameter], out: torch.Tensor | None = None) -> torch.Tensor:
+    """The gradients as one flat tensor (zeros where a parameter got none), written to ``out`` if given."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params], out=out)
+
+
+def set_grads(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    for p, grad in zip(params, flat.split([p.numel() for p in params])):
+        p.grad = grad.view_as(p).clone()
+
+
+def flat_values(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def set_values(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(flat, list(params))
 
 
 class DdpBackend:
@@ -130,13 +166,8 @@ class DdpBackend:
 
         self._dist = dist
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(
-            backend,
-            init_method="env://",
-            rank=rank,
-            world_size=size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
         self.rank, self.size, self.device = rank, size, device
         self.counter = ByteCounter()
 
@@ -181,13 +212,10 @@ class DdpBackend:
             return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
         # DDP inspects the hook's annotations as objects; this module's are strings (PEP 563)
-        counting_hook.__annotations__ = {
-            "state": object,
-            "bucket": self._dist.GradBucket,
-            "return": torch.futures.Future[torch.Tensor],
-        }
+        counting_hook.__annotations__ = {"state": object, "bucket": self._dist.GradBucket,
+                                         "return": torch.futures.Future[torch.Tensor]}
         ddp.register_comm_hook(None, counting_hook)
-        return _plain_step(ddp, optimizer, loss_fn)
+        return plain_step(ddp, optimizer, loss_fn)
 
     def finalize(self) -> None:
         self._dist.destroy_process_group()
@@ -223,11 +251,10 @@ class HorovodBackend:
         """Horovod has no send/recv: one ``alltoall`` whose splits reach exactly ``peers``."""
         flat = t.reshape(-1)
         wanted = set(peers)
-        order = [r for r in range(self.size) if r in wanted]
         splits = torch.tensor([flat.numel() if r in wanted else 0 for r in range(self.size)], dtype=torch.int32)
-        send = torch.cat([flat] * len(order)) if order else flat[:0]
+        send = torch.cat([flat] * len(wanted)) if wanted else flat[:0]
         out, received = self._hvd.alltoall(send, splits=splits)
-        chunks = dict(zip(range(self.size), out.split([int(n) for n in received.tolist()])))
+        chunks = out.split([int(n) for n in received.tolist()])  # one per rank, in rank order
         return [chunks[p].view_as(t) for p in peers]
 
     def make_train_step(
@@ -255,7 +282,7 @@ class HorovodBackend:
 
         # the backward hooks look the method up on the instance at call time
         dist_opt._allreduce_grad_async = counting_allreduce
-        return _plain_step(model, dist_opt, loss_fn)
+        return plain_step(model, dist_opt, loss_fn)
 
     def finalize(self) -> None:
         self._hvd.shutdown()
@@ -316,40 +343,21 @@ class MpiBackend:
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
     ) -> StepFn:
-        params = [p for p in model.parameters() if p.requires_grad]
-        with torch.no_grad():
-            flat = torch.cat([p.detach().reshape(-1) for p in params])
-            self.broadcast(flat)
-            torch.nn.utils.vector_to_parameters(flat, params)
+        params = trainable(model)
+        flat = self.broadcast(flat_values(params))
+        set_values(params, flat)
         grad_buf = torch.zeros_like(flat)
-        counter, size = self.counter, self.size
+        counter, size, sizes = self.counter, self.size, [p.numel() for p in params]
 
-        def step(x: torch.Tensor, y: torch.Tensor) -> float:
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            with torch.no_grad():
-                offset = 0
-                for p in params:
-                    n = p.numel()
-                    if p.grad is None:
-                        grad_buf[offset : offset + n].zero_()
-                    else:
-                        grad_buf[offset : offset + n].copy_(p.grad.reshape(-1))
-                    offset += n
-                counter.add(grad_buf)
-                self.allreduce(grad_buf)
-                grad_buf.div_(size)
-                offset = 0
-                for p in params:
-                    n = p.numel()
-                    if p.grad is not None:
-                        p.grad.copy_(grad_buf[offset : offset + n].view_as(p.grad))
-                    offset += n
-            optimizer.step()
-            return float(loss.detach())
+        def average_grads(step: int) -> None:
+            counter.add(flat_grads(params, out=grad_buf))
+            self.allreduce(grad_buf)
+            grad_buf.div_(size)
+            for p, grad in zip(params, grad_buf.split(sizes)):
+                if p.grad is not None:
+                    p.grad.copy_(grad.view_as(p.grad))
 
-        return step
+        return plain_step(model, optimizer, loss_fn, after_backward=average_grads)
 
     def finalize(self) -> None:
         self.comm.Barrier()

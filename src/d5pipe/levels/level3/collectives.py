@@ -39,16 +39,6 @@ def busbw_factor(collective: str, ranks: int) -> float:
     raise D5PipeError(f"distributed.collective: unknown value {collective!r}; known: {list(COLLECTIVES)}")
 
 
-def algbw(message_bytes: float, seconds: float) -> float:
-    """Algorithm bandwidth in bytes/s."""
-    return message_bytes / seconds
-
-
-def busbw(collective: str, ranks: int, message_bytes: float, seconds: float) -> float:
-    """Bus bandwidth in bytes/s (nccl-tests definition)."""
-    return algbw(message_bytes, seconds) * busbw_factor(collective, ranks)
-
-
 def elements_per_rank(collective: str, message_bytes: int, ranks: int) -> int:
     """float32 elements each rank contributes for a requested message size (at least 1)."""
     if message_bytes < FLOAT_BYTES:
@@ -65,19 +55,11 @@ def actual_message_bytes(collective: str, message_bytes: int, ranks: int) -> int
     return n * ranks if collective == "allgather" else n
 
 
-def _run_once(backend: Backend, collective: str, buf: torch.Tensor) -> torch.Tensor:
-    if collective == "allreduce":
-        return backend.allreduce(buf)
-    if collective == "broadcast":
-        return backend.broadcast(buf)
-    return backend.allgather(buf)
-
-
 def check_result(backend: Backend, collective: str, n_elems: int) -> bool:
     """Run the collective once on rank-dependent values and check the result exactly."""
     r, n = backend.rank, backend.size
     buf = torch.full((n_elems,), float(r + 1), dtype=torch.float32)
-    out = _run_once(backend, collective, buf)
+    out = getattr(backend, collective)(buf)  # the Backend method of that name
     if collective == "allreduce":
         expected = torch.full((n_elems,), float(n * (n + 1) // 2), dtype=torch.float32)
     elif collective == "broadcast":
@@ -91,6 +73,7 @@ def run_collective(backend: Backend, spec: dict[str, Any]) -> dict[str, Any]:
     """This rank's part of a collective benchmark: per-iteration times (s) after a barrier."""
     collective = str(spec["collective"])
     busbw_factor(collective, backend.size)  # validates the name
+    run = getattr(backend, collective)  # the Backend method of that name
     n_elems = elements_per_rank(collective, int(spec["message_bytes"]), backend.size)
     correct = check_result(backend, collective, n_elems)
     buf = torch.ones(n_elems, dtype=torch.float32)
@@ -99,7 +82,7 @@ def run_collective(backend: Backend, spec: dict[str, Any]) -> dict[str, Any]:
     for i in range(warmup + iters):
         backend.barrier()
         t0 = time.perf_counter()
-        _run_once(backend, collective, buf)
+        run(buf)
         t1 = time.perf_counter()
         if i >= warmup:
             times.append(t1 - t0)

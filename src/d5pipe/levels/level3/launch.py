@@ -89,10 +89,6 @@ def find_program(name: str) -> str:
     return found
 
 
-def _is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
-
-
 def base_env(ranks: int, threads_per_rank: int, port: int, master_addr: str) -> dict[str, str]:
     """Environment added for every launcher (rendezvous address, thread counts, loopback NICs)."""
     env = {
@@ -108,7 +104,7 @@ def base_env(ranks: int, threads_per_rank: int, port: int, master_addr: str) -> 
     if master_addr == LOOPBACK:
         env["GLOO_SOCKET_IFNAME"] = "lo"
         env["OMPI_MCA_btl_tcp_if_include"] = "lo"
-    if _is_root():
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # Open MPI refuses root unless told
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     # ranks must import the same d5pipe and MPI as this process
@@ -184,14 +180,10 @@ def build_launch(
     if chosen == "srun" and slurm_nodes > 1 and master_addr == LOOPBACK:
         master_addr = slurm_master_addr(job_nodelist())
     n_cores = usable_cores() if cores is None else cores
-    if threads_per_rank > 0:
-        threads = threads_per_rank
-    elif chosen == "srun":
-        # one rank per task, each with the job's CPUs per task: srun (>= 22.05) does not inherit
-        # the allocation's --cpus-per-task, so it is passed on explicitly
-        threads = slurm_cpus_per_task() or max(1, n_cores // ranks)
-    else:
-        threads = max(1, n_cores // ranks)
+    # under srun one rank per task, each with the job's CPUs per task: srun (>= 22.05) does not inherit
+    # the allocation's --cpus-per-task, so it is passed on explicitly
+    job_cpus = slurm_cpus_per_task() if chosen == "srun" else None
+    threads = threads_per_rank if threads_per_rank > 0 else job_cpus or max(1, n_cores // ranks)
     oversubscribed = ranks * threads > n_cores and chosen != "srun"
     if oversubscribed and not oversubscribe:
         raise D5PipeError(
@@ -216,10 +208,8 @@ def build_launch(
         argv = [find_program("mpirun"), "-n", str(ranks), "--bind-to", "none"]
         if oversubscribed:
             argv.append("--oversubscribe")
-        for name in sorted(env):
-            if name != "PATH":
-                argv += ["-x", name]
-        argv += ["-x", "PATH", *extras, *worker]
+        exported = [*(name for name in sorted(env) if name != "PATH"), "PATH"]  # every variable, PATH last
+        argv += [*(arg for name in exported for arg in ("-x", name)), *extras, *worker]
     else:  # srun
         argv = [
             "srun", f"--ntasks={ranks}", f"--nodes={slurm_nodes}", f"--cpus-per-task={threads}",

@@ -103,15 +103,14 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
 
 
 def _common(outcome: PointOutcome, launch: dict[str, Any]) -> None:
-    outcome.metrics.append(Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"))
-    outcome.metrics.append(Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"))
     hosts = list(launch.get("hosts") or [])
     per_host = launch.get("ranks_per_host") or {}
-    outcome.metrics.append(Metric("nodes", len(hosts), "", "info"))
+    outcome.metrics += [Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"),
+                        Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"),
+                        Metric("nodes", len(hosts), "", "info")]
     if per_host:
         outcome.metrics.append(Metric("ranks_per_node", max(per_host.values()), "", "info"))
-    outcome.extra["nodelist"] = hosts
-    outcome.extra["launch"] = launch
+    outcome.extra.update(nodelist=hosts, launch=launch)
 
 
 def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch: dict[str, Any]) -> PointOutcome:
@@ -123,21 +122,18 @@ def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch
     size = actual_message_bytes(collective, int(spec["message_bytes"]), n)
     key = "iter_time_max_s"
     out = PointOutcome(samples={key: times})
-    out.metrics += summary.to_metrics("collective_time_s", "s", key, prefix="coll_")
-    out.metrics.append(rate_metric("algbw_GBps", size / 1e9, summary, "GB/s", key))
-    out.metrics.append(rate_metric("busbw_GBps", size * busbw_factor(collective, n) / 1e9, summary, "GB/s", key))
-    out.metrics.append(Metric("message_bytes", size, "B", "deterministic"))
-    out.metrics.append(Metric("busbw_factor", busbw_factor(collective, n), "", "deterministic"))
+    factor = busbw_factor(collective, n)
     correct = all(bool(r["correct"]) for r in ranks)
-    out.metrics.append(Metric("collective_correct", "pass" if correct else "fail", "", "verdict"))
+    out.metrics += [*summary.to_metrics("collective_time_s", "s", key, prefix="coll_"),
+                    rate_metric("algbw_GBps", size / 1e9, summary, "GB/s", key),
+                    rate_metric("busbw_GBps", size * factor / 1e9, summary, "GB/s", key),
+                    Metric("message_bytes", size, "B", "deterministic"),
+                    Metric("busbw_factor", factor, "", "deterministic"),
+                    Metric("collective_correct", "pass" if correct else "fail", "", "verdict")]
     _common(out, launch)
-    out.extra["notes"] = [
-        TIMING_NOTE,
-        "algbw = message bytes / time; busbw = algbw x nccl-tests factor "
-        "(allreduce 2(n-1)/n, allgather (n-1)/n, broadcast 1); allgather size = gathered bytes",
-    ]
-    out.extra["warnings"] = list(summary.warnings)
-    out.extra["per_rank_median_s"] = [float(np.median(r["times_s"])) for r in ranks]
+    out.extra.update(notes=[TIMING_NOTE, "algbw = message bytes / time; busbw = algbw x nccl-tests factor "
+                            "(allreduce 2(n-1)/n, allgather (n-1)/n, broadcast 1); allgather size = gathered bytes"],
+                     warnings=list(summary.warnings), per_rank_median_s=[float(np.median(r["times_s"])) for r in ranks])
     return out
 
 
@@ -161,11 +157,12 @@ def train_outcome(
     summary = summarize(times)
     key = "step_time_max_s"
     out = PointOutcome(samples={key: times})
-    out.metrics += summary.to_metrics("time_per_step_s", "s", key, prefix="step_")
-    out.metrics.append(rate_metric("samples_per_s", float(spec["global_batch"]), summary, "samples/s", key))
-    out.metrics.append(Metric("global_batch", int(spec["global_batch"]), "", "deterministic"))
-    out.metrics.append(Metric("per_rank_batch", int(ranks[0].get("per_rank_batch", spec["per_rank_batch"])), "",
-                              "deterministic"))  # rank 0 is a worker: its share
+    out.metrics += [*summary.to_metrics("time_per_step_s", "s", key, prefix="step_"),
+                    rate_metric("samples_per_s", float(spec["global_batch"]), summary, "samples/s", key),
+                    Metric("global_batch", int(spec["global_batch"]), "", "deterministic"),
+                    # rank 0 is a worker: its share
+                    Metric("per_rank_batch", int(ranks[0].get("per_rank_batch", spec["per_rank_batch"])), "",
+                           "deterministic")]
 
     grad_bytes = int(ranks[0]["gradient_bytes"])
     payload, constant = _payload_per_step(ranks)
@@ -209,9 +206,6 @@ def train_outcome(
             notes.append(f"strategy {strategy['name']!r} is lossy: serial_max_abs_diff is its divergence from the "
                          "1-process model on the same global batches (reported, not a check)")
     _common(out, launch)
-    out.extra["notes"] = notes
-    out.extra["warnings"] = list(summary.warnings)
-    out.extra["params_sha256"] = sorted(hashes)
-    out.extra["losses_rank0"] = ranks[0]["losses"]
-    out.extra["n_params"] = int(ranks[0]["n_params"])
+    out.extra.update(notes=notes, warnings=list(summary.warnings), params_sha256=sorted(hashes),
+                     losses_rank0=ranks[0]["losses"], n_params=int(ranks[0]["n_params"]))
     return out

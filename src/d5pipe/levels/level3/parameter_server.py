@@ -59,7 +59,6 @@ class ParameterServer(Strategy):
         self.servers = int(servers)
         self.bounds: list[tuple[int, int]] = []
         self.shard: torch.nn.Parameter | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
 
     def role(self, rank: int, size: int) -> str:
         return "server" if rank >= size - self.servers else "worker"
@@ -84,11 +83,11 @@ class ParameterServer(Strategy):
         lo, hi = self.bounds[comm.rank - (comm.size - self.servers)]
         self.shard = torch.nn.Parameter(flat[lo:hi].clone())
         try:  # the point's optimizer, over this server's shard
-            self.optimizer = type(optimizer)([self.shard], **optimizer.defaults)
+            own = type(optimizer)([self.shard], **optimizer.defaults)
         except TypeError as exc:
             raise RuntimeError(f"cannot rebuild the optimizer {type(optimizer).__name__} over a server's shard "
                                f"from its defaults: {exc}") from exc
-        return self._server_step(comm)
+        return self._server_step(comm, self.shard, own, self.workers(comm.size))
 
     def _worker_step(self, model: torch.nn.Module, params: list[torch.nn.Parameter],
                      loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
@@ -111,7 +110,9 @@ class ParameterServer(Strategy):
 
         return step
 
-    def _server_step(self, comm: Communicator) -> StepFn:
+    def _server_step(self, comm: Communicator, shard: torch.nn.Parameter, optimizer: torch.optim.Optimizer,
+                     workers: list[int]) -> StepFn:
+        """A server's step: ``optimizer`` over its ``shard``, with the gradients of ``workers``."""
         raise NotImplementedError
 
     def _reply(self, comm: Communicator, worker: int, tag: int) -> tuple[Any, torch.Tensor]:
@@ -154,10 +155,8 @@ class SyncParameterServer(ParameterServer):
     exact = True
     consistent = True
 
-    def _server_step(self, comm: Communicator) -> StepFn:
-        assert self.shard is not None and self.optimizer is not None
-        shard, optimizer = self.shard, self.optimizer
-        workers = self.workers(comm.size)
+    def _server_step(self, comm: Communicator, shard: torch.nn.Parameter, optimizer: torch.optim.Optimizer,
+                     workers: list[int]) -> StepFn:
         incoming = torch.empty_like(shard.detach())
 
         def step(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -188,10 +187,8 @@ class AsyncParameterServer(ParameterServer):
         self.bound = int(staleness)
         self.staleness: list[int] = []
 
-    def _server_step(self, comm: Communicator) -> StepFn:
-        assert self.shard is not None and self.optimizer is not None
-        shard, optimizer = self.shard, self.optimizer
-        workers = self.workers(comm.size)
+    def _server_step(self, comm: Communicator, shard: torch.nn.Parameter, optimizer: torch.optim.Optimizer,
+                     workers: list[int]) -> StepFn:
         slot = {rank: i for i, rank in enumerate(workers)}
         applied = [0] * len(workers)  # pushes applied, per worker
         sent_rounds = [0] * len(workers)  # complete rounds in the parameters each worker holds

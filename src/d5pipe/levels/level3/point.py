@@ -20,9 +20,8 @@ starts: each rank moves its whole training split to its device.
 from __future__ import annotations
 
 import dataclasses
-import os
-import signal
-import subprocess
+import importlib.util
+import json
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,32 +35,23 @@ from d5pipe.core.outcome import PointOutcome
 from d5pipe.core.seeds import derive_seed
 from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
+from d5pipe.levels.dataset_key import is_lazy
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import outcome, quality, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
-from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, session_for
+from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, run_once, session_for
 from d5pipe.levels.level3.shard_check import shard_metric
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.targets import target_of
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
-from d5pipe.measure.process import die_with_parent
 
 if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
 
-LOG_TAIL_CHARS = 3000
-INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
-
-
-def rank_seeds(point_seed: int, ranks: int) -> list[int]:
-    """One seed per rank, derived from the point seed (d5pipe.core.seeds policy)."""
-    return [derive_seed(point_seed, f"rank{r}") for r in range(ranks)]
-
 
 def _skip_if_unavailable(backend: str, device: str) -> None:
-    import importlib.util
-
     if backend == "horovod" and importlib.util.find_spec("horovod") is None:
         raise PointSkipped("horovod is not installed (scripts/install_horovod.sh VENV builds it)")
     if backend == "mpi" and importlib.util.find_spec("mpi4py") is None:
@@ -91,14 +81,14 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
         "warmup_steps": int(dist_cfg["warmup_steps"]),
         "timeout_s": float(dist_cfg["timeout_s"]),
         "out_dir": str(out_dir),
-        "rank_seeds": rank_seeds(seed, ranks),
+        "rank_seeds": [derive_seed(seed, f"rank{r}") for r in range(ranks)],  # one seed per rank
         "device": str(setting(cfg.get("train"), TrainConf, "device")),
         "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": how},
     }
     if spec["benchmark"] == "collective":
         spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
     else:
-        key, target = training.strategy_target(dist_cfg)
+        key, target = target_of(dist_cfg, "strategy")
         spec["strategy"] = {"key": key, "target": target, "name": str(dist_cfg["strategy"])}
         global_batch, per_rank = training.batch_sizes(dist_cfg, ranks)
         spec.update(
@@ -112,34 +102,7 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
     return spec
 
 
-def _launch(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> None:
-    """Run the launcher; on timeout kill its whole process group (it was started in a new session)."""
-    # rank variables of an enclosing launch must not leak into the workers' rank detection
-    inherited = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
-    env = {**inherited, **plan.env}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(  # its own session (killed as a group on timeout), dies with us
-            plan.argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: {_tail(log_path)}") from None
-    if rc != 0:
-        raise RuntimeError(f"{plan.launcher} exited with {rc}: {_tail(log_path)}")
-
-
-def _tail(path: Path) -> str:
-    text = path.read_text(encoding="utf-8", errors="replace")
-    return text[-LOG_TAIL_CHARS:]
-
-
 def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
-    import json
-
     missing = [r for r in range(ranks) if not (out_dir / f"rank{r}.json").exists()]
     if missing:
         raise RuntimeError(f"ranks {missing} wrote no result in {out_dir}")
@@ -151,7 +114,7 @@ def serial_comparison(spec: dict[str, Any], data: Dataset, out_dir: Path, tolera
     from d5pipe.levels.datasets import require_materialised
 
     x_train, y_train, _, _ = require_materialised(data, "level 3's serial reference")
-    reference, _ = training.train_serial(spec, x_train, y_train, data.input_shape, data.n_classes)
+    reference = training.train_serial(spec, x_train, y_train, data.input_shape, data.n_classes)
     rank0 = torch.load(out_dir / "params_rank0.pt")
     diff = float((rank0 - reference).abs().max()) if rank0.numel() else 0.0
     return {
@@ -187,7 +150,7 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
 
 def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
     """A strategy that cannot run the point (its engine, its roles on this many ranks) skips it, saying so."""
-    key, target = training.strategy_target(dist_cfg)
+    key, target = target_of(dist_cfg, "strategy")
     strategy = training.build_strategy({"strategy": {"key": key, "target": target}})
     ranks = int(dist_cfg["ranks"])
     why = strategy.unsupported(str(dist_cfg["backend"]), ranks, training.batch_sizes(dist_cfg, ranks)[0])
@@ -196,8 +159,6 @@ def _skip_unsupported_strategy(dist_cfg: dict[str, Any]) -> None:
 
 
 def _skip_generated_dataset(dataset_cfg: dict[str, Any]) -> None:
-    from d5pipe.levels.dataset_key import is_lazy
-
     if is_lazy(dataset_cfg):
         raise PointSkipped(f"level 3 training needs a materialised dataset; dataset.name="
                            f"{dataset_cfg.get('name')} is generated on demand (every rank loads its whole "
@@ -293,7 +254,7 @@ def _run_ranks(ctx: PointContext, spec: dict[str, Any], options: dict[str, Any],
         plan = build_launch(spec_path=work / "spec.json", **options)
         spec["threads_per_rank"] = plan.threads_per_rank
         write_json(work / "spec.json", spec)
-        _launch(plan, work, work / "launch.log", timeout_s)
+        run_once(plan, work, work / "launch.log", timeout_s)
         # one launch per point: its launch is not told apart from the point's own time
         return plan, _read_ranks(out_dir, int(spec["ranks"])), 0.0, retries
     key = digest({**options, "device": spec["device"], "timeout_s": timeout_s}, 12)

@@ -45,9 +45,8 @@ def target_metrics(spec: dict[str, Any], ranks: list[dict[str, Any]], target: fl
     hit = next((j for j, loss in enumerate(losses) if loss <= target), None)
     steps = math.nan if hit is None else float(hit + 1)
     seconds = math.nan if hit is None else float(sum(times[: hit + 1]))
-    note = None
-    if hit is None:
-        note = (f"target loss {target:g} never reached in {len(losses)} timed steps (lowest mean loss "
-                f"{float(losses.min()) if len(losses) else math.nan:.4g}); time_to_target_loss_s is NaN")
+    note = None if hit is not None else (
+        f"target loss {target:g} never reached in {len(losses)} timed steps (lowest mean loss "
+        f"{float(losses.min()) if len(losses) else math.nan:.4g}); time_to_target_loss_s is NaN")
     return [Metric("steps_to_target_loss", steps, "steps", "numerical"),
             Metric("time_to_target_loss_s", seconds, "s", "timing", samples="step_time_max_s")], note

@@ -39,17 +39,9 @@ def speedup(base_s: float, time_s: float, ranks: int, scaling: str) -> float:
     return (ranks * base_s / time_s) if scaling == "weak" else base_s / time_s
 
 
-def efficiency(speedup_value: float, ranks: int, scaling: str) -> float:
-    """Parallel efficiency from a speedup."""
-    return speedup_value / ranks
-
-
 def _bounds(row: pd.Series) -> tuple[float, float, float]:
     value = float(row["value"])
-    low = row.get("ci_low")
-    high = row.get("ci_high")
-    lo = float(low) if low is not None and not pd.isna(low) else value
-    hi = float(high) if high is not None and not pd.isna(high) else value
+    lo, hi = (float(b) if b is not None and not pd.isna(b) else value for b in (row.get("ci_low"), row.get("ci_high")))
     return value, lo, hi
 
 
@@ -88,7 +80,8 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
     for key, group in rows.groupby(keys, dropna=False, sort=True):
         key_t = key if isinstance(key, tuple) else (key,)
         base_rows = group[group[RANKS_COLUMN].astype(int) == 1]
-        base = _bounds(base_rows.iloc[0]) if len(base_rows) else None
+        # no 1-rank point: NaN base, so NaN speedups and efficiencies
+        b, b_lo, b_hi = _bounds(base_rows.iloc[0]) if len(base_rows) else (math.nan, math.nan, math.nan)
         scaling = str(key_t[1])
         for _, row in group.sort_values(RANKS_COLUMN).iterrows():
             n = int(row[RANKS_COLUMN])
@@ -97,23 +90,15 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
             rec.update(ranks=n, time_s=t, time_ci_low=t_lo, time_ci_high=t_hi)
             if "point_id" in row.index:
                 rec["point_id"] = row["point_id"]
-            if base is None:
-                rec.update(base_time_s=math.nan, base_ci_low=math.nan, base_ci_high=math.nan,
-                           speedup=math.nan, speedup_ci_low=math.nan, speedup_ci_high=math.nan,
-                           efficiency=math.nan, efficiency_ci_low=math.nan, efficiency_ci_high=math.nan)
+            s = speedup(b, t, n, scaling)
+            if n == 1:  # the base against itself: exactly 1, no uncertainty
+                s_lo = s_hi = s
             else:
-                b, b_lo, b_hi = base
-                s = speedup(b, t, n, scaling)
-                if n == 1:  # the base against itself: exactly 1, no uncertainty
-                    s_lo = s_hi = s
-                else:
-                    s_lo = speedup(b_lo, t_hi, n, scaling)
-                    s_hi = speedup(b_hi, t_lo, n, scaling)
-                rec.update(base_time_s=b, base_ci_low=b_lo, base_ci_high=b_hi,
-                           speedup=s, speedup_ci_low=s_lo, speedup_ci_high=s_hi,
-                           efficiency=efficiency(s, n, scaling),
-                           efficiency_ci_low=efficiency(s_lo, n, scaling),
-                           efficiency_ci_high=efficiency(s_hi, n, scaling))
+                s_lo = speedup(b_lo, t_hi, n, scaling)
+                s_hi = speedup(b_hi, t_lo, n, scaling)
+            rec.update(base_time_s=b, base_ci_low=b_lo, base_ci_high=b_hi,
+                       speedup=s, speedup_ci_low=s_lo, speedup_ci_high=s_hi,
+                       efficiency=s / n, efficiency_ci_low=s_lo / n, efficiency_ci_high=s_hi / n)
             out.append(rec)
     return pd.DataFrame(out)
 
@@ -124,14 +109,13 @@ def derive_scaling(df: pd.DataFrame) -> pd.DataFrame:
     configuration (CI from both times' CIs), as metrics of the point -- timings (ratios of
     timings), so the report's scaling figures are data in results.parquet too. Nothing when the
     records carry them already or the run does not sweep ranks."""
-    l3 = df
     empty = df.iloc[:0]
-    if l3.empty or RANKS_COLUMN not in df.columns or {"speedup", "efficiency"} & set(l3["metric"]):
+    if df.empty or RANKS_COLUMN not in df.columns or {"speedup", "efficiency"} & set(df["metric"]):
         return empty
-    table = scaling_table(l3, TIME_METRIC)
+    table = scaling_table(df, TIME_METRIC)
     if table.empty or "point_id" not in table.columns:
         return empty
-    timed = l3[l3["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
+    timed = df[df["metric"] == TIME_METRIC].drop_duplicates("point_id").set_index("point_id")
     new = []
     for metric in ("speedup", "efficiency"):
         t = table.dropna(subset=[metric]).drop_duplicates("point_id").set_index("point_id")

@@ -21,13 +21,14 @@ shard ends.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from d5pipe.core.atomic import write_json
 from d5pipe.levels.level3.launch import LaunchPlan
@@ -47,6 +48,36 @@ def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
         return path.read_text(encoding="utf-8", errors="replace")[-chars:]
     except FileNotFoundError:
         return ""
+
+
+def start_ranks(plan: LaunchPlan, cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start ``plan``'s launcher in its own session (killed as a group) that dies with this process."""
+    # rank variables of an enclosing launch must not leak into the workers' rank detection
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
+    return subprocess.Popen(plan.argv, cwd=cwd, env={**env, **plan.env}, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, preexec_fn=die_with_parent)
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the launcher's process group (every rank) and reap the launcher."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_once(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> None:
+    """One launch for one point (``distributed.reuse_ranks: false``): run the launcher to its end;
+    on timeout kill its whole process group."""
+    with open(log_path, "wb") as log:
+        proc = start_ranks(plan, cwd, log)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: "
+                               f"{tail(log_path)}") from None
+    if rc != 0:
+        raise RuntimeError(f"{plan.launcher} exited with {rc}: {tail(log_path)}")
 
 
 class LaunchDied(RuntimeError):
@@ -74,26 +105,16 @@ class RankSession:
         (self.root / "stop").unlink(missing_ok=True)
         (self.root / "ready.json").unlink(missing_ok=True)
         self.started, self.launch_s = time.monotonic(), None
-        # rank variables of an enclosing launch must not leak into the workers' rank detection
-        env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
-        env.update(self.plan.env)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(  # its own session: killed as a group; dies with us
-                self.plan.argv, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=die_with_parent)
+            self.proc = start_ranks(self.plan, self.root, log)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.proc = None
+        if self.proc is not None:
+            kill_group(self.proc)
+            self.proc = None
 
     def close(self) -> None:
         """Ask the ranks to stop; kill them if they do not within :data:`CLOSE_WAIT_S`."""
@@ -135,9 +156,8 @@ class RankSession:
             time.sleep(POLL_S)
         failed = [json.loads(e.read_text(encoding="utf-8")) for e in errors if e.exists()]
         if failed:
-            first = failed[0]
-            raise RuntimeError(f"rank {first.get('rank')} of {self.ranks} raised "
-                               f"{first.get('error', '?')} ({len(failed)} rank(s) failed)")
+            raise RuntimeError(f"rank {failed[0].get('rank')} of {self.ranks} raised "
+                               f"{failed[0].get('error', '?')} ({len(failed)} rank(s) failed)")
         return [json.loads(p.read_text(encoding="utf-8")) for p in results]
 
 

@@ -35,7 +35,6 @@ play two roles, are in d5pipe.levels.level3.parameter_server.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,9 +42,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5pipe.levels.level3.backends import Backend, PointToPoint, StepFn
-
-ALL_ENGINES: tuple[str, ...] = ("ddp", "horovod", "mpi")
+from d5pipe.levels.level3.backends import (
+    Backend,
+    PointToPoint,
+    StepFn,
+    flat_grads,
+    flat_values,
+    plain_step,
+    set_grads,
+    set_values,
+    trainable,
+)
+from d5pipe.levels.level3.schema import BACKENDS
 
 
 class Communicator:
@@ -103,39 +111,13 @@ class Communicator:
         self._p2p().waitall(requests)
 
 
-def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    return [p for p in model.parameters() if p.requires_grad]
-
-
-def flat_grads(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
-    """The gradients as one flat tensor (zeros where a parameter got none)."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-
-
-def set_grads(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[offset: offset + n].view_as(p).clone()
-        offset += n
-
-
-def flat_values(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in params])
-
-
-def set_values(params: Sequence[torch.nn.Parameter], flat: torch.Tensor) -> None:
-    with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(flat, list(params))
-
-
 class Strategy:
     """Base class of distributed strategies (see the module docstring for the contract)."""
 
     name = "custom"
     exact = False
     consistent = True
-    engines: tuple[str, ...] = ALL_ENGINES
+    engines: tuple[str, ...] = BACKENDS
     lockstep = True
     """Every step starts after a barrier of all ranks (an asynchronous strategy says False)."""
 
@@ -197,21 +179,8 @@ class Strategy:
         """``step(x, y) -> loss`` (module docstring); global step indices count from 0."""
         self.setup(model, comm)
         params = trainable(model)
-        counter = itertools.count()
-
-        def step(x: torch.Tensor, y: torch.Tensor) -> float:
-            i = next(counter)
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            with torch.no_grad():
-                self.after_backward(params, comm, i)
-            optimizer.step()
-            with torch.no_grad():
-                self.after_step(params, comm, i)
-            return float(loss.detach())
-
-        return step
+        return plain_step(model, optimizer, loss_fn, lambda i: self.after_backward(params, comm, i),
+                          lambda i: self.after_step(params, comm, i))
 
     def expected_bytes(self, grad_bytes: int, n_elements: int, ranks: int, steps: Sequence[int],
                        engine: str) -> float:

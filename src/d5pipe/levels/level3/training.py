@@ -23,7 +23,9 @@ import torch
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
+from d5pipe.levels.level3.backends import plain_step
 from d5pipe.levels.level3.schema import DistributedConf
+from d5pipe.levels.optim import make_optimizer
 
 
 def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
@@ -32,9 +34,8 @@ def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
     if scaling == "strong":
         global_batch = int(dist_cfg["global_batch"])
         if global_batch % ranks != 0:
-            raise D5PipeError(
-                f"distributed.global_batch: {global_batch} is not divisible by distributed.ranks={ranks}"
-            )
+            raise D5PipeError(f"distributed.global_batch: {global_batch} is not divisible by "
+                              f"distributed.ranks={ranks}")
         return global_batch, global_batch // ranks
     if scaling == "weak":
         per_rank = int(dist_cfg["per_rank_batch"])
@@ -45,9 +46,7 @@ def batch_sizes(dist_cfg: dict[str, Any], ranks: int) -> tuple[int, int]:
 def global_batches(n_train: int, global_batch: int, steps: int, data_seed: int) -> Iterator[np.ndarray]:
     """Index arrays of ``steps`` global batches: epochs of seeded permutations, last partial dropped."""
     if global_batch > n_train:
-        raise D5PipeError(
-            f"distributed.global_batch: {global_batch} exceeds the {n_train} training samples"
-        )
+        raise D5PipeError(f"distributed.global_batch: {global_batch} exceeds the {n_train} training samples")
     rng = np.random.default_rng(data_seed % (1 << 32))
     per_epoch = n_train // global_batch
     perm = rng.permutation(n_train)
@@ -64,22 +63,7 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
     from d5pipe.levels.models import build_model as shared_build_model
 
     torch.manual_seed(seed)
-    model: torch.nn.Module = shared_build_model(model_cfg, input_shape, n_classes)
-    return model
-
-
-def make_optimizer(train_cfg: dict[str, Any], params: Any) -> torch.optim.Optimizer:
-    """The optimizer ``train.optimizer`` selects (built-in or user; d5pipe.levels.optim)."""
-    from d5pipe.levels.optim import make_optimizer as build_optimizer
-
-    return build_optimizer(train_cfg, params)
-
-
-def strategy_target(dist_cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(key, target)`` of the strategy ``distributed.strategy`` selects (torch-free lookup)."""
-    from d5pipe.levels.targets import target_of
-
-    return target_of(dist_cfg, "strategy")
+    return shared_build_model(model_cfg, input_shape, n_classes)
 
 
 def build_strategy(spec: dict[str, Any]) -> Any:
@@ -130,21 +114,12 @@ def gradient_bytes(model: torch.nn.Module) -> int:
 
 def train_serial(
     spec: dict[str, Any], x: torch.Tensor, y: torch.Tensor, input_shape: tuple[int, ...], n_classes: int
-) -> tuple[torch.Tensor, list[float]]:
-    """One process, whole global batches, rank 0's initial model: the reference run.
-
-    Returns the final flat parameters and the per-step losses.
-    """
+) -> torch.Tensor:
+    """One process, whole global batches, rank 0's initial model: the reference run's final flat parameters."""
     model = build_model(spec["model"], input_shape, n_classes, int(spec["rank_seeds"][0]))
-    opt = make_optimizer(spec["train"], model.parameters())
-    criterion = loss_fn()
-    losses: list[float] = []
+    step = plain_step(model, make_optimizer(spec["train"], model.parameters()), loss_fn())
     total = int(spec["warmup_steps"]) + int(spec["steps"])
-    for idx in global_batches(len(y), int(spec["global_batch"]), total, int(spec["data_seed"])):
-        t = torch.from_numpy(idx)
-        opt.zero_grad()
-        loss = criterion(model(x[t]), y[t])
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return flat_params(model), losses
+    batches = global_batches(len(y), int(spec["global_batch"]), total, int(spec["data_seed"]))
+    for t in map(torch.from_numpy, batches):
+        step(x[t], y[t])
+    return flat_params(model)

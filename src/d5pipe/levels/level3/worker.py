@@ -27,24 +27,23 @@ import numpy as np
 import torch
 
 from d5pipe.core.atomic import write_json
+from d5pipe.levels.device import synchronize
 from d5pipe.levels.level3 import training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
 from d5pipe.levels.level3.shard_check import save_samples
 from d5pipe.levels.level3.strategies import Communicator
+from d5pipe.levels.optim import make_optimizer
 from d5pipe.measure.process import die_with_parent
 
 
-def _device(spec: dict[str, Any], local_rank: int) -> torch.device:
-    name = str(spec["device"])
-    if name.startswith("cuda"):
-        return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
-    return torch.device("cpu")
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _start(spec: dict[str, Any]) -> tuple[Backend, torch.device]:
+    """This rank's threads, device and engine, from the first spec it runs."""
+    torch.set_num_threads(int(spec["threads_per_rank"]))
+    _, _, local_rank = rank_from_env()
+    cuda = str(spec["device"]).startswith("cuda")
+    device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if cuda else torch.device("cpu")
+    return make_backend(str(spec["backend"]), device, float(spec["timeout_s"])), device
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,10 +62,9 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     x_train, y_train, _, _ = require_materialised(data, "level 3 training")  # level3.point skips earlier
     x, y = x_train.to(device), y_train.to(device)
     rank, size = backend.rank, backend.size
-    torch.manual_seed(int(spec["rank_seeds"][rank]))
     model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][rank]))
     model = model.to(device)
-    opt = training.make_optimizer(spec["train"], model.parameters())
+    opt = make_optimizer(spec["train"], model.parameters())
     strategy = training.build_strategy(spec)
     comm = Communicator(backend)
     step = strategy.make_step(model, opt, training.loss_fn(), comm)
@@ -85,10 +83,10 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         xb, yb = x[local], y[local]
         if strategy.lockstep:
             backend.barrier()
-        _sync(device)
+        synchronize(device)
         t0 = time.perf_counter()
         loss = step(xb, yb)
-        _sync(device)
+        synchronize(device)
         t1 = time.perf_counter()
         nbytes, ncalls = backend.counter.reset()
         losses.append(loss)
@@ -150,8 +148,7 @@ def _next_spec(session: Path, index: int) -> dict[str, Any] | None:
             return None
         time.sleep(delay)
         delay = min(0.02, delay * 2)
-    spec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return spec
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def run_session(session: Path) -> int:
@@ -159,10 +156,7 @@ def run_session(session: Path) -> int:
     first = _next_spec(session, 0)
     if first is None:
         return 0
-    torch.set_num_threads(int(first["threads_per_rank"]))
-    _, _, local_rank = rank_from_env()
-    device = _device(first, local_rank)
-    backend = make_backend(str(first["backend"]), device, float(first["timeout_s"]))
+    backend, device = _start(first)
     if backend.rank == 0:  # the process group is up: the launch is over (the session times it)
         write_json(session / "ready.json", {"rank": 0, "pid": os.getpid()})
     index = 0
@@ -190,10 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m d5pipe.levels.level3.worker SPEC.json | --session DIR", file=sys.stderr)
         return 2
     spec: dict[str, Any] = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    torch.set_num_threads(int(spec["threads_per_rank"]))
-    _, _, local_rank = rank_from_env()
-    device = _device(spec, local_rank)
-    backend = make_backend(str(spec["backend"]), device, float(spec["timeout_s"]))
+    backend, device = _start(spec)
     run_spec(backend, spec, device)
     backend.finalize()
     return 0
