@@ -16,6 +16,7 @@ cannot take an input shape raises :class:`UnsupportedInput` (the point is skippe
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -160,7 +161,7 @@ class TransformerClassifier(nn.Module):
             c, h, w = input_shape
             self.n_tokens, token_dim = h, c * w
         else:
-            self.n_tokens, token_dim = _numel(input_shape), 1
+            self.n_tokens, token_dim = math.prod(input_shape), 1
         self.token_dim = token_dim
         self.embed = nn.Linear(token_dim, conf.d_model)
         self.pos = nn.Parameter(torch.zeros(1, self.n_tokens, conf.d_model))
@@ -187,18 +188,11 @@ class TransformerClassifier(nn.Module):
         return out
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def mlp(input_shape: tuple[int, ...], n_classes: int, hidden: list[int], dropout: float = 0.0) -> nn.Module:
     """The built-in ``mlp``: any input shape (flattened)."""
     if any(h < 1 for h in hidden):
         raise D5PipeError(f"model.hidden: widths must be >= 1, got {list(hidden)}")
-    return MLP(_numel(tuple(input_shape)), list(hidden), n_classes, dropout)
+    return MLP(math.prod(int(d) for d in input_shape), list(hidden), n_classes, dropout)
 
 
 def cnn(input_shape: tuple[int, ...], n_classes: int, channels: int, blocks: int, dropout: float = 0.0,

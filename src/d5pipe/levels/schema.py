@@ -118,8 +118,6 @@ ZOO_PACKAGE = "transformers"
 
 def model_requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(setting, package)`` a point's model needs installed: the zoo's library for a zoo model."""
-    from d5pipe.core.fields import setting
-
     name = str(setting(cfg.get("model"), ModelConf, "name") or "")
     return [(f"model.name={name}", ZOO_PACKAGE)] if name in ZOO_NAMES else []
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, target_path
 from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.config_checks import section as _section
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
@@ -87,13 +88,6 @@ _STRATEGY_CLASSES: dict[str, str] = {
     "ring": "strategies.RingAverage", "dpsgd": "strategies.DPSGD",
     "ps_sync": "parameter_server.SyncParameterServer", "ps_async": "parameter_server.AsyncParameterServer",
 }
-
-def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = cfg.get(name) or {}
-    if not isinstance(value, Mapping):
-        raise D5PipeError(f"config error: key '{name}' must be a mapping")
-    return value
-
 
 def selected_name(section: Mapping[str, Any], slot_name: str) -> str:
     """The selector's value (the schema default when the section leaves it out)."""
