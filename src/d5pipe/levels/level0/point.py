@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,26 +17,19 @@ import torch
 from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
-from d5pipe.levels.device import require_device
+from d5pipe.levels.device import DTYPES, require_device, synchronize
 from d5pipe.levels.level0.backward import time_backward
 from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.registry import resolve_operator
-from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.measure.ceilings import NARROW, REFRESH_NEAR, machine_ceilings, roofline
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
 
-DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel")
 """Substrings of the RuntimeError torch raises when a dtype has no kernel on a device."""
-
-
-def operators_conf(section: Mapping[str, Any] | None) -> OperatorsConf:
-    """The ``operators`` section as a dataclass, every value checked against its schema."""
-    return conf_from_dict(OperatorsConf, "operators", section)
 
 
 def effective_impl_layout(spec: OperatorSpec, impl: str, layout: str) -> tuple[str, str]:
@@ -69,11 +62,6 @@ def build_inputs(
     ref_inputs = [t.to(torch.float64) for t in rounded]
     inputs = spec.layouts[layout]([t.to(conf.device) for t in rounded])
     return inputs, ref_inputs, gen
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric]:
@@ -184,7 +172,7 @@ def _skip_if_unsupported(spec: OperatorSpec, conf: OperatorsConf, inputs: list[t
     """One call: a point whose operator does not run in its dtype on its device is skipped."""
     try:
         spec.forward(*inputs)
-        _sync(conf.device)
+        synchronize(torch.device(conf.device))
     except (RuntimeError, NotImplementedError) as err:
         if _is_unsupported(err):
             raise PointSkipped(f"{spec.name} in {conf.dtype} on {conf.device}: {err}") from err
@@ -193,7 +181,7 @@ def _skip_if_unsupported(spec: OperatorSpec, conf: OperatorsConf, inputs: list[t
 
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.levels.level0)."""
-    conf = operators_conf(ctx.config.get("operators"))
+    conf = conf_from_dict(OperatorsConf, "operators", ctx.config.get("operators"))
     require_device(conf.device, "operators.device")
     dtype = DTYPES[conf.dtype]
     spec = complete(resolve_operator(dataclasses.asdict(conf)))
@@ -223,7 +211,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         fn = torch.compile(spec.forward, dynamic=False, fullgraph=True)
         t0 = time.perf_counter()
         fn(*inputs)  # compiles; kept out of the timing below
-        _sync(conf.device)
+        synchronize(torch.device(conf.device))
         metrics.append(Metric("compile_s", time.perf_counter() - t0, "s", "info"))
 
     m = measure(lambda: fn(*inputs), ctx.config.get("timer"), conf.device)

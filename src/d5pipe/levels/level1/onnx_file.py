@@ -94,12 +94,11 @@ def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
 
 def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     """One level-1 point whose network is ``level1.onnx_file`` (see the module docstring)."""
-    from d5pipe.core.outcome import Metric, PointOutcome
+    from d5pipe.core.outcome import PointOutcome
     from d5pipe.levels.contract import PointSkipped
     from d5pipe.levels.instantiate import build
-    from d5pipe.levels.level0.correctness import compare
+    from d5pipe.levels.level1.output_check import judge
     from d5pipe.levels.targets import target_of
-    from d5pipe.levels.verify import network_tolerance, verdict
     from d5pipe.measure.stats import rate_metric
     from d5pipe.measure.timer import measure
 
@@ -137,14 +136,7 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
         "not_measured": {"fwd_bwd": "a network given as an ONNX file runs inference only"},
     }
     if conf.output_check:
-        out = prepared.run(x)
-        ref = reference_outputs(path, name, x)
-        tol_l2, tol_max = network_tolerance(torch.float32, conf.output_tol_l2, conf.output_tol_max_rel)
-        report = compare(out, ref, tol_l2, tol_max)
-        result = verdict(report.err_l2, tol_l2, conf.detect_rel_error, ok=report.passed)
-        metrics += [Metric("output_check", result, "", "verdict"),
-                    Metric("output_err_l2", report.err_l2, "", "numerical"),
-                    Metric("output_err_max_rel", report.err_max_rel, "", "numerical")]
-        extra["output_check"] = {"reference": "onnx.reference.ReferenceEvaluator, float64 copy of the graph",
-                                 "tol_l2": tol_l2, "tol_max_rel": tol_max, **({"problem": report.note} if report.note else {})}
+        found, extra["output_check"] = judge(prepared.run(x), reference_outputs(path, name, x), torch.float32, conf,
+                                             "onnx.reference.ReferenceEvaluator, float64 copy of the graph")
+        metrics += found
     return PointOutcome(metrics=metrics, samples={"inference_latency_s": list(m.samples)}, extra=extra)

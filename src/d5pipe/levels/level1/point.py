@@ -53,12 +53,7 @@ from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_cou
 from d5pipe.measure.memory import peak_memory
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import rate_metric
-from d5pipe.measure.timer import Measurement, measure
-
-
-def resolve_level1(level1_cfg: dict[str, Any]) -> Level1Conf:
-    """The ``level1`` section, every value checked against its schema."""
-    return conf_from_dict(Level1Conf, "level1", level1_cfg)
+from d5pipe.measure.timer import measure
 
 
 def input_batch(data: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,11 +61,6 @@ def input_batch(data: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Ten
     n = len(data.y_test)
     idx = torch.arange(batch_size) % n
     return data.x_test[idx].contiguous(), data.y_test[idx].contiguous()
-
-
-def time_call(fn: Callable[[], object], timer_cfg: dict[str, Any], device: torch.device) -> Measurement:
-    """The one timing call of level 1 (shared timer, device-synchronised, raw samples kept)."""
-    return measure(fn, timer_cfg, str(device))
 
 
 def _probe(fn: Callable[[], object], what: str) -> None:
@@ -180,7 +170,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
     first_call = time.perf_counter() - t0
     if compiled:
         metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
-    m = time_call(fn, ctx.config.get("timer") or {}, device)
+    m = measure(fn, ctx.config.get("timer") or {}, str(device))
     name, rate_name = MODE_NAMES[mode]
     key = f"{name}_s"
     metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
@@ -202,7 +192,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure inference and forward+backward of one model configuration."""
     cfg = ctx.config
-    conf = resolve_level1(cfg.get("level1") or {})
+    conf = conf_from_dict(Level1Conf, "level1", cfg.get("level1") or {})
     device = require_device(conf.device, "level1.device")
     timer_cfg = cfg.get("timer") or {}
     if conf.onnx_file:
@@ -223,21 +213,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
     if not on_torch:
         forward, runtime_info = _other_runtime(ctx, model, x, device)
 
-    def infer() -> None:
+    def infer(net: Callable[..., torch.Tensor] = forward) -> None:
         with torch.inference_mode():
-            forward(x)
+            net(x)
 
-    def fwd_bwd() -> None:  # in level1.micro_batches parts (one: the plain forward and backward)
-        model.zero_grad(set_to_none=True)
-        micro_batches.backward(forward, micro_batches.cross_entropy, x, y, conf.micro_batches)
-
-    def infer_eager() -> None:  # the FLOPs are counted on the eager model: the same mathematics
-        with torch.inference_mode():
-            model(x)
-
-    def fwd_bwd_eager() -> None:
-        model.zero_grad(set_to_none=True)
-        micro_batches.backward(model, micro_batches.cross_entropy, x, y, conf.micro_batches)
+    def fwd_bwd(net: Callable[..., torch.Tensor] = forward) -> None:
+        model.zero_grad(set_to_none=True)  # then in level1.micro_batches parts (one: the plain forward and backward)
+        micro_batches.backward(net, micro_batches.cross_entropy, x, y, conf.micro_batches)
 
     extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
                              "flops": FLOPS_NOTE, "runtime": runtime_info}
@@ -257,7 +239,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     label = str((cfg.get("model") or {}).get("name", "model"))
     for mode, fn, set_mode in modes:
         set_mode()
-        eager = infer_eager if mode == "inference" else fwd_bwd_eager
+        eager = functools.partial(fn, model)  # the FLOPs are counted on the eager model: the same mathematics
         measured, samples[f"{MODE_NAMES[mode][0]}_s"] = _measure_mode(ctx, conf, device, mode, fn, eager,
                                                                        compiled, on_torch, label, extra)
         metrics += measured
