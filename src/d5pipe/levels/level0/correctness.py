@@ -139,8 +139,7 @@ def check_backward(
     ins = [t.detach().clone().requires_grad_(True) for t in inputs]
     refs = [t.detach().clone().requires_grad_(True) for t in ref_inputs]
     ref_out = reference(*refs)
-    upstream64 = torch.randn(ref_out.shape, generator=gen, dtype=torch.float64)
-    upstream = upstream64.to(dtype)
+    upstream = torch.randn(ref_out.shape, generator=gen, dtype=torch.float64).to(dtype)
     ref_grads = torch.autograd.grad(ref_out, refs, upstream.to(torch.float64))
     out = impl(*ins)
     if tuple(out.shape) != tuple(ref_out.shape):

@@ -1,7 +1,7 @@
 """Level 0: time one operator point, derive rates and % of peak, check forward and backward.
 
 Timings: ``time`` (forward), and with ``operators.time_backward`` ``time_bwd`` (backward alone)
-and ``time_fwd_bwd`` (d5pipe.levels.level0.backward). A custom operator that names the built-in
+and ``time_fwd_bwd`` (``_backward_metrics``). A custom operator that names the built-in
 it re-implements (``OperatorSpec.compare_to``) reports it as metric ``compare_to`` (kind info).
 """
 
@@ -18,7 +18,6 @@ from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.device import DTYPES, require_device, synchronize
-from d5pipe.levels.level0.backward import time_backward
 from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.registry import resolve_operator
@@ -75,10 +74,20 @@ def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric
 
 def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], timer_cfg: Any,
                       device: str, seed: int, extra: dict[str, Any]) -> list[Metric]:
-    """``time_bwd`` and ``time_fwd_bwd`` (with their spreads), or a warning when there is no backward."""
+    """``time_bwd`` and ``time_fwd_bwd`` (with their spreads), or a warning when there is no backward.
+
+    ``time_bwd`` repeats ``torch.autograd.grad(out, inputs, upstream, retain_graph=True)`` on one
+    recorded forward graph -- the backward kernels only; ``time_fwd_bwd`` is a forward call and its
+    backward, per repetition. Both use the shared timer with the point's timer settings, on the
+    point's inputs (dtype, device, layout) made differentiable, and one seeded upstream gradient."""
     gen = torch.Generator().manual_seed((seed + 1) % 2**63)
     try:
-        bwd, both = time_backward(fn, inputs, timer_cfg, device, gen)
+        ins = [t.detach().clone().requires_grad_(True) for t in inputs]
+        out = fn(*ins)
+        upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(device=out.device, dtype=out.dtype)
+        torch.autograd.grad(out, ins, upstream, retain_graph=True)  # raises here when there is no backward
+        bwd = measure(lambda: torch.autograd.grad(out, ins, upstream, retain_graph=True), timer_cfg, device)
+        both = measure(lambda: torch.autograd.grad(fn(*ins), ins, upstream), timer_cfg, device)
     except (RuntimeError, NotImplementedError) as err:
         if not _is_unsupported(err) and "does not require grad" not in str(err):
             raise
