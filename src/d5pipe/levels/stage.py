@@ -9,6 +9,7 @@ declarations; nothing outside a level's own package spells its name.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,11 @@ class Factor:
     fallback: str = ""
     quality: str = ""
     """The metric that says what the speed bought (shown for both sides); empty: none."""
+
+
+def point_runner(module: str) -> Callable[[], Callable[[PointContext], PointOutcome]]:
+    """A level's :attr:`Level.runner`: ``run_point`` of ``module``, imported only when asked (torch)."""
+    return lambda: importlib.import_module(module).run_point
 
 
 def _none(cfg: PointConfig) -> list[tuple[str, str]]:

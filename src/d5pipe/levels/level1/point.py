@@ -38,8 +38,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from d5pipe.core.canonical import canonical_json
 from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.core.seeds import derive_seed
 from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
@@ -78,9 +80,6 @@ def network_seed(config: dict[str, Any]) -> int:
     """The seed of a point's network weights: from the root seed, the ``model`` section and the
     dataset only, so the variants of one point (``level1.impl``, ``level1.runtime``, batch size,
     repetitions) run the *same* weights -- a fair comparison differs in the compared factor alone."""
-    from d5pipe.core.canonical import canonical_json
-    from d5pipe.core.seeds import derive_seed
-
     identity = canonical_json({"model": config.get("model") or {}, "dataset": config.get("dataset") or {}})
     return derive_seed(int(config.get("seed", 0)), "level1-network:" + identity)  # RootConf.seed: 0
 

@@ -11,7 +11,7 @@ from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level1 import validate
 from d5pipe.levels.level1.schema import SECTION, Level1Conf
 from d5pipe.levels.schema import model_requires
-from d5pipe.levels.stage import Factor, Level
+from d5pipe.levels.stage import Factor, Level, point_runner
 
 RUNTIME_PACKAGES: dict[str, str] = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 """The package each built-in non-PyTorch runtime imports (both also need onnxscript, which
@@ -46,16 +46,10 @@ def identity_files(cfg: Mapping[str, Any]) -> dict[str, str]:
     return {f"file:{path}": file_sha256(str(path))} if path else {}
 
 
-def runner() -> Any:
-    """The point runner (imports torch)."""
-    from d5pipe.levels.level1.point import run_point
-
-    return run_point
-
-
 LEVEL = Level(
     name="level1", title="L1 network processing", sections=("model", "dataset", SECTION, "timer", "placement"),
-    schemas={SECTION: Level1Conf}, check_point=validate.check_point, cost=cost, runner=runner,
+    schemas={SECTION: Level1Conf}, check_point=validate.check_point, cost=cost,
+    runner=point_runner("d5pipe.levels.level1.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, identity_files=identity_files, needs_data=True,
     factors=(Factor(f"{SECTION}.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
              Factor(f"{SECTION}.runtime", "torch", ("inference_latency",), "runtimes"),
