@@ -35,6 +35,7 @@ default ``torch.utils.data.default_collate``), stacked once. The data decide the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -49,6 +50,7 @@ from d5pipe.core.atomic import write_bytes
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels import stored_samples, user_samples
+from d5pipe.levels.contract import PointSkipped
 from d5pipe.levels.dataset_key import (
     DATASET_FORMAT_VERSION,
     canonical_config,
@@ -56,7 +58,9 @@ from d5pipe.levels.dataset_key import (
     is_lazy,
     resolve,
 )
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.lazy_samples import Generator, LazySamples, lazy_splits
+from d5pipe.levels.targets import target_of
 
 ARRAY_NAMES: tuple[str, ...] = user_samples.SPLIT_NAMES
 CHECKSUM_SAMPLES = 4
@@ -89,8 +93,6 @@ class Dataset:
 def require_materialised(data: Dataset, who: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(x_train, y_train, x_test, y_test)`` as tensors; a generated dataset skips the point
     (``PointSkipped``: ``who`` needs whole tensors, which such a dataset never has)."""
-    from d5pipe.levels.contract import PointSkipped
-
     parts = (data.x_train, data.y_train, data.x_test, data.y_test)
     tensors = [p for p in parts if isinstance(p, torch.Tensor)]
     if len(tensors) != len(parts):
@@ -217,8 +219,6 @@ def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) ->
 
 def _user_splits(meta: dict[str, Any]) -> tuple[Any, Any]:
     """The factory's Datasets again (the runner's allow-list applies, as when it was prepared)."""
-    from d5pipe.levels.instantiate import build
-
     name = str(meta["config"]["name"])
     tkey = f"dataset.custom.{name}"
     return user_samples.user_datasets(build(meta["config"]["target"], tkey), tkey)
@@ -253,11 +253,6 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
         return existing
     if is_lazy(dataset_cfg):
         return _prepare_generated(dataset_cfg, key, out_path)
-    import dataclasses
-
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     conf = resolve(dataset_cfg)
     tkey, target = target_of(dataclasses.asdict(conf), "dataset")
     if conf.storage == "lazy":  # the metadata of one pass over its items (d5pipe.levels.user_samples)

@@ -16,6 +16,7 @@ cannot take an input shape raises :class:`UnsupportedInput` (the point is skippe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -24,6 +25,7 @@ from torch import nn
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import conf_from_dict
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.schema import (
     ADAPTER_KEYS,
     FLOAT_INPUT_MODELS,
@@ -31,6 +33,7 @@ from d5pipe.levels.schema import (
     TOKEN_INPUT_MODELS,
     ModelConf,
 )
+from d5pipe.levels.targets import target_of
 
 __all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp",
            "transformer"]
@@ -226,11 +229,6 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
 
     Parameters are initialised from torch's global RNG: seed it first (d5pipe.measure.determinism).
     """
-    import dataclasses
-
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     conf = conf_from_dict(ModelConf, "model", model_cfg)
     shape = tuple(int(d) for d in input_shape)
     if n_classes < 2:

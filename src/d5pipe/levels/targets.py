@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, target_path
+from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, iter_targets, target_path
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.config_checks import section as _section
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
@@ -142,8 +142,6 @@ def user_target(section: Mapping[str, Any], slot_name: str) -> tuple[str, Any] |
 def used_targets(cfg: Mapping[str, Any], slots: tuple[str, ...]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of every user target the ``slots`` of a point select (nested ones
     too): what its code hash covers. Built-ins are d5pipe's own code (in the environment record)."""
-    from d5pipe.core.allowlist import iter_targets
-
     out: list[tuple[str, str]] = []
     for slot_name in slots:
         section = _section(cfg, SLOTS[slot_name].section)
@@ -155,8 +153,6 @@ def used_targets(cfg: Mapping[str, Any], slots: tuple[str, ...]) -> list[tuple[s
 
 def metric_user_targets(train: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets among ``train.metrics``."""
-    from d5pipe.core.allowlist import iter_targets
-
     out: list[tuple[str, str]] = []
     for i, entry in enumerate(train.get("metrics") or []):
         if not (isinstance(entry, str) and entry in BUILTIN_METRICS):

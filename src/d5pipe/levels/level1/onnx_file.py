@@ -21,7 +21,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from d5pipe.core.atomic import file_sha256
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.outcome import PointOutcome
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.instantiate import build
+from d5pipe.levels.level1.output_check import judge
+from d5pipe.levels.level1.schema import Level1Conf
+from d5pipe.levels.targets import target_of
+from d5pipe.measure.stats import rate_metric
+from d5pipe.measure.timer import measure
 
 
 def input_spec(path: str | Path, batch_size: int) -> tuple[str, tuple[int, ...]]:
@@ -92,16 +101,8 @@ def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
     return kept
 
 
-def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
+def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any]) -> PointOutcome:
     """One level-1 point whose network is ``level1.onnx_file`` (see the module docstring)."""
-    from d5pipe.core.outcome import PointOutcome
-    from d5pipe.levels.contract import PointSkipped
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.level1.output_check import judge
-    from d5pipe.levels.targets import target_of
-    from d5pipe.measure.stats import rate_metric
-    from d5pipe.measure.timer import measure
-
     if conf.dtype != "float32":
         raise PointSkipped(f"level1.onnx_file: the file's network is float32; level1.dtype={conf.dtype} does not apply")
     path = str(conf.onnx_file)
@@ -113,8 +114,6 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     prepare_file = getattr(runtime, "prepare_file", None)
     if not callable(prepare_file):
         raise PointSkipped(f"level1.runtime={conf.runtime} cannot read an ONNX file (no prepare_file)")
-    from d5pipe.core.atomic import file_sha256
-
     threads = torch.get_num_threads()
     sha = file_sha256(path)
     kept = keep_in_run(Path(path), sha, Path(ctx.run_dir) / "onnx")

@@ -46,10 +46,13 @@ from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, synchronize, torch_dtype
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1 import output_check
+from d5pipe.levels.level1.onnx_file import run_onnx_point
 from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.targets import target_of
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory
@@ -131,9 +134,6 @@ def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
                    device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any]]:
     """The network on ``level1.runtime`` (d5pipe.levels.level1.runtimes): a callable batch -> outputs
     and what to record (name, version, settings, threads asked and used, the ONNX file)."""
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     if device.type != "cpu":
         raise PointSkipped(f"level1.runtime={ctx.config['level1'].get('runtime')}: CPU only in this version")
     key, target = target_of(ctx.config.get("level1") or {}, "runtime")
@@ -193,12 +193,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
     cfg = ctx.config
     conf = conf_from_dict(Level1Conf, "level1", cfg.get("level1") or {})
     device = require_device(conf.device, "level1.device")
-    timer_cfg = cfg.get("timer") or {}
     if conf.onnx_file:
-        from d5pipe.levels.level1.onnx_file import run_onnx_point
-
-        outcome: PointOutcome = run_onnx_point(ctx, conf, timer_cfg)
-        return outcome
+        return run_onnx_point(ctx, conf, cfg.get("timer") or {})
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     model, x, y, check = _prepare_model(ctx, conf, data, device)
     forward: nn.Module | Callable[..., torch.Tensor] = model

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from d5pipe.core.atomic import file_sha256
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level1 import validate
@@ -40,8 +41,6 @@ def requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
 def identity_files(cfg: Mapping[str, Any]) -> dict[str, str]:
     """``{"file:<path>": sha256}`` of a network the point reads from a file (``level1.onnx_file``):
     its content, not only its path, is part of the point's identity."""
-    from d5pipe.core.atomic import file_sha256
-
     path = (cfg.get(SECTION) or {}).get("onnx_file")
     return {f"file:{path}": file_sha256(str(path))} if path else {}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
@@ -41,8 +42,6 @@ def check_point(cfg: Mapping[str, Any]) -> None:
 
 def check_onnx_file(value: Any) -> None:
     """``level1.onnx_file``: empty, or an absolute path to an existing ``.onnx`` file (one line otherwise)."""
-    from pathlib import Path
-
     if value in (None, ""):
         return
     path = Path(str(value))
