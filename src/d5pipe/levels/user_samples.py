@@ -82,10 +82,7 @@ class DatasetSource:
     key: str
     name: str = "user"
     per_sample: bool = True
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch.float32
+    dtype = torch.float32
 
     def item(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return item(self.dataset, i, self.key)

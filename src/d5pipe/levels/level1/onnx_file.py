@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1.output_check import judge
+from d5pipe.levels.level1.runtimes import write_once
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.stats import rate_metric
@@ -88,17 +88,7 @@ def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
     """The user's file copied (atomically, once per content) into the run directory's ``onnx/``,
     which travels in the bundle: the network a point measured stays with its results. The point
     runs this copy, so what was measured is what is kept."""
-    kept = onnx_dir / f"user-{sha256[:32]}.onnx"
-    if not kept.exists():
-        onnx_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=onnx_dir, prefix=".copy.", suffix=".onnx")
-        os.close(fd)
-        try:
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, kept)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-    return kept
+    return write_once(onnx_dir / f"user-{sha256[:32]}.onnx", lambda tmp: shutil.copyfile(path, tmp), ".copy.")
 
 
 def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any]) -> PointOutcome:

@@ -43,9 +43,7 @@ def align_to_reference(model: nn.Module, reference: nn.Module, key: str = "model
 
 def reference_copy(reference: nn.Module, dtype: torch.dtype) -> nn.Module:
     """``reference`` with its weights rounded to ``dtype``, held in float64 on the CPU, eval mode."""
-    ref = copy.deepcopy(reference).to("cpu")
-    ref = ref.to(dtype).to(torch.float64)
-    return ref.eval()
+    return copy.deepcopy(reference).to("cpu").to(dtype).to(torch.float64).eval()
 
 
 @dataclass

@@ -26,9 +26,11 @@ left out with the reason.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from torch import nn
 
 from d5pipe.core.atomic import file_sha256
 from d5pipe.levels.contract import PointSkipped
+from d5pipe.levels.level1.stage import RUNTIME_PACKAGES
 
 
 @dataclass
@@ -80,22 +83,30 @@ def export_onnx(model: nn.Module, example: torch.Tensor, onnx_dir: Path) -> dict
     if computed != torch.float32:
         raise PointSkipped(f"ONNX runtimes: level1.dtype {str(computed).removeprefix('torch.')} is not "
                            "supported yet (float32 only)")
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    path = onnx_dir / f"{network_key(model, example)}.onnx"
-    if not path.exists():
-        import warnings
 
-        fd, tmp = tempfile.mkstemp(dir=onnx_dir, prefix=".export.", suffix=".onnx")
+    def export(tmp: str) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model.eval(), (example,), tmp, input_names=["x"], output_names=["y"],
+                              dynamo=True, external_data=False, verbose=False)
+
+    path = write_once(onnx_dir / f"{network_key(model, example)}.onnx", export, ".export.")
+    return {"path": str(path), "sha256": file_sha256(path)}
+
+
+def write_once(path: Path, write: Callable[[str], object], prefix: str) -> Path:
+    """``path``; unless it exists, made by ``write(tmp)`` into a temporary file (``prefix``) beside
+    it and renamed, so that no reader sees half a file."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=path.suffix)
         os.close(fd)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(model.eval(), (example,), tmp, input_names=["x"], output_names=["y"],
-                                  dynamo=True, external_data=False, verbose=False)
+            write(tmp)
             os.replace(tmp, path)
         finally:
             Path(tmp).unlink(missing_ok=True)
-    return {"path": str(path), "sha256": file_sha256(path)}
+    return path
 
 
 class TorchRuntime:
@@ -174,12 +185,12 @@ class OpenVino:
         return Prepared(run=run, settings=settings, threads=used, onnx=onnx)
 
 
-def _needs(module: str, runtime: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise PointSkipped(f"level1.runtime={runtime}: the Python package {module!r} is not installed "
-                           "(pip install 'd5pipe[frameworks]'; make install does)")
+def _needs(runtime: str) -> None:
+    """The point is skipped without the package the runtime imports or onnxscript (the export's)."""
+    for module in (RUNTIME_PACKAGES[runtime], "onnxscript"):
+        if importlib.util.find_spec(module) is None:
+            raise PointSkipped(f"level1.runtime={runtime}: the Python package {module!r} is not installed "
+                               "(pip install 'd5pipe[frameworks]'; make install does)")
 
 
 def torch_runtime() -> Runtime:
@@ -189,13 +200,11 @@ def torch_runtime() -> Runtime:
 
 def onnxruntime_runtime() -> Runtime:
     """``level1.runtime: onnxruntime``."""
-    _needs("onnxruntime", "onnxruntime")
-    _needs("onnxscript", "onnxruntime")
+    _needs("onnxruntime")
     return OnnxRuntime()
 
 
 def openvino_runtime() -> Runtime:
     """``level1.runtime: openvino``."""
-    _needs("openvino", "openvino")
-    _needs("onnxscript", "openvino")
+    _needs("openvino")
     return OpenVino()
