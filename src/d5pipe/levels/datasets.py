@@ -324,8 +324,7 @@ def _load_generated(path: Path, meta: dict[str, Any]) -> Dataset:
 def ensure(dataset_cfg: dict[str, Any], data_dir: Path) -> tuple[Path, dict[str, Any]]:
     """The prepared file for ``dataset_cfg`` under ``data_dir`` (prepared here if missing)."""
     path = Path(data_dir) / f"{dataset_key(dataset_cfg)}.npz"
-    meta = prepare(dataset_cfg, path)
-    return path, meta
+    return path, prepare(dataset_cfg, path)
 
 
 def load_for(dataset_cfg: dict[str, Any], data_dir: Path) -> Dataset:

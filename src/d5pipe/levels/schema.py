@@ -165,9 +165,7 @@ def _check_storage(dataset: Mapping[str, Any], where: str) -> None:
     if storage == "lazy" and name in DATASET_NAMES:
         raise D5PipeError(f"{where}.storage: lazy keeps a user's torch Datasets unstacked (dataset.custom); "
                           f"{name} is built in: use memory, npy or png")
-    if storage != "png" or name not in DATASET_NAMES:  # a user's dataset is checked when it is prepared
-        return
-    if name == "digits":
+    if storage != "png" or name not in DATASET_NAMES or name == "digits":  # a user's: checked when prepared
         return
     if not synthetic_images or pixels != "uint8":
         raise D5PipeError(f"{where}.storage: png holds 8-bit images: digits, or synthetic images with "

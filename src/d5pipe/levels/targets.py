@@ -50,27 +50,24 @@ class Slot:
     selector: str
     registry: str
     builtins: tuple[str, ...]
+    default: str
+    """The schema default of the selector (a hand-made section may leave it out)."""
     optional: bool = False
     """An empty selector means "none" (e.g. no reference optimizer)."""
 
 
 SLOTS: dict[str, Slot] = {
-    "operator": Slot("operators", "op", "custom", BUILTIN_OPERATORS),
-    "model": Slot("model", "name", "custom", MODEL_NAMES),
-    "model_reference": Slot("model", "reference", "custom", MODEL_NAMES, optional=True),
-    "dataset": Slot("dataset", "name", "custom", DATASET_NAMES),
-    "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS),
-    "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, optional=True),
-    "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES),
-    "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS),
-    "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
-    "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES),
+    "operator": Slot("operators", "op", "custom", BUILTIN_OPERATORS, "matmul"),
+    "model": Slot("model", "name", "custom", MODEL_NAMES, "mlp"),
+    "model_reference": Slot("model", "reference", "custom", MODEL_NAMES, "", optional=True),
+    "dataset": Slot("dataset", "name", "custom", DATASET_NAMES, "digits"),
+    "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS, "adam"),
+    "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, "", optional=True),
+    "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES, "constant"),
+    "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS, "shuffle"),
+    "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES, "allreduce"),
+    "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES, "torch"),
 }
-
-DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
-                            "optimizer": "adam", "reference_optimizer": "", "scheduler": "constant",
-                            "sampler": "shuffle", "strategy": "allreduce", "runtime": "torch"}
-"""The schema defaults of the selectors (a hand-made section may leave them out)."""
 
 BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
 """Built-in extra metrics of ``train.metrics``."""
@@ -92,7 +89,7 @@ _STRATEGY_CLASSES: dict[str, str] = {
 def selected_name(section: Mapping[str, Any], slot_name: str) -> str:
     """The selector's value (the schema default when the section leaves it out)."""
     slot = SLOTS[slot_name]
-    return str(section.get(slot.selector, DEFAULTS[slot_name]) or "")
+    return str(section.get(slot.selector, slot.default) or "")
 
 
 def registry(section: Mapping[str, Any], slot_name: str) -> Mapping[str, Any]:

@@ -88,8 +88,6 @@ class DatasetSource:
         return item(self.dataset, i, self.key)
 
     def samples(self, idx: np.ndarray) -> np.ndarray:
-        if len(idx) == 0:
-            return np.empty((0, *self.sample_shape), dtype=np.float32)
         return np.stack([self.item(int(i))[0].numpy() for i in idx])
 
     def labels(self, idx: np.ndarray) -> np.ndarray:

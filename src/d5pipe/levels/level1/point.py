@@ -101,6 +101,7 @@ def _prepare_model(
     dtype = torch_dtype(conf.dtype, "level1.dtype")
     model = _build(ctx, data)
     model_cfg = ctx.config.get("model") or {}
+    model_name = str(setting(model_cfg, ModelConf, "name"))
     reference_name = str(model_cfg.get("reference") or "")
     check: output_check.OutputCheck | None = None
     if conf.output_check:
@@ -109,11 +110,10 @@ def _prepare_model(
             reference = _build(ctx, data, reference_name)
             output_check.align_to_reference(model, reference)
         check = output_check.prepare(model.to(dtype=dtype), reference, dtype,
-                                     reference_name or str(setting(model_cfg, ModelConf, "name")))
+                                     reference_name or model_name)
     x, y = input_batch(data, conf.batch_size)
-    model_name = setting(model_cfg, ModelConf, "name")
     try:
-        check_input_kind(str(model_name), not x.is_floating_point())
+        check_input_kind(model_name, not x.is_floating_point())
     except UnsupportedInput as exc:
         raise PointSkipped(str(exc)) from exc
     if conf.layout == "channels_last" and (model_name in ("mlp", "transformer") or x.dim() != 4):
