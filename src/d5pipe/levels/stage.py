@@ -48,10 +48,6 @@ def _none(cfg: PointConfig) -> list[tuple[str, str]]:
     return []
 
 
-def _no_files(cfg: PointConfig) -> dict[str, str]:
-    return {}
-
-
 @dataclass(frozen=True)
 class Level:
     """One level of the pipeline, as its package declares it."""
@@ -93,7 +89,7 @@ class Level:
     """The axis that counts parallel workers (a speedup above it is implausible)."""
     requires: Callable[[PointConfig], list[tuple[str, str]]] = _none
     """``(setting, Python package)`` a point needs installed (``d5pipe plan`` names what is missing)."""
-    identity_files: Callable[[PointConfig], dict[str, str]] = _no_files
+    identity_files: Callable[[PointConfig], dict[str, str]] = lambda cfg: {}
     """``{"file:<path>": sha256}`` of files whose content is part of a point's identity."""
     needs_data: bool = False
     """Points read a prepared dataset (``data/<key>.npz``, made by ``prepare_data``)."""

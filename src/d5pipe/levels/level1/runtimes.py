@@ -26,6 +26,7 @@ left out with the reason.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import io
 import os
@@ -109,28 +110,28 @@ def write_once(path: Path, write: Callable[[str], object], prefix: str) -> Path:
     return path
 
 
-class TorchRuntime:
+class _Named:
+    """A built-in runtime: its ``version()`` is that of the Python package ``name`` names."""
+
+    name = ""
+
+    def version(self) -> str:
+        return str(importlib.import_module(self.name).__version__)
+
+
+class TorchRuntime(_Named):
     """PyTorch itself: the point's model as it is (``level1.impl`` applies)."""
 
     name = "torch"
-
-    def version(self) -> str:
-        return str(torch.__version__)
-
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return Prepared(run=model, settings={"intra_op_threads": torch.get_num_threads()},
                         threads=torch.get_num_threads())
 
 
-class OnnxRuntime:
+class OnnxRuntime(_Named):
     """ONNX Runtime, CPU execution provider."""
 
     name = "onnxruntime"
-
-    def version(self) -> str:
-        import onnxruntime
-
-        return str(onnxruntime.__version__)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return self.prepare_file(export_onnx(model, example, onnx_dir), threads)
@@ -154,15 +155,10 @@ class OnnxRuntime:
         return Prepared(run=run, settings=settings, threads=int(options.intra_op_num_threads), onnx=onnx)
 
 
-class OpenVino:
+class OpenVino(_Named):
     """OpenVINO on the CPU, told to compute in float32 with the point's threads."""
 
     name = "openvino"
-
-    def version(self) -> str:
-        import openvino
-
-        return str(openvino.__version__)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return self.prepare_file(export_onnx(model, example, onnx_dir), threads)
