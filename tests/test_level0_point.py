@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from d5pipe import D5PipeError
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.level0.point import run_point
-from d5pipe.levels.level0.validate import validate_operators
+from d5pipe.levels.level0.schema import OperatorsConf
+from d5pipe.levels.level0.validate import check_point
 from tests.conftest import PLUGIN_FIXTURES, TESTING_OPS, TESTING_OPS_ENV
 
 QUICK_TIMER = {"warmup_s": 0.01, "warmup_max_iters": 3, "min_block_s": 0.002, "budget_s": 0.2,
@@ -100,7 +102,7 @@ def test_import_outside_allowed_prefixes_is_a_user_error(tmp_path: Path, path: s
         run_point(point(tmp_path, op="mine", custom={"mine": path}))
     assert "operators.custom.mine" in str(err.value) and path in str(err.value)
     with pytest.raises(D5PipeError, match="outside the allow-list"):
-        validate_operators({"custom": {"mine": path}})
+        check_point({"operators": {"custom": {"mine": path}}, "timer": {}})
 
 
 def test_custom_path_must_name_an_operator_spec(tmp_path: Path) -> None:
@@ -114,7 +116,7 @@ def test_unknown_names_are_user_errors(tmp_path: Path) -> None:
     with pytest.raises(D5PipeError, match="operators.dtype"):
         run_point(point(tmp_path, dtype="float8"))
     with pytest.raises(D5PipeError, match="operators"):
-        validate_operators({"sise": 3})
+        conf_from_dict(OperatorsConf, "operators", {"sise": 3})
 
 
 def test_inapplicable_impl_or_layout_skips(tmp_path: Path) -> None:

@@ -92,9 +92,5 @@ def _build_arrays(conf: DatasetConf) -> dict[str, np.ndarray]:
         std = x_tr.std(axis=0)
         std[std == 0] = 1.0
         x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
-    return {
-        "x_train": np.ascontiguousarray(x_tr, dtype=np.float32),
-        "y_train": np.ascontiguousarray(y_tr, dtype=np.int64),
-        "x_test": np.ascontiguousarray(x_te, dtype=np.float32),
-        "y_test": np.ascontiguousarray(y_te, dtype=np.int64),
-    }
+    splits = {"x_train": x_tr, "y_train": y_tr, "x_test": x_te, "y_test": y_te}
+    return {n: np.ascontiguousarray(v, dtype=np.float32 if n.startswith("x") else np.int64) for n, v in splits.items()}

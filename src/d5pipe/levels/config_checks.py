@@ -8,6 +8,7 @@ from typing import Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
+from d5pipe.levels.schema import DatasetConf
 
 _DEVICE = re.compile(r"^(cpu|cuda(:[0-9]+)?)$")
 
@@ -37,8 +38,6 @@ def check_micro_batches(values: Mapping[str, Any], schema: type, name: str) -> N
 def check_memory_storage(cfg: Mapping[str, Any], level: str) -> None:
     """``dataset.storage`` is level 2's (its training split read one sample at a time): a level
     that reads its data otherwise refuses a storage it would ignore."""
-    from d5pipe.levels.schema import DatasetConf
-
     storage = setting(section(cfg, "dataset"), DatasetConf, "storage")
     if storage != "memory":
         raise D5PipeError(f"dataset.storage: {storage!r} -- {level} does not read a stored training split "

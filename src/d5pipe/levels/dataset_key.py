@@ -83,10 +83,7 @@ def canonical_config(dataset_cfg: dict[str, Any]) -> dict[str, Any]:
         lazy = {k: conf[k] for k in LAZY_KEYS[conf["name"]]}
         return {**lazy, **later, "format_version": DATASET_FORMAT_VERSION, "generator_version": LAZY_GENERATOR_VERSION}
     keys = COMMON_KEYS + (SYNTHETIC_KEYS if conf["name"] == "synthetic" else ())
-    out = {k: conf[k] for k in keys}
-    out.update(later)
-    out["format_version"] = DATASET_FORMAT_VERSION
-    return out
+    return {**{k: conf[k] for k in keys}, **later, "format_version": DATASET_FORMAT_VERSION}
 
 
 def _custom_canonical(conf: dict[str, Any]) -> dict[str, Any]:
@@ -97,11 +94,8 @@ def _custom_canonical(conf: dict[str, Any]) -> dict[str, Any]:
     check_slot({"dataset": conf}, "dataset")
     key, target = target_of(conf, "dataset")
     prefixes = allow_list()
-    code: dict[str, str] = {}
-    for path in check_target(target, key, prefixes):
-        mc = module_code(path, prefixes)
-        if mc is not None:
-            code[mc.module] = mc.sha256
+    found = (module_code(path, prefixes) for path in check_target(target, key, prefixes))
+    code = {mc.module: mc.sha256 for mc in found if mc is not None}
     return {"name": conf["name"], "target": target, "code": code, "format_version": DATASET_FORMAT_VERSION}
 
 

@@ -35,6 +35,7 @@ default ``torch.utils.data.default_collate``), stacked once. The data decide the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -49,6 +50,7 @@ from d5pipe.core.atomic import write_bytes
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels import stored_samples, user_samples
+from d5pipe.levels.contract import PointSkipped
 from d5pipe.levels.dataset_key import (
     DATASET_FORMAT_VERSION,
     canonical_config,
@@ -56,7 +58,9 @@ from d5pipe.levels.dataset_key import (
     is_lazy,
     resolve,
 )
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.lazy_samples import Generator, LazySamples, lazy_splits
+from d5pipe.levels.targets import target_of
 
 ARRAY_NAMES: tuple[str, ...] = user_samples.SPLIT_NAMES
 CHECKSUM_SAMPLES = 4
@@ -89,8 +93,6 @@ class Dataset:
 def require_materialised(data: Dataset, who: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(x_train, y_train, x_test, y_test)`` as tensors; a generated dataset skips the point
     (``PointSkipped``: ``who`` needs whole tensors, which such a dataset never has)."""
-    from d5pipe.levels.contract import PointSkipped
-
     parts = (data.x_train, data.y_train, data.x_test, data.y_test)
     tensors = [p for p in parts if isinstance(p, torch.Tensor)]
     if len(tensors) != len(parts):
@@ -126,18 +128,15 @@ def _read_npz(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     return arrays, meta
 
 
-def _content_checksum(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> str:
-    return generated_checksum(meta["config"], _generated_splits(meta)) if meta.get("generated") \
-        else arrays_checksum(arrays)
-
-
 def _check_content(path: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> bool:
     """The file's arrays (or generated samples) and its stored samples are what was prepared."""
     if meta.get("lazy"):
         train, test = _user_splits(meta)
         return user_samples.head_checksum(train, test, str(meta["key"])) == meta.get("head_checksum")
-    expected = meta.get("file_checksum") if _stored(meta) and not meta.get("generated") else meta.get("checksum")
-    if expected != _content_checksum(arrays, meta):
+    generated = meta.get("generated")
+    expected = meta.get("file_checksum") if _stored(meta) and not generated else meta.get("checksum")
+    found = generated_checksum(meta["config"], _generated_splits(meta)) if generated else arrays_checksum(arrays)
+    if expected != found:
         return False
     if _stored(meta):
         stored_samples.verify(path, meta)
@@ -186,19 +185,27 @@ def generated_checksum(config: dict[str, Any], splits: dict[str, LazySamples]) -
     return h.hexdigest()
 
 
+def _header(dataset_cfg: dict[str, Any], key: str) -> dict[str, Any]:
+    """What every dataset file's metadata starts with: its format, key and canonical config."""
+    return {"schema_version": DATASET_FORMAT_VERSION, "key": key, "config": canonical_config(dataset_cfg)}
+
+
+def _write(out_path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+    """Write the dataset file (its metadata and arrays) atomically; its metadata."""
+    buf = io.BytesIO()
+    payload: dict[str, Any] = {"meta_json": np.array(json.dumps(meta, sort_keys=True)), **(arrays or {})}
+    np.savez(buf, **payload)
+    write_bytes(out_path, buf.getvalue())
+    return meta
+
+
 def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) -> dict[str, Any]:
     """Write a generated dataset's metadata file (no arrays); its metadata."""
-    canon = canonical_config(dataset_cfg)
-    meta: dict[str, Any] = {
-        "schema_version": DATASET_FORMAT_VERSION,
-        "key": key,
-        "config": canon,
-        "generated": True,
-    }
+    meta: dict[str, Any] = {**_header(dataset_cfg, key), "generated": True}
     splits = _generated_splits(meta)
     x_train = splits["x_train"]
     meta.update({
-        "checksum": generated_checksum(canon, splits),
+        "checksum": generated_checksum(meta["config"], splits),
         "input_shape": list(x_train.generator.sample_shape),
         "dtype": str(x_train.dtype).removeprefix("torch."),
         "n_samples": x_train.generator.n_samples,
@@ -207,26 +214,11 @@ def _prepare_generated(dataset_cfg: dict[str, Any], key: str, out_path: Path) ->
         "n_test": len(splits["x_test"]),
     })
     _store(meta, x_train, out_path)
-    buf = io.BytesIO()
-    np.savez(buf, meta_json=np.array(json.dumps(meta, sort_keys=True)))
-    write_bytes(out_path, buf.getvalue())
-    return meta
-
-
-def _prepare_user_lazy(dataset_cfg: dict[str, Any], key: str, splits: tuple[Any, Any], out_path: Path) -> dict[str, Any]:
-    """A lazy user dataset's metadata file (d5pipe.levels.user_samples: one pass over its items)."""
-    meta: dict[str, Any] = {"schema_version": DATASET_FORMAT_VERSION, "key": key,
-                            "config": canonical_config(dataset_cfg), **user_samples.describe(*splits, key)}
-    buf = io.BytesIO()
-    np.savez(buf, meta_json=np.array(json.dumps(meta, sort_keys=True)))
-    write_bytes(out_path, buf.getvalue())
-    return meta
+    return _write(out_path, meta)
 
 
 def _user_splits(meta: dict[str, Any]) -> tuple[Any, Any]:
     """The factory's Datasets again (the runner's allow-list applies, as when it was prepared)."""
-    from d5pipe.levels.instantiate import build
-
     name = str(meta["config"]["name"])
     tkey = f"dataset.custom.{name}"
     return user_samples.user_datasets(build(meta["config"]["target"], tkey), tkey)
@@ -242,13 +234,14 @@ def _load_user_lazy(path: Path, meta: dict[str, Any]) -> Dataset:
                           "items differ; prepare it again)")
     shape = tuple(int(d) for d in meta["input_shape"])
     tr, te = (user_samples.DatasetSource(ds, shape, key) for ds in (train, test))
-    return Dataset(
-        x_train=LazySamples(tr, "x", 0, len(train)),  # type: ignore[arg-type]
-        y_train=LazySamples(tr, "y", 0, len(train)),  # type: ignore[arg-type]
-        x_test=LazySamples(te, "x", 0, len(test)),  # type: ignore[arg-type]
-        y_test=LazySamples(te, "y", 0, len(test)),  # type: ignore[arg-type]
-        input_shape=shape, n_classes=int(meta["n_classes"]), meta=meta,
-    )
+    return _dataset(meta, {f"{part}_{split}": LazySamples(source, part, 0, len(ds))  # type: ignore[arg-type]
+                           for split, source, ds in (("train", tr, train), ("test", te, test)) for part in ("x", "y")})
+
+
+def _dataset(meta: dict[str, Any], parts: dict[str, Samples]) -> Dataset:
+    """The :class:`Dataset` of ``parts`` (``x_train`` ... ``y_test``) described by ``meta``."""
+    return Dataset(parts["x_train"], parts["y_train"], parts["x_test"], parts["y_test"],
+                   tuple(int(d) for d in meta["input_shape"]), int(meta["n_classes"]), meta)
 
 
 def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
@@ -260,23 +253,17 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
         return existing
     if is_lazy(dataset_cfg):
         return _prepare_generated(dataset_cfg, key, out_path)
-    import dataclasses
-
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     conf = resolve(dataset_cfg)
     tkey, target = target_of(dataclasses.asdict(conf), "dataset")
-    if conf.storage == "lazy":
-        return _prepare_user_lazy(dataset_cfg, key, user_samples.user_datasets(build(target, tkey), tkey), out_path)
+    if conf.storage == "lazy":  # the metadata of one pass over its items (d5pipe.levels.user_samples)
+        splits = user_samples.user_datasets(build(target, tkey), tkey)
+        return _write(out_path, {**_header(dataset_cfg, key), **user_samples.describe(*splits, key)})
     arrays, declared = user_samples.materialise(build(target, tkey), tkey)
     labels = int(max(arrays["y_train"].max(), arrays["y_test"].max()) + 1)
     if declared is not None and declared < labels:
         raise D5PipeError(f"{tkey}: n_classes={declared} but the labels go up to {labels - 1}")
     meta: dict[str, Any] = {
-        "schema_version": DATASET_FORMAT_VERSION,
-        "key": key,
-        "config": canonical_config(dataset_cfg),
+        **_header(dataset_cfg, key),
         "checksum": arrays_checksum(arrays),
         "input_shape": list(arrays["x_train"].shape[1:]),
         "n_classes": declared if declared is not None else labels,
@@ -287,11 +274,7 @@ def prepare(dataset_cfg: dict[str, Any], out_path: Path) -> dict[str, Any]:
     if _stored(meta):
         arrays = {k: v for k, v in arrays.items() if k != "x_train"}
         meta["file_checksum"] = arrays_checksum(arrays)
-    buf = io.BytesIO()
-    payload: dict[str, Any] = {"meta_json": np.array(json.dumps(meta, sort_keys=True)), **arrays}
-    np.savez(buf, **payload)
-    write_bytes(out_path, buf.getvalue())
-    return meta
+    return _write(out_path, meta, arrays)
 
 
 def load(path: Path) -> Dataset:
@@ -309,20 +292,17 @@ def load(path: Path) -> Dataset:
         return _load_user_lazy(path, meta)
     if not _check_content(path, arrays, meta):
         raise D5PipeError(f"dataset file {path}: checksum mismatch (file corrupt or modified)")
-    return Dataset(
-        x_train=_stored_train(path, meta) if _stored(meta) else torch.from_numpy(arrays["x_train"]),
-        y_train=torch.from_numpy(arrays["y_train"]),
-        x_test=torch.from_numpy(arrays["x_test"]),
-        y_test=torch.from_numpy(arrays["y_test"]),
-        input_shape=tuple(int(d) for d in meta["input_shape"]),
-        n_classes=int(meta["n_classes"]),
-        meta=meta,
-    )
+    parts: dict[str, Samples] = {n: torch.from_numpy(a) for n, a in arrays.items()}
+    return _dataset(meta, {**parts, **_stored_train(path, meta)})
 
 
-def _stored_train(path: Path, meta: dict[str, Any]) -> LazySamples:
-    """The stored training samples, read by index like a tensor (one sample at a time by the loop)."""
-    return LazySamples(stored_samples.source(path, meta), "x", 0, int(meta["n_train"]))  # type: ignore[arg-type]
+def _stored_train(path: Path, meta: dict[str, Any]) -> dict[str, Samples]:
+    """The stored training samples, read by index like a tensor (one sample at a time by the loop):
+    ``{"x_train": ...}`` when they are stored beside the file, else nothing."""
+    if not _stored(meta):
+        return {}
+    source = stored_samples.source(path, meta)
+    return {"x_train": LazySamples(source, "x", 0, int(meta["n_train"]))}  # type: ignore[arg-type]
 
 
 def _load_generated(path: Path, meta: dict[str, Any]) -> Dataset:
@@ -338,22 +318,13 @@ def _load_generated(path: Path, meta: dict[str, Any]) -> Dataset:
                           "modified; prepare it again)")
     if _stored(meta):
         stored_samples.verify(path, meta)
-    return Dataset(
-        x_train=_stored_train(path, meta) if _stored(meta) else splits["x_train"],
-        y_train=splits["y_train"],
-        x_test=splits["x_test"],
-        y_test=splits["y_test"],
-        input_shape=tuple(int(d) for d in meta["input_shape"]),
-        n_classes=int(meta["n_classes"]),
-        meta=meta,
-    )
+    return _dataset(meta, {**splits, **_stored_train(path, meta)})
 
 
 def ensure(dataset_cfg: dict[str, Any], data_dir: Path) -> tuple[Path, dict[str, Any]]:
     """The prepared file for ``dataset_cfg`` under ``data_dir`` (prepared here if missing)."""
     path = Path(data_dir) / f"{dataset_key(dataset_cfg)}.npz"
-    meta = prepare(dataset_cfg, path)
-    return path, meta
+    return path, prepare(dataset_cfg, path)
 
 
 def load_for(dataset_cfg: dict[str, Any], data_dir: Path) -> Dataset:

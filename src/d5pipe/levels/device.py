@@ -8,13 +8,9 @@ import torch
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.contract import PointSkipped
+from d5pipe.levels.schema import DTYPES as DTYPE_NAMES
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 def require_device(device: str, key: str) -> torch.device:

@@ -65,8 +65,7 @@ def build(target: Mapping[str, Any], key: str, *args: Any, offered: Mapping[str,
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    config = {k: v for k, v in target.items()}
-    config.pop("_partial_", None)
+    config = {k: v for k, v in target.items() if k != "_partial_"}
     try:
         factory = instantiate(config, _partial_=True, _convert_="all")
     except InstantiationException as exc:

@@ -112,10 +112,6 @@ class Generator:
     def dtype(self) -> torch.dtype:
         return torch.float32 if self.name == "synthetic_images" else torch.int64
 
-    @property
-    def sample_numel(self) -> int:
-        return int(np.prod(self.sample_shape, dtype=np.int64))
-
     def labels(self, idx: np.ndarray) -> np.ndarray:
         """int64 labels in ``[0, n_classes)`` of the global indices ``idx``."""
         base = splitmix64(np.array([(self.seed ^ _LABEL_TAG) & _MASK64], dtype=np.uint64))
@@ -125,9 +121,7 @@ class Generator:
 
     def samples(self, idx: np.ndarray) -> np.ndarray:
         """The samples of the global indices ``idx``: ``(len(idx), *sample_shape)``."""
-        if self.name == "synthetic_images":
-            return self._images(idx)
-        return self._tokens(idx)
+        return self._images(idx) if self.name == "synthetic_images" else self._tokens(idx)
 
     def _rows(self, idx: np.ndarray, words: int) -> np.ndarray:
         raw = np.empty((len(idx), words), dtype=np.uint64)
@@ -145,7 +139,7 @@ class Generator:
 
     def _images(self, idx: np.ndarray) -> np.ndarray:
         c, h, w = self.sample_shape
-        n = self.sample_numel
+        n = c * h * w
         x = _unit_uniform(self._rows(idx, (n + 1) // 2), n).reshape(len(idx), c, h, w)
         x *= np.float32(self.noise)
         classes, inverse = np.unique(self.labels(idx), return_inverse=True)

@@ -16,6 +16,8 @@ cannot take an input shape raises :class:`UnsupportedInput` (the point is skippe
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -23,6 +25,7 @@ from torch import nn
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import conf_from_dict
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.schema import (
     ADAPTER_KEYS,
     FLOAT_INPUT_MODELS,
@@ -30,6 +33,7 @@ from d5pipe.levels.schema import (
     TOKEN_INPUT_MODELS,
     ModelConf,
 )
+from d5pipe.levels.targets import target_of
 
 __all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp",
            "transformer"]
@@ -160,7 +164,7 @@ class TransformerClassifier(nn.Module):
             c, h, w = input_shape
             self.n_tokens, token_dim = h, c * w
         else:
-            self.n_tokens, token_dim = _numel(input_shape), 1
+            self.n_tokens, token_dim = math.prod(input_shape), 1
         self.token_dim = token_dim
         self.embed = nn.Linear(token_dim, conf.d_model)
         self.pos = nn.Parameter(torch.zeros(1, self.n_tokens, conf.d_model))
@@ -187,18 +191,11 @@ class TransformerClassifier(nn.Module):
         return out
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
 def mlp(input_shape: tuple[int, ...], n_classes: int, hidden: list[int], dropout: float = 0.0) -> nn.Module:
     """The built-in ``mlp``: any input shape (flattened)."""
     if any(h < 1 for h in hidden):
         raise D5PipeError(f"model.hidden: widths must be >= 1, got {list(hidden)}")
-    return MLP(_numel(tuple(input_shape)), list(hidden), n_classes, dropout)
+    return MLP(math.prod(int(d) for d in input_shape), list(hidden), n_classes, dropout)
 
 
 def cnn(input_shape: tuple[int, ...], n_classes: int, channels: int, blocks: int, dropout: float = 0.0,
@@ -232,11 +229,6 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
 
     Parameters are initialised from torch's global RNG: seed it first (d5pipe.measure.determinism).
     """
-    import dataclasses
-
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     conf = conf_from_dict(ModelConf, "model", model_cfg)
     shape = tuple(int(d) for d in input_shape)
     if n_classes < 2:

@@ -20,7 +20,9 @@ import torch
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import conf_from_dict
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.targets import target_of
 
 Params = Iterable[torch.nn.Parameter] | Iterable[dict[str, Any]]
 
@@ -78,9 +80,6 @@ def train_section(train_cfg: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def make_optimizer(train_cfg: Mapping[str, Any] | None, params: Params, name: str | None = None) -> torch.optim.Optimizer:
     """The optimizer ``train.optimizer`` (or ``name``) selects, over ``params``."""
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     key, target = target_of(train_section(train_cfg), "optimizer", name)
     opt = build(target, key, params=params)
     if not isinstance(opt, torch.optim.Optimizer):
@@ -90,9 +89,6 @@ def make_optimizer(train_cfg: Mapping[str, Any] | None, params: Params, name: st
 
 def make_scheduler(train_cfg: Mapping[str, Any] | None, optimizer: torch.optim.Optimizer) -> Any:
     """The LR scheduler ``train.schedule`` selects for ``optimizer`` (stepped once per epoch)."""
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     key, target = target_of(train_section(train_cfg), "scheduler")
     sched = build(target, key, optimizer=optimizer)
     if not callable(getattr(sched, "step", None)):

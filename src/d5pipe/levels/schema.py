@@ -118,8 +118,6 @@ ZOO_PACKAGE = "transformers"
 
 def model_requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(setting, package)`` a point's model needs installed: the zoo's library for a zoo model."""
-    from d5pipe.core.fields import setting
-
     name = str(setting(cfg.get("model"), ModelConf, "name") or "")
     return [(f"model.name={name}", ZOO_PACKAGE)] if name in ZOO_NAMES else []
 
@@ -167,9 +165,7 @@ def _check_storage(dataset: Mapping[str, Any], where: str) -> None:
     if storage == "lazy" and name in DATASET_NAMES:
         raise D5PipeError(f"{where}.storage: lazy keeps a user's torch Datasets unstacked (dataset.custom); "
                           f"{name} is built in: use memory, npy or png")
-    if storage != "png" or name not in DATASET_NAMES:  # a user's dataset is checked when it is prepared
-        return
-    if name == "digits":
+    if storage != "png" or name not in DATASET_NAMES or name == "digits":  # a user's: checked when prepared
         return
     if not synthetic_images or pixels != "uint8":
         raise D5PipeError(f"{where}.storage: png holds 8-bit images: digits, or synthetic images with "

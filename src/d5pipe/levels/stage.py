@@ -9,6 +9,7 @@ declarations; nothing outside a level's own package spells its name.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,15 +39,12 @@ class Factor:
     """The metric that says what the speed bought (shown for both sides); empty: none."""
 
 
-def _no_targets(cfg: PointConfig) -> list[tuple[str, str]]:
-    return []
+def point_runner(module: str) -> Callable[[], Callable[[PointContext], PointOutcome]]:
+    """A level's :attr:`Level.runner`: ``run_point`` of ``module``, imported only when asked (torch)."""
+    return lambda: importlib.import_module(module).run_point
 
 
-def _no_files(cfg: PointConfig) -> dict[str, str]:
-    return {}
-
-
-def _no_needs(cfg: PointConfig) -> list[tuple[str, str]]:
+def _none(cfg: PointConfig) -> list[tuple[str, str]]:
     return []
 
 
@@ -77,7 +75,7 @@ class Level:
     cost_reads: tuple[str, ...] | None = None
     """The keys (or whole sections) :attr:`cost` reads: the planner computes it once per distinct
     combination of those keys' swept values. None: it may read anything (every configuration)."""
-    used_targets: Callable[[PointConfig], list[tuple[str, str]]] = _no_targets
+    used_targets: Callable[[PointConfig], list[tuple[str, str]]] = _none
     """``(key, dotted path)`` of the user targets a point uses: its code hash covers them."""
     check_targets: Callable[[Mapping[str, Any]], None] = lambda config: None
     """The level's plug-in registries and selectors of a whole config against the runner's
@@ -89,9 +87,9 @@ class Level:
     the 1-rank point), computed once by d5pipe.results.run_results."""
     parallel_axis: str = ""
     """The axis that counts parallel workers (a speedup above it is implausible)."""
-    requires: Callable[[PointConfig], list[tuple[str, str]]] = _no_needs
+    requires: Callable[[PointConfig], list[tuple[str, str]]] = _none
     """``(setting, Python package)`` a point needs installed (``d5pipe plan`` names what is missing)."""
-    identity_files: Callable[[PointConfig], dict[str, str]] = _no_files
+    identity_files: Callable[[PointConfig], dict[str, str]] = lambda cfg: {}
     """``{"file:<path>": sha256}`` of files whose content is part of a point's identity."""
     needs_data: bool = False
     """Points read a prepared dataset (``data/<key>.npz``, made by ``prepare_data``)."""
@@ -109,4 +107,4 @@ class Level:
     @property
     def has_requirements(self) -> bool:
         """Whether some point may need a package (:attr:`requires` is not the level's no-op)."""
-        return self.requires is not _no_needs
+        return self.requires is not _none

@@ -165,8 +165,6 @@ class StoredSource:
     def samples(self, idx: np.ndarray) -> np.ndarray:
         if self.storage == "npy":
             return np.asarray(_memory_map(self.path)[idx])
-        if len(idx) == 0:
-            return np.empty((0, *self.sample_shape), dtype=np.float32)
         return np.stack([_decode(Path(self.path, f"{int(i)}.png").read_bytes(), self.pixel_scale, self.pixel_offset)
                          for i in idx])
 

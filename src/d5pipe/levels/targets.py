@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, target_path
+from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, iter_targets, target_path
 from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.config_checks import section as _section
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
@@ -49,27 +50,24 @@ class Slot:
     selector: str
     registry: str
     builtins: tuple[str, ...]
+    default: str
+    """The schema default of the selector (a hand-made section may leave it out)."""
     optional: bool = False
     """An empty selector means "none" (e.g. no reference optimizer)."""
 
 
 SLOTS: dict[str, Slot] = {
-    "operator": Slot("operators", "op", "custom", BUILTIN_OPERATORS),
-    "model": Slot("model", "name", "custom", MODEL_NAMES),
-    "model_reference": Slot("model", "reference", "custom", MODEL_NAMES, optional=True),
-    "dataset": Slot("dataset", "name", "custom", DATASET_NAMES),
-    "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS),
-    "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, optional=True),
-    "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES),
-    "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS),
-    "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
-    "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES),
+    "operator": Slot("operators", "op", "custom", BUILTIN_OPERATORS, "matmul"),
+    "model": Slot("model", "name", "custom", MODEL_NAMES, "mlp"),
+    "model_reference": Slot("model", "reference", "custom", MODEL_NAMES, "", optional=True),
+    "dataset": Slot("dataset", "name", "custom", DATASET_NAMES, "digits"),
+    "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS, "adam"),
+    "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, "", optional=True),
+    "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES, "constant"),
+    "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS, "shuffle"),
+    "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES, "allreduce"),
+    "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES, "torch"),
 }
-
-DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
-                            "optimizer": "adam", "reference_optimizer": "", "scheduler": "constant",
-                            "sampler": "shuffle", "strategy": "allreduce", "runtime": "torch"}
-"""The schema defaults of the selectors (a hand-made section may leave them out)."""
 
 BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
 """Built-in extra metrics of ``train.metrics``."""
@@ -88,17 +86,10 @@ _STRATEGY_CLASSES: dict[str, str] = {
     "ps_sync": "parameter_server.SyncParameterServer", "ps_async": "parameter_server.AsyncParameterServer",
 }
 
-def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = cfg.get(name) or {}
-    if not isinstance(value, Mapping):
-        raise D5PipeError(f"config error: key '{name}' must be a mapping")
-    return value
-
-
 def selected_name(section: Mapping[str, Any], slot_name: str) -> str:
     """The selector's value (the schema default when the section leaves it out)."""
     slot = SLOTS[slot_name]
-    return str(section.get(slot.selector, DEFAULTS[slot_name]) or "")
+    return str(section.get(slot.selector, slot.default) or "")
 
 
 def registry(section: Mapping[str, Any], slot_name: str) -> Mapping[str, Any]:
@@ -148,8 +139,6 @@ def user_target(section: Mapping[str, Any], slot_name: str) -> tuple[str, Any] |
 def used_targets(cfg: Mapping[str, Any], slots: tuple[str, ...]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of every user target the ``slots`` of a point select (nested ones
     too): what its code hash covers. Built-ins are d5pipe's own code (in the environment record)."""
-    from d5pipe.core.allowlist import iter_targets
-
     out: list[tuple[str, str]] = []
     for slot_name in slots:
         section = _section(cfg, SLOTS[slot_name].section)
@@ -161,8 +150,6 @@ def used_targets(cfg: Mapping[str, Any], slots: tuple[str, ...]) -> list[tuple[s
 
 def metric_user_targets(train: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets among ``train.metrics``."""
-    from d5pipe.core.allowlist import iter_targets
-
     out: list[tuple[str, str]] = []
     for i, entry in enumerate(train.get("metrics") or []):
         if not (isinstance(entry, str) and entry in BUILTIN_METRICS):

@@ -82,17 +82,12 @@ class DatasetSource:
     key: str
     name: str = "user"
     per_sample: bool = True
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return torch.float32
+    dtype = torch.float32
 
     def item(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return item(self.dataset, i, self.key)
 
     def samples(self, idx: np.ndarray) -> np.ndarray:
-        if len(idx) == 0:
-            return np.empty((0, *self.sample_shape), dtype=np.float32)
         return np.stack([self.item(int(i))[0].numpy() for i in idx])
 
     def labels(self, idx: np.ndarray) -> np.ndarray:

@@ -55,12 +55,6 @@ def verdict(err: float, tol: float, detect: float = DEFAULT_DETECT, ok: bool = T
     return "pass" if tol < detect else "undetectable"
 
 
-def network_tolerance(dtype: torch.dtype, l2: float | None = None, max_rel: float | None = None) -> tuple[float, float]:
-    """The tolerances of ``output_check`` for ``dtype``; ``l2``/``max_rel`` override them."""
-    d_l2, d_max = NETWORK_TOLERANCES[dtype]
-    return (d_l2 if l2 is None else float(l2)), (d_max if max_rel is None else float(max_rel))
-
-
 def flat_params(model: torch.nn.Module) -> torch.Tensor:
     """Every parameter, flattened into one float64 CPU tensor."""
     return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])

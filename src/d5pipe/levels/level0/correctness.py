@@ -96,10 +96,11 @@ def worst(reports: list[ErrorReport]) -> ErrorReport:
     )
 
 
-def tolerance(dtype: torch.dtype, l2: float | None = None, max_rel: float | None = None) -> tuple[float, float]:
-    """The dtype's ``(l2, max_rel)`` tolerance; ``l2``/``max_rel`` (``operators.tol_l2`` /
-    ``tol_max_rel``) override it for one point."""
-    d_l2, d_max = TOLERANCES[dtype]
+def tolerance(dtype: torch.dtype, l2: float | None = None, max_rel: float | None = None,
+              table: dict[torch.dtype, tuple[float, float]] = TOLERANCES) -> tuple[float, float]:
+    """The dtype's ``(l2, max_rel)`` tolerance in ``table`` (level 1's networks: d5pipe.levels.verify);
+    ``l2``/``max_rel`` (``operators.tol_l2`` / ``tol_max_rel``) override it for one point."""
+    d_l2, d_max = table[dtype]
     return (d_l2 if l2 is None else float(l2)), (d_max if max_rel is None else float(max_rel))
 
 
@@ -138,8 +139,7 @@ def check_backward(
     ins = [t.detach().clone().requires_grad_(True) for t in inputs]
     refs = [t.detach().clone().requires_grad_(True) for t in ref_inputs]
     ref_out = reference(*refs)
-    upstream64 = torch.randn(ref_out.shape, generator=gen, dtype=torch.float64)
-    upstream = upstream64.to(dtype)
+    upstream = torch.randn(ref_out.shape, generator=gen, dtype=torch.float64).to(dtype)
     ref_grads = torch.autograd.grad(ref_out, refs, upstream.to(torch.float64))
     out = impl(*ins)
     if tuple(out.shape) != tuple(ref_out.shape):

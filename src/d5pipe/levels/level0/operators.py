@@ -25,11 +25,13 @@ Minimum bytes moved: every input read once and the output written once, in the p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 import torch.nn.functional as F
 
+from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level0.spec import Inputs, OperatorSpec, keep_layout
 
 CONV_CHANNELS = 16
@@ -253,10 +255,6 @@ def complete(spec: OperatorSpec) -> OperatorSpec:
 
     A spec without ``compare_to`` must give everything; the error names the missing parts.
     """
-    import dataclasses
-
-    from d5pipe.core.errors import D5PipeError
-
     parts = ("make_inputs", "reference", "flops", "min_bytes")
     missing = [p for p in parts if getattr(spec, p) is None]
     if not missing:

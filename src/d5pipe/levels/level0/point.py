@@ -1,7 +1,7 @@
 """Level 0: time one operator point, derive rates and % of peak, check forward and backward.
 
 Timings: ``time`` (forward), and with ``operators.time_backward`` ``time_bwd`` (backward alone)
-and ``time_fwd_bwd`` (d5pipe.levels.level0.backward). A custom operator that names the built-in
+and ``time_fwd_bwd`` (``_backward_metrics``). A custom operator that names the built-in
 it re-implements (``OperatorSpec.compare_to``) reports it as metric ``compare_to`` (kind info).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,26 +17,18 @@ import torch
 from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
-from d5pipe.levels.device import require_device
-from d5pipe.levels.level0.backward import time_backward
+from d5pipe.levels.device import DTYPES, require_device, synchronize
 from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.registry import resolve_operator
-from d5pipe.levels.level0.schema import DTYPES as DTYPE_NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.measure.ceilings import NARROW, REFRESH_NEAR, machine_ceilings, roofline
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
 
-DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPE_NAMES}
 UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel")
 """Substrings of the RuntimeError torch raises when a dtype has no kernel on a device."""
-
-
-def operators_conf(section: Mapping[str, Any] | None) -> OperatorsConf:
-    """The ``operators`` section as a dataclass, every value checked against its schema."""
-    return conf_from_dict(OperatorsConf, "operators", section)
 
 
 def effective_impl_layout(spec: OperatorSpec, impl: str, layout: str) -> tuple[str, str]:
@@ -71,11 +63,6 @@ def build_inputs(
     return inputs, ref_inputs, gen
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric]:
     return [
         Metric(name, report.verdict, "", "verdict"),
@@ -87,10 +74,20 @@ def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric
 
 def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], timer_cfg: Any,
                       device: str, seed: int, extra: dict[str, Any]) -> list[Metric]:
-    """``time_bwd`` and ``time_fwd_bwd`` (with their spreads), or a warning when there is no backward."""
+    """``time_bwd`` and ``time_fwd_bwd`` (with their spreads), or a warning when there is no backward.
+
+    ``time_bwd`` repeats ``torch.autograd.grad(out, inputs, upstream, retain_graph=True)`` on one
+    recorded forward graph -- the backward kernels only; ``time_fwd_bwd`` is a forward call and its
+    backward, per repetition. Both use the shared timer with the point's timer settings, on the
+    point's inputs (dtype, device, layout) made differentiable, and one seeded upstream gradient."""
     gen = torch.Generator().manual_seed((seed + 1) % 2**63)
     try:
-        bwd, both = time_backward(fn, inputs, timer_cfg, device, gen)
+        ins = [t.detach().clone().requires_grad_(True) for t in inputs]
+        out = fn(*ins)
+        upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64).to(device=out.device, dtype=out.dtype)
+        torch.autograd.grad(out, ins, upstream, retain_graph=True)  # raises here when there is no backward
+        bwd = measure(lambda: torch.autograd.grad(out, ins, upstream, retain_graph=True), timer_cfg, device)
+        both = measure(lambda: torch.autograd.grad(fn(*ins), ins, upstream), timer_cfg, device)
     except (RuntimeError, NotImplementedError) as err:
         if not _is_unsupported(err) and "does not require grad" not in str(err):
             raise
@@ -184,7 +181,7 @@ def _skip_if_unsupported(spec: OperatorSpec, conf: OperatorsConf, inputs: list[t
     """One call: a point whose operator does not run in its dtype on its device is skipped."""
     try:
         spec.forward(*inputs)
-        _sync(conf.device)
+        synchronize(torch.device(conf.device))
     except (RuntimeError, NotImplementedError) as err:
         if _is_unsupported(err):
             raise PointSkipped(f"{spec.name} in {conf.dtype} on {conf.device}: {err}") from err
@@ -193,7 +190,7 @@ def _skip_if_unsupported(spec: OperatorSpec, conf: OperatorsConf, inputs: list[t
 
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure one operator point (see docs of d5pipe.levels.level0)."""
-    conf = operators_conf(ctx.config.get("operators"))
+    conf = conf_from_dict(OperatorsConf, "operators", ctx.config.get("operators"))
     require_device(conf.device, "operators.device")
     dtype = DTYPES[conf.dtype]
     spec = complete(resolve_operator(dataclasses.asdict(conf)))
@@ -223,7 +220,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         fn = torch.compile(spec.forward, dynamic=False, fullgraph=True)
         t0 = time.perf_counter()
         fn(*inputs)  # compiles; kept out of the timing below
-        _sync(conf.device)
+        synchronize(torch.device(conf.device))
         metrics.append(Metric("compile_s", time.perf_counter() - t0, "s", "info"))
 
     m = measure(lambda: fn(*inputs), ctx.config.get("timer"), conf.device)

@@ -19,14 +19,13 @@ from typing import Any
 
 from d5pipe.core.allowlist import HYDRA_KEYS, TARGET_KEY
 from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.instantiate import build, locate
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.targets import check_slot, target_of
 
 
 def build_operator(key: str, target: Mapping[str, Any]) -> OperatorSpec:
     """The spec a target names or builds (see the module docstring)."""
-    from d5pipe.levels.instantiate import build, locate
-
     obj = locate(str(target[TARGET_KEY]), key)
     if not isinstance(obj, OperatorSpec):
         if not callable(obj):

@@ -48,7 +48,3 @@ class OperatorSpec:
     description: str = ""
     compare_to: str = ""
     """The built-in operator this one re-implements (``matmul``), or empty."""
-
-
-def elements(inputs: Inputs) -> int:
-    return sum(int(t.numel()) for t in inputs)

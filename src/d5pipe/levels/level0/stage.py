@@ -10,7 +10,7 @@ from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level0 import validate
 from d5pipe.levels.level0.schema import OperatorsConf
-from d5pipe.levels.stage import Factor, Level
+from d5pipe.levels.stage import Factor, Level, point_runner
 
 
 def cost(cfg: Mapping[str, Any]) -> float:
@@ -18,13 +18,6 @@ def cost(cfg: Mapping[str, Any]) -> float:
     per shard, not per point)."""
     impl = setting(cfg.get("operators"), OperatorsConf, "impl")
     return POINT_FIXED_S + timed_s(cfg, 1) + (COMPILE_S if impl == "compile" else 0.0)
-
-
-def runner() -> Any:
-    """The point runner (imports torch)."""
-    from d5pipe.levels.level0.point import run_point
-
-    return run_point
 
 
 def uncompared(config: Mapping[str, Any]) -> str:
@@ -37,7 +30,8 @@ def uncompared(config: Mapping[str, Any]) -> str:
 
 LEVEL = Level(
     name="level0", title="L0 operators", sections=("operators", "timer", "placement"),
-    schemas={"operators": OperatorsConf}, check_point=validate.check_point, cost=cost, runner=runner,
+    schemas={"operators": OperatorsConf}, check_point=validate.check_point, cost=cost,
+    runner=point_runner("d5pipe.levels.level0.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, factors=(Factor("operators.impl", "eager", ("time",), "implementations"),),
     uncompared_note=uncompared,
     cost_reads=("operators.impl", "timer"),

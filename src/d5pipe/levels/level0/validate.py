@@ -7,6 +7,7 @@ again before it imports them (d5pipe.levels.level0.registry).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from d5pipe.core.allowlist import check_deprecated_prefixes
@@ -23,27 +24,13 @@ SLOTS: tuple[str, ...] = ("operator",)
 
 def check_point(cfg: Mapping[str, Any]) -> None:
     """One level-0 point's resolved config (sections ``operators`` and ``timer``)."""
-    ops = section(cfg, "operators")
-    check_deprecated_prefixes(ops.get("allowed_prefixes"), "operators.allowed_prefixes")
-    check_slots(cfg, SLOTS)
-    check_device_name(setting(ops, OperatorsConf, "device"), "operators.device")
+    check_targets(cfg)
+    check_device_name(setting(section(cfg, "operators"), OperatorsConf, "device"), "operators.device")
     check_timer(dict(section(cfg, "timer")))
 
 
-def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(key, dotted path)`` of the user targets a level-0 point uses (its code hash covers them)."""
-    return _used(cfg, SLOTS)
-
-
-def validate_operators(operators: Mapping[str, Any] | None) -> None:
-    """The ``operators`` section alone: schema keys and values, custom targets. Nothing is imported."""
-    import dataclasses
-
-    from d5pipe.core.fields import conf_from_dict
-    from d5pipe.levels.level0.schema import OperatorsConf
-
-    conf = conf_from_dict(OperatorsConf, "operators", operators)
-    check_point({"operators": dataclasses.asdict(conf), "timer": {}})
+used_targets = partial(_used, slots=SLOTS)
+"""``(key, dotted path)`` of the user targets a level-0 point uses (its code hash covers them)."""
 
 
 def check_targets(cfg: Mapping[str, Any]) -> None:

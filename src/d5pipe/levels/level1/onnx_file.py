@@ -14,14 +14,23 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from d5pipe.core.atomic import file_sha256
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.outcome import PointOutcome
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.instantiate import build
+from d5pipe.levels.level1.output_check import judge
+from d5pipe.levels.level1.runtimes import write_once
+from d5pipe.levels.level1.schema import Level1Conf
+from d5pipe.levels.targets import target_of
+from d5pipe.measure.stats import rate_metric
+from d5pipe.measure.timer import measure
 
 
 def input_spec(path: str | Path, batch_size: int) -> tuple[str, tuple[int, ...]]:
@@ -79,30 +88,11 @@ def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
     """The user's file copied (atomically, once per content) into the run directory's ``onnx/``,
     which travels in the bundle: the network a point measured stays with its results. The point
     runs this copy, so what was measured is what is kept."""
-    kept = onnx_dir / f"user-{sha256[:32]}.onnx"
-    if not kept.exists():
-        onnx_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=onnx_dir, prefix=".copy.", suffix=".onnx")
-        os.close(fd)
-        try:
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, kept)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-    return kept
+    return write_once(onnx_dir / f"user-{sha256[:32]}.onnx", lambda tmp: shutil.copyfile(path, tmp), ".copy.")
 
 
-def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
+def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any]) -> PointOutcome:
     """One level-1 point whose network is ``level1.onnx_file`` (see the module docstring)."""
-    from d5pipe.core.outcome import Metric, PointOutcome
-    from d5pipe.levels.contract import PointSkipped
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.level0.correctness import compare
-    from d5pipe.levels.targets import target_of
-    from d5pipe.levels.verify import network_tolerance, verdict
-    from d5pipe.measure.stats import rate_metric
-    from d5pipe.measure.timer import measure
-
     if conf.dtype != "float32":
         raise PointSkipped(f"level1.onnx_file: the file's network is float32; level1.dtype={conf.dtype} does not apply")
     path = str(conf.onnx_file)
@@ -114,8 +104,6 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
     prepare_file = getattr(runtime, "prepare_file", None)
     if not callable(prepare_file):
         raise PointSkipped(f"level1.runtime={conf.runtime} cannot read an ONNX file (no prepare_file)")
-    from d5pipe.core.atomic import file_sha256
-
     threads = torch.get_num_threads()
     sha = file_sha256(path)
     kept = keep_in_run(Path(path), sha, Path(ctx.run_dir) / "onnx")
@@ -137,14 +125,7 @@ def run_onnx_point(ctx: Any, conf: Any, timer_cfg: dict[str, Any]) -> Any:
         "not_measured": {"fwd_bwd": "a network given as an ONNX file runs inference only"},
     }
     if conf.output_check:
-        out = prepared.run(x)
-        ref = reference_outputs(path, name, x)
-        tol_l2, tol_max = network_tolerance(torch.float32, conf.output_tol_l2, conf.output_tol_max_rel)
-        report = compare(out, ref, tol_l2, tol_max)
-        result = verdict(report.err_l2, tol_l2, conf.detect_rel_error, ok=report.passed)
-        metrics += [Metric("output_check", result, "", "verdict"),
-                    Metric("output_err_l2", report.err_l2, "", "numerical"),
-                    Metric("output_err_max_rel", report.err_max_rel, "", "numerical")]
-        extra["output_check"] = {"reference": "onnx.reference.ReferenceEvaluator, float64 copy of the graph",
-                                 "tol_l2": tol_l2, "tol_max_rel": tol_max, **({"problem": report.note} if report.note else {})}
+        found, extra["output_check"] = judge(prepared.run(x), reference_outputs(path, name, x), torch.float32, conf,
+                                             "onnx.reference.ReferenceEvaluator, float64 copy of the graph")
+        metrics += found
     return PointOutcome(metrics=metrics, samples={"inference_latency_s": list(m.samples)}, extra=extra)

@@ -22,9 +22,9 @@ from torch import nn
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.outcome import Metric
-from d5pipe.levels.level0.correctness import compare
+from d5pipe.levels.level0.correctness import compare, tolerance
 from d5pipe.levels.level1.schema import Level1Conf
-from d5pipe.levels.verify import network_tolerance, verdict
+from d5pipe.levels.verify import NETWORK_TOLERANCES, verdict
 
 
 def align_to_reference(model: nn.Module, reference: nn.Module, key: str = "model.reference") -> None:
@@ -43,9 +43,7 @@ def align_to_reference(model: nn.Module, reference: nn.Module, key: str = "model
 
 def reference_copy(reference: nn.Module, dtype: torch.dtype) -> nn.Module:
     """``reference`` with its weights rounded to ``dtype``, held in float64 on the CPU, eval mode."""
-    ref = copy.deepcopy(reference).to("cpu")
-    ref = ref.to(dtype).to(torch.float64)
-    return ref.eval()
+    return copy.deepcopy(reference).to("cpu").to(dtype).to(torch.float64).eval()
 
 
 @dataclass
@@ -75,7 +73,19 @@ def run_check(check: OutputCheck, model: nn.Module, forward: Callable[..., torch
         out = forward(x)
         x_ref = x.detach().to("cpu")  # token ids stay integers; values go to float64
         ref = check.reference((x_ref.to(torch.float64) if x_ref.is_floating_point() else x_ref).contiguous())
-    tol_l2, tol_max = network_tolerance(check.dtype, conf.output_tol_l2, conf.output_tol_max_rel)
+    metrics, extra = judge(out, ref, check.dtype, conf, check.name)
+    extra.update(detect_rel_error=conf.detect_rel_error,
+                 note="outputs vs the float64 eager reference with the same rounded weights, same batch; "
+                      "pass: both errors within tolerance and the tolerance below detect_rel_error; "
+                      "undetectable: within tolerance, but the tolerance cannot see detect_rel_error")
+    return metrics, extra
+
+
+def judge(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, conf: Level1Conf,
+          reference: str) -> tuple[list[Metric], dict[str, Any]]:
+    """``output_check`` (d5pipe.levels.verify.verdict), ``output_err_l2`` and ``output_err_max_rel``
+    of the outputs ``out`` against the float64 ``ref``, and what to record (``reference`` names it)."""
+    tol_l2, tol_max = tolerance(dtype, conf.output_tol_l2, conf.output_tol_max_rel, NETWORK_TOLERANCES)
     report = compare(out, ref, tol_l2, tol_max)
     result = verdict(report.err_l2, tol_l2, conf.detect_rel_error, ok=report.passed)
     metrics = [
@@ -83,11 +93,7 @@ def run_check(check: OutputCheck, model: nn.Module, forward: Callable[..., torch
         Metric("output_err_l2", report.err_l2, "", "numerical"),
         Metric("output_err_max_rel", report.err_max_rel, "", "numerical"),
     ]
-    extra = {"reference": check.name, "tol_l2": tol_l2, "tol_max_rel": tol_max,
-             "detect_rel_error": conf.detect_rel_error,
-             "note": "outputs vs the float64 eager reference with the same rounded weights, same batch; "
-                     "pass: both errors within tolerance and the tolerance below detect_rel_error; "
-                     "undetectable: within tolerance, but the tolerance cannot see detect_rel_error"}
+    extra: dict[str, Any] = {"reference": reference, "tol_l2": tol_l2, "tol_max_rel": tol_max}
     if report.note:
         extra["problem"] = report.note
     return metrics, extra

@@ -38,27 +38,27 @@ from typing import Any
 import torch
 from torch import nn
 
+from d5pipe.core.canonical import canonical_json
 from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.core.seeds import derive_seed
 from d5pipe.levels import micro_batches
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, synchronize, torch_dtype
+from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1 import output_check
+from d5pipe.levels.level1.onnx_file import run_onnx_point
 from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.schema import ModelConf
+from d5pipe.levels.targets import target_of
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import rate_metric
-from d5pipe.measure.timer import Measurement, measure
-
-
-def resolve_level1(level1_cfg: dict[str, Any]) -> Level1Conf:
-    """The ``level1`` section, every value checked against its schema."""
-    return conf_from_dict(Level1Conf, "level1", level1_cfg)
+from d5pipe.measure.timer import measure
 
 
 def input_batch(data: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,11 +66,6 @@ def input_batch(data: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Ten
     n = len(data.y_test)
     idx = torch.arange(batch_size) % n
     return data.x_test[idx].contiguous(), data.y_test[idx].contiguous()
-
-
-def time_call(fn: Callable[[], object], timer_cfg: dict[str, Any], device: torch.device) -> Measurement:
-    """The one timing call of level 1 (shared timer, device-synchronised, raw samples kept)."""
-    return measure(fn, timer_cfg, str(device))
 
 
 def _probe(fn: Callable[[], object], what: str) -> None:
@@ -88,9 +83,6 @@ def network_seed(config: dict[str, Any]) -> int:
     """The seed of a point's network weights: from the root seed, the ``model`` section and the
     dataset only, so the variants of one point (``level1.impl``, ``level1.runtime``, batch size,
     repetitions) run the *same* weights -- a fair comparison differs in the compared factor alone."""
-    from d5pipe.core.canonical import canonical_json
-    from d5pipe.core.seeds import derive_seed
-
     identity = canonical_json({"model": config.get("model") or {}, "dataset": config.get("dataset") or {}})
     return derive_seed(int(config.get("seed", 0)), "level1-network:" + identity)  # RootConf.seed: 0
 
@@ -109,6 +101,7 @@ def _prepare_model(
     dtype = torch_dtype(conf.dtype, "level1.dtype")
     model = _build(ctx, data)
     model_cfg = ctx.config.get("model") or {}
+    model_name = str(setting(model_cfg, ModelConf, "name"))
     reference_name = str(model_cfg.get("reference") or "")
     check: output_check.OutputCheck | None = None
     if conf.output_check:
@@ -117,11 +110,10 @@ def _prepare_model(
             reference = _build(ctx, data, reference_name)
             output_check.align_to_reference(model, reference)
         check = output_check.prepare(model.to(dtype=dtype), reference, dtype,
-                                     reference_name or str(setting(model_cfg, ModelConf, "name")))
+                                     reference_name or model_name)
     x, y = input_batch(data, conf.batch_size)
-    model_name = setting(model_cfg, ModelConf, "name")
     try:
-        check_input_kind(str(model_name), not x.is_floating_point())
+        check_input_kind(model_name, not x.is_floating_point())
     except UnsupportedInput as exc:
         raise PointSkipped(str(exc)) from exc
     if conf.layout == "channels_last" and (model_name in ("mlp", "transformer") or x.dim() != 4):
@@ -142,9 +134,6 @@ def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
                    device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any]]:
     """The network on ``level1.runtime`` (d5pipe.levels.level1.runtimes): a callable batch -> outputs
     and what to record (name, version, settings, threads asked and used, the ONNX file)."""
-    from d5pipe.levels.instantiate import build
-    from d5pipe.levels.targets import target_of
-
     if device.type != "cpu":
         raise PointSkipped(f"level1.runtime={ctx.config['level1'].get('runtime')}: CPU only in this version")
     key, target = target_of(ctx.config.get("level1") or {}, "runtime")
@@ -180,7 +169,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
     first_call = time.perf_counter() - t0
     if compiled:
         metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
-    m = time_call(fn, ctx.config.get("timer") or {}, device)
+    m = measure(fn, ctx.config.get("timer") or {}, str(device))
     name, rate_name = MODE_NAMES[mode]
     key = f"{name}_s"
     metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
@@ -202,14 +191,10 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure inference and forward+backward of one model configuration."""
     cfg = ctx.config
-    conf = resolve_level1(cfg.get("level1") or {})
+    conf = conf_from_dict(Level1Conf, "level1", cfg.get("level1") or {})
     device = require_device(conf.device, "level1.device")
-    timer_cfg = cfg.get("timer") or {}
     if conf.onnx_file:
-        from d5pipe.levels.level1.onnx_file import run_onnx_point
-
-        outcome: PointOutcome = run_onnx_point(ctx, conf, timer_cfg)
-        return outcome
+        return run_onnx_point(ctx, conf, cfg.get("timer") or {})
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     model, x, y, check = _prepare_model(ctx, conf, data, device)
     forward: nn.Module | Callable[..., torch.Tensor] = model
@@ -223,21 +208,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
     if not on_torch:
         forward, runtime_info = _other_runtime(ctx, model, x, device)
 
-    def infer() -> None:
+    def infer(net: Callable[..., torch.Tensor] = forward) -> None:
         with torch.inference_mode():
-            forward(x)
+            net(x)
 
-    def fwd_bwd() -> None:  # in level1.micro_batches parts (one: the plain forward and backward)
-        model.zero_grad(set_to_none=True)
-        micro_batches.backward(forward, micro_batches.cross_entropy, x, y, conf.micro_batches)
-
-    def infer_eager() -> None:  # the FLOPs are counted on the eager model: the same mathematics
-        with torch.inference_mode():
-            model(x)
-
-    def fwd_bwd_eager() -> None:
-        model.zero_grad(set_to_none=True)
-        micro_batches.backward(model, micro_batches.cross_entropy, x, y, conf.micro_batches)
+    def fwd_bwd(net: Callable[..., torch.Tensor] = forward) -> None:
+        model.zero_grad(set_to_none=True)  # then in level1.micro_batches parts (one: the plain forward and backward)
+        micro_batches.backward(net, micro_batches.cross_entropy, x, y, conf.micro_batches)
 
     extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
                              "flops": FLOPS_NOTE, "runtime": runtime_info}
@@ -257,7 +234,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     label = str((cfg.get("model") or {}).get("name", "model"))
     for mode, fn, set_mode in modes:
         set_mode()
-        eager = infer_eager if mode == "inference" else fwd_bwd_eager
+        eager = functools.partial(fn, model)  # the FLOPs are counted on the eager model: the same mathematics
         measured, samples[f"{MODE_NAMES[mode][0]}_s"] = _measure_mode(ctx, conf, device, mode, fn, eager,
                                                                        compiled, on_torch, label, extra)
         metrics += measured

@@ -26,9 +26,12 @@ left out with the reason.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import io
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,7 @@ from torch import nn
 
 from d5pipe.core.atomic import file_sha256
 from d5pipe.levels.contract import PointSkipped
+from d5pipe.levels.level1.stage import RUNTIME_PACKAGES
 
 
 @dataclass
@@ -80,46 +84,54 @@ def export_onnx(model: nn.Module, example: torch.Tensor, onnx_dir: Path) -> dict
     if computed != torch.float32:
         raise PointSkipped(f"ONNX runtimes: level1.dtype {str(computed).removeprefix('torch.')} is not "
                            "supported yet (float32 only)")
-    onnx_dir.mkdir(parents=True, exist_ok=True)
-    path = onnx_dir / f"{network_key(model, example)}.onnx"
-    if not path.exists():
-        import warnings
 
-        fd, tmp = tempfile.mkstemp(dir=onnx_dir, prefix=".export.", suffix=".onnx")
-        os.close(fd)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.onnx.export(model.eval(), (example,), tmp, input_names=["x"], output_names=["y"],
-                                  dynamo=True, external_data=False, verbose=False)
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+    def export(tmp: str) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model.eval(), (example,), tmp, input_names=["x"], output_names=["y"],
+                              dynamo=True, external_data=False, verbose=False)
+
+    path = write_once(onnx_dir / f"{network_key(model, example)}.onnx", export, ".export.")
     return {"path": str(path), "sha256": file_sha256(path)}
 
 
-class TorchRuntime:
+def write_once(path: Path, write: Callable[[str], object], prefix: str) -> Path:
+    """``path``; unless it exists, made by ``write(tmp)`` into a temporary file (``prefix``) beside
+    it and renamed, so that no reader sees half a file."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=path.suffix)
+        os.close(fd)
+        try:
+            write(tmp)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+class _Named:
+    """A built-in runtime: its ``version()`` is that of the Python package ``name`` names."""
+
+    name = ""
+
+    def version(self) -> str:
+        return str(importlib.import_module(self.name).__version__)
+
+
+class TorchRuntime(_Named):
     """PyTorch itself: the point's model as it is (``level1.impl`` applies)."""
 
     name = "torch"
-
-    def version(self) -> str:
-        return str(torch.__version__)
-
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return Prepared(run=model, settings={"intra_op_threads": torch.get_num_threads()},
                         threads=torch.get_num_threads())
 
 
-class OnnxRuntime:
+class OnnxRuntime(_Named):
     """ONNX Runtime, CPU execution provider."""
 
     name = "onnxruntime"
-
-    def version(self) -> str:
-        import onnxruntime
-
-        return str(onnxruntime.__version__)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return self.prepare_file(export_onnx(model, example, onnx_dir), threads)
@@ -143,15 +155,10 @@ class OnnxRuntime:
         return Prepared(run=run, settings=settings, threads=int(options.intra_op_num_threads), onnx=onnx)
 
 
-class OpenVino:
+class OpenVino(_Named):
     """OpenVINO on the CPU, told to compute in float32 with the point's threads."""
 
     name = "openvino"
-
-    def version(self) -> str:
-        import openvino
-
-        return str(openvino.__version__)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return self.prepare_file(export_onnx(model, example, onnx_dir), threads)
@@ -174,12 +181,12 @@ class OpenVino:
         return Prepared(run=run, settings=settings, threads=used, onnx=onnx)
 
 
-def _needs(module: str, runtime: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise PointSkipped(f"level1.runtime={runtime}: the Python package {module!r} is not installed "
-                           "(pip install 'd5pipe[frameworks]'; make install does)")
+def _needs(runtime: str) -> None:
+    """The point is skipped without the package the runtime imports or onnxscript (the export's)."""
+    for module in (RUNTIME_PACKAGES[runtime], "onnxscript"):
+        if importlib.util.find_spec(module) is None:
+            raise PointSkipped(f"level1.runtime={runtime}: the Python package {module!r} is not installed "
+                               "(pip install 'd5pipe[frameworks]'; make install does)")
 
 
 def torch_runtime() -> Runtime:
@@ -189,13 +196,11 @@ def torch_runtime() -> Runtime:
 
 def onnxruntime_runtime() -> Runtime:
     """``level1.runtime: onnxruntime``."""
-    _needs("onnxruntime", "onnxruntime")
-    _needs("onnxscript", "onnxruntime")
+    _needs("onnxruntime")
     return OnnxRuntime()
 
 
 def openvino_runtime() -> Runtime:
     """``level1.runtime: openvino``."""
-    _needs("openvino", "openvino")
-    _needs("onnxscript", "openvino")
+    _needs("openvino")
     return OpenVino()

@@ -12,9 +12,9 @@ IMPLS: tuple[str, ...] = ("eager", "compile")
 SECTION = "level1"
 """The config section of level 1 (named after the level)."""
 RUNTIMES: tuple[str, ...] = ("torch", "compile", "onnxruntime", "openvino")
+"""Built-in runtimes of ``level1.runtime`` (d5pipe.levels.level1.runtimes)."""
 TORCH_RUNTIMES: tuple[str, ...] = ("torch", "compile")
 """PyTorch itself: eager, and ``torch.compile`` (``compile_mode``); both measure forward+backward too."""
-"""Built-in runtimes of ``level1.runtime`` (d5pipe.levels.level1.runtimes)."""
 LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last")
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

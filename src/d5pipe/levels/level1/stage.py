@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from d5pipe.core.atomic import file_sha256
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level1 import validate
 from d5pipe.levels.level1.schema import SECTION, Level1Conf
 from d5pipe.levels.schema import model_requires
-from d5pipe.levels.stage import Factor, Level
+from d5pipe.levels.stage import Factor, Level, point_runner
 
 RUNTIME_PACKAGES: dict[str, str] = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 """The package each built-in non-PyTorch runtime imports (both also need onnxscript, which
@@ -40,22 +41,14 @@ def requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
 def identity_files(cfg: Mapping[str, Any]) -> dict[str, str]:
     """``{"file:<path>": sha256}`` of a network the point reads from a file (``level1.onnx_file``):
     its content, not only its path, is part of the point's identity."""
-    from d5pipe.core.atomic import file_sha256
-
     path = (cfg.get(SECTION) or {}).get("onnx_file")
     return {f"file:{path}": file_sha256(str(path))} if path else {}
 
 
-def runner() -> Any:
-    """The point runner (imports torch)."""
-    from d5pipe.levels.level1.point import run_point
-
-    return run_point
-
-
 LEVEL = Level(
     name="level1", title="L1 network processing", sections=("model", "dataset", SECTION, "timer", "placement"),
-    schemas={SECTION: Level1Conf}, check_point=validate.check_point, cost=cost, runner=runner,
+    schemas={SECTION: Level1Conf}, check_point=validate.check_point, cost=cost,
+    runner=point_runner("d5pipe.levels.level1.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, identity_files=identity_files, needs_data=True,
     factors=(Factor(f"{SECTION}.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
              Factor(f"{SECTION}.runtime", "torch", ("inference_latency",), "runtimes"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
@@ -40,8 +42,6 @@ def check_point(cfg: Mapping[str, Any]) -> None:
 
 def check_onnx_file(value: Any) -> None:
     """``level1.onnx_file``: empty, or an absolute path to an existing ``.onnx`` file (one line otherwise)."""
-    from pathlib import Path
-
     if value in (None, ""):
         return
     path = Path(str(value))
@@ -52,11 +52,7 @@ def check_onnx_file(value: Any) -> None:
         raise D5PipeError(f"config error: key 'level1.onnx_file': {value!r} is not an existing .onnx file")
 
 
-def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(key, dotted path)`` of the user targets a level1 point uses (its code hash covers them)."""
-    return _used(cfg, SLOTS)
-
-
-def check_targets(cfg: Mapping[str, Any]) -> None:
-    """The plug-in registries and selectors against the runner's allow-list; nothing imported."""
-    check_slots(cfg, SLOTS)
+used_targets = partial(_used, slots=SLOTS)
+"""``(key, dotted path)`` of the user targets a level1 point uses (its code hash covers them)."""
+check_targets = partial(check_slots, slots=SLOTS)
+"""The plug-in registries and selectors against the runner's allow-list; nothing imported."""
