@@ -11,12 +11,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: run test test-fast install install-test build-tools system-deps horovod bench lint clean
 
 # Python environment: torch (CPU wheel, pinned) first, then d5pipe, its dependencies and the level-1
-# runtimes and the model zoo (the `frameworks` extra: ONNX Runtime, OpenVINO, transformers).
+# runtimes and the model zoo (the `frameworks` extra: ONNX Runtime, OpenVINO, transformers) and level 2's
+# training frameworks (the `train` extra: JAX with optax).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[frameworks]'
+	$(PIP) install -q -e '.[frameworks,train]'
 	touch $(STAMP)
 
 install: $(STAMP)

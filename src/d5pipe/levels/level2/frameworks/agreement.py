@@ -1,0 +1,92 @@
+"""Every framework of a point against PyTorch in float64, from the same weights and batches.
+
+:func:`run_steps` prepares a framework and takes one step per batch; :func:`check` compares its
+losses and its weight updates with the reference's. The update (weights after K steps minus the
+initial weights) is compared, not the weights: a small learning rate hides a wrong optimizer in
+the weights but not in what the optimizer changed.
+
+The conventions (initialisation, data order, loss reduction, where the optimizer puts its decay
+and epsilon) are checked with the framework in float64, where a correct framework agrees to
+rounding (1e-14 measured for JAX on the CNN) and a 1% different learning rate shows as a 1e-2
+update difference. In float32 Adam's steps on near-zero gradients amplify rounding (update
+differences up to 5e-3 measured for a correct JAX AdamW), so float32 is held to its losses only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, TrainingFramework
+from d5pipe.levels.level2.frameworks.graph import Graph
+
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
+"""Largest relative loss difference (both dtypes) and relative L2 update difference (float64) a
+framework may show against the float64 reference."""
+
+
+@dataclass
+class Steps:
+    framework: str
+    told: dict[str, Any]
+    versions: dict[str, str]
+    compile_s: float
+    losses: list[float]
+    step_s: list[float]
+    weights: dict[str, np.ndarray]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run_steps(framework: TrainingFramework, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
+              batches: Sequence[tuple[np.ndarray, np.ndarray]], threads: int) -> Steps:
+    """Prepare (timed as compile) and one step per batch (each timed; the framework drains)."""
+    t0 = time.perf_counter()
+    told = framework.prepare(graph, weights, optimizer, batches[0], threads)
+    prepare_s = time.perf_counter() - t0
+    losses, times = [], []
+    for x, y in batches:
+        t = time.perf_counter_ns()
+        losses.append(framework.step(x, y))
+        times.append((time.perf_counter_ns() - t) * 1e-9)
+    return Steps(framework.name, told, framework.versions(), float(getattr(framework, "compile_s", prepare_s)),
+                 losses, times, framework.weights())
+
+
+@dataclass(frozen=True)
+class Agreement:
+    loss_rel_err: float
+    update_rel_l2: float
+    tolerance: float
+    updates_checked: bool
+
+    @property
+    def passed(self) -> bool:
+        return self.loss_rel_err <= self.tolerance and (not self.updates_checked or self.update_rel_l2 <= self.tolerance)
+
+    def why(self) -> str:
+        if self.passed:
+            return ""
+        parts = []
+        if not self.loss_rel_err <= self.tolerance:
+            parts.append(f"losses differ by {self.loss_rel_err:.3g} (relative)")
+        if self.updates_checked and not self.update_rel_l2 <= self.tolerance:
+            parts.append(f"weight updates differ by {self.update_rel_l2:.3g} (relative L2)")
+        return "; ".join(parts) + f" from PyTorch float64, tolerance {self.tolerance:g}"
+
+
+def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], dtype: str = "float32") -> Agreement:
+    """The largest relative loss difference over the steps, and the relative L2 difference of the
+    whole update (all parameters as one vector; held to the tolerance in float64); NaN fails."""
+    ref = np.asarray(reference.losses)
+    got = np.asarray(steps.losses, dtype=np.float64)
+    loss_err = float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-12))) if len(ref) == len(got) else np.inf
+    names = sorted(initial)
+    ref_upd = np.concatenate([(reference.weights[n] - initial[n]).ravel() for n in names])
+    got_upd = np.concatenate([(steps.weights[n] - initial[n]).ravel() for n in names])
+    upd_err = float(np.linalg.norm(got_upd - ref_upd) / max(float(np.linalg.norm(ref_upd)), 1e-300))
+    return Agreement(loss_err if np.isfinite(loss_err) else np.inf, upd_err if np.isfinite(upd_err) else np.inf,
+                     TOLERANCE[dtype], dtype == "float64")

@@ -1,0 +1,72 @@
+"""Training frameworks (#37, first piece): the small CNN on digits, from the same initial weights
+and batches, on PyTorch and JAX, checked step by step against PyTorch in float64; a user
+framework whose optimizer is 1% off fails the check."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from d5pipe.levels.level2.frameworks.agreement import check, run_steps
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
+from d5pipe.levels.level2.frameworks.graph import trace
+from d5pipe.levels.level2.frameworks.jax_framework import JaxFramework
+from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+from d5pipe.levels.models import cnn, mlp
+from tests.plugin_fixtures.user_frameworks import OffByOnePercent
+
+K = 4
+OPTIMIZERS = [OptimizerSpec("sgd", 0.05, momentum=0.9, weight_decay=1e-4), OptimizerSpec("adam", 3e-3),
+              OptimizerSpec("adamw", 3e-3, weight_decay=0.01)]
+
+
+@pytest.fixture(scope="module")
+def digits() -> list[tuple[np.ndarray, np.ndarray]]:
+    import sklearn.datasets
+
+    bunch = sklearn.datasets.load_digits()
+    x = (bunch.data / 16.0).reshape(-1, 1, 8, 8).astype(np.float32)
+    order = np.random.default_rng(7).permutation(len(x))
+    return [(x[i], bunch.target[i].astype(np.int64)) for i in np.array_split(order[: 32 * K], K)]
+
+
+@pytest.fixture(scope="module")
+def network() -> tuple[torch.nn.Module, dict[str, np.ndarray]]:
+    torch.manual_seed(3)
+    model = cnn((1, 8, 8), 10, channels=8, blocks=1)
+    return model, {n: p.detach().double().numpy().copy() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: o.name)
+def test_torch_and_jax_take_the_reference_steps(digits, network, opt: OptimizerSpec) -> None:
+    model, w0 = network
+    graph = trace(model)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    assert ref.losses[-1] < ref.losses[0]  # it trains
+    for fw, dtype in [(TorchFramework(model), "float32"), (JaxFramework("float64"), "float64"),
+                      (JaxFramework(), "float32")]:
+        steps = run_steps(fw, graph, w0, opt, digits, threads=1)
+        agreement = check(steps, ref, w0, dtype)
+        assert agreement.passed, (fw.name, dtype, agreement.why())
+        assert steps.compile_s >= 0 and len(steps.step_s) == K
+        assert steps.told["dtype"] == dtype and steps.told["threads"] == 1
+    assert steps.told["XLA_FLAGS"]  # what XLA was told about threads is recorded
+
+
+def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
+    model, w0 = network
+    graph = trace(model)
+    opt = OPTIMIZERS[1]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    steps = run_steps(OffByOnePercent(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    agreement = check(steps, ref, w0, "float64")
+    assert not agreement.passed
+    assert 1e-3 < agreement.update_rel_l2 < 0.1, agreement
+    assert "weight updates differ" in agreement.why()
+
+
+def test_a_network_with_random_masks_is_not_translated() -> None:
+    with pytest.raises(UnsupportedNetwork, match="Dropout"):
+        trace(mlp((1, 8, 8), 10, [16], dropout=0.5))
+    assert trace(mlp((1, 8, 8), 10, [16])).kinds() == ["flatten", "linear", "relu"]
