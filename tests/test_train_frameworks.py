@@ -1,6 +1,7 @@
 """Training frameworks (#37, first piece): the small CNN on digits, from the same initial weights
-and batches, on PyTorch and JAX, checked step by step against PyTorch in float64; a user
-framework whose optimizer is 1% off fails the check."""
+and batches, on PyTorch, JAX and TensorFlow, checked step by step against PyTorch in float64; a
+user framework whose optimizer is 1% off fails the check, and so does keras's Adam (its epsilon
+sits inside the bias correction)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import torch
 
 from d5pipe.levels.level2.frameworks.agreement import check, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import trace
+from d5pipe.levels.level2.frameworks.graph import initial_weights, trace
 from d5pipe.levels.level2.frameworks.jax_framework import JaxFramework
+from d5pipe.levels.level2.frameworks.tf_framework import TensorFlowFramework
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.models import cnn, mlp
 from tests.plugin_fixtures.user_frameworks import OffByOnePercent
@@ -35,23 +37,39 @@ def digits() -> list[tuple[np.ndarray, np.ndarray]]:
 def network() -> tuple[torch.nn.Module, dict[str, np.ndarray]]:
     torch.manual_seed(3)
     model = cnn((1, 8, 8), 10, channels=8, blocks=1)
-    return model, {n: p.detach().double().numpy().copy() for n, p in model.named_parameters()}
+    return model, initial_weights(model, trace(model))
+
 
 
 @pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: o.name)
-def test_torch_and_jax_take_the_reference_steps(digits, network, opt: OptimizerSpec) -> None:
+def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt: OptimizerSpec) -> None:
     model, w0 = network
     graph = trace(model)
     ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
-    assert ref.losses[-1] < ref.losses[0]  # it trains
-    for fw, dtype in [(TorchFramework(model), "float32"), (JaxFramework("float64"), "float64"),
-                      (JaxFramework(), "float32")]:
+    assert ref.losses[-1] < ref.losses[0] and graph.buffer_shapes  # it trains; its batch norms keep statistics
+    frameworks = [(TorchFramework(model), "float32"), (JaxFramework("float64"), "float64"), (JaxFramework(), "float32"),
+                  (TensorFlowFramework(), "float32")]
+    if opt.name == "sgd":  # keras's Adam is checked below
+        frameworks.append((TensorFlowFramework("float64"), "float64"))
+    for fw, dtype in frameworks:
         steps = run_steps(fw, graph, w0, opt, digits, threads=1)
-        agreement = check(steps, ref, w0, dtype)
+        agreement = check(steps, ref, w0, graph, dtype)
         assert agreement.passed, (fw.name, dtype, agreement.why())
         assert steps.compile_s >= 0 and len(steps.step_s) == K
         assert steps.told["dtype"] == dtype and steps.told["threads"] == 1
-    assert steps.told["XLA_FLAGS"]  # what XLA was told about threads is recorded
+        assert steps.versions
+    assert steps.told["TF_ENABLE_ONEDNN_OPTS"] == "0" and steps.told["intra_op_threads"] == 1
+
+
+def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -> None:
+    model, w0 = network
+    graph = trace(model)
+    opt = OPTIMIZERS[1]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    steps = run_steps(TensorFlowFramework("float64"), graph, w0, opt, digits, threads=1)
+    agreement = check(steps, ref, w0, graph, "float64")
+    assert not agreement.passed and agreement.update_rel_l2 > 1e-4, agreement
+    assert "inside the bias correction" in steps.told["optimizer"]
 
 
 def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
@@ -60,7 +78,7 @@ def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
     opt = OPTIMIZERS[1]
     ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
     steps = run_steps(OffByOnePercent(model, dtype="float64"), graph, w0, opt, digits, threads=1)
-    agreement = check(steps, ref, w0, "float64")
+    agreement = check(steps, ref, w0, graph, "float64")
     assert not agreement.passed
     assert 1e-3 < agreement.update_rel_l2 < 0.1, agreement
     assert "weight updates differ" in agreement.why()

@@ -7,9 +7,12 @@ the weights but not in what the optimizer changed.
 
 The conventions (initialisation, data order, loss reduction, where the optimizer puts its decay
 and epsilon) are checked with the framework in float64, where a correct framework agrees to
-rounding (1e-14 measured for JAX on the CNN) and a 1% different learning rate shows as a 1e-2
-update difference. In float32 Adam's steps on near-zero gradients amplify rounding (update
-differences up to 5e-3 measured for a correct JAX AdamW), so float32 is held to its losses only.
+rounding (1e-14 measured for JAX on the CNN; 1.8e-8 for TensorFlow, whose keras optimizers keep
+the learning rate in float32) and a 1% different learning rate shows as a 1e-2 update difference
+(so does keras's Adam, whose epsilon sits inside the bias correction). In float32 Adam's steps on
+near-zero gradients amplify rounding (update differences up to 5e-3 measured for a correct JAX
+AdamW), so a float32 run is held to its losses only: that catches a lowered precision, not a
+convention.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, TrainingFramework
 from d5pipe.levels.level2.frameworks.graph import Graph
 
-TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
+TOLERANCE = {"float32": 1e-4, "float64": 1e-6}
 """Largest relative loss difference (both dtypes) and relative L2 update difference (float64) a
 framework may show against the float64 reference."""
 
@@ -60,12 +63,15 @@ def run_steps(framework: TrainingFramework, graph: Graph, weights: dict[str, np.
 class Agreement:
     loss_rel_err: float
     update_rel_l2: float
+    running_stats_rel_l2: float
+    """Batch norms' running statistics after the steps (0 without batch norms)."""
     tolerance: float
     updates_checked: bool
 
     @property
     def passed(self) -> bool:
-        return self.loss_rel_err <= self.tolerance and (not self.updates_checked or self.update_rel_l2 <= self.tolerance)
+        return self.loss_rel_err <= self.tolerance and (not self.updates_checked or max(
+            self.update_rel_l2, self.running_stats_rel_l2) <= self.tolerance)
 
     def why(self) -> str:
         if self.passed:
@@ -75,18 +81,28 @@ class Agreement:
             parts.append(f"losses differ by {self.loss_rel_err:.3g} (relative)")
         if self.updates_checked and not self.update_rel_l2 <= self.tolerance:
             parts.append(f"weight updates differ by {self.update_rel_l2:.3g} (relative L2)")
+        if self.updates_checked and not self.running_stats_rel_l2 <= self.tolerance:
+            parts.append(f"running statistics differ by {self.running_stats_rel_l2:.3g} (relative L2)")
         return "; ".join(parts) + f" from PyTorch float64, tolerance {self.tolerance:g}"
 
 
-def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], dtype: str = "float32") -> Agreement:
-    """The largest relative loss difference over the steps, and the relative L2 difference of the
-    whole update (all parameters as one vector; held to the tolerance in float64); NaN fails."""
+def _rel_l2(got: Steps, ref: Steps, initial: dict[str, np.ndarray], names: Sequence[str]) -> float:
+    """Relative L2 difference of the changes from ``initial`` of ``names``, as one vector."""
+    if not names:
+        return 0.0
+    want = np.concatenate([(ref.weights[n] - initial[n]).ravel() for n in names])
+    have = np.concatenate([(got.weights[n] - initial[n]).ravel() for n in names])
+    err = float(np.linalg.norm(have - want) / max(float(np.linalg.norm(want)), 1e-300))
+    return err if np.isfinite(err) else np.inf
+
+
+def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], graph: Graph,
+          dtype: str = "float32") -> Agreement:
+    """The largest relative loss difference over the steps, the relative L2 difference of the whole
+    update (all parameters as one vector) and of the running statistics' change (both held to the
+    tolerance in float64); NaN fails."""
     ref = np.asarray(reference.losses)
     got = np.asarray(steps.losses, dtype=np.float64)
     loss_err = float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-12))) if len(ref) == len(got) else np.inf
-    names = sorted(initial)
-    ref_upd = np.concatenate([(reference.weights[n] - initial[n]).ravel() for n in names])
-    got_upd = np.concatenate([(steps.weights[n] - initial[n]).ravel() for n in names])
-    upd_err = float(np.linalg.norm(got_upd - ref_upd) / max(float(np.linalg.norm(ref_upd)), 1e-300))
-    return Agreement(loss_err if np.isfinite(loss_err) else np.inf, upd_err if np.isfinite(upd_err) else np.inf,
-                     TOLERANCE[dtype], dtype == "float64")
+    return Agreement(loss_err if np.isfinite(loss_err) else np.inf, _rel_l2(steps, reference, initial, list(graph.shapes)),
+                     _rel_l2(steps, reference, initial, list(graph.buffer_shapes)), TOLERANCE[dtype], dtype == "float64")

@@ -3,7 +3,9 @@
 A framework builds the network of a :class:`~.graph.Graph` from given initial weights, compiles
 or traces its training step for one example batch (timed on its own, never as a step), then takes
 optimizer steps on batches it is handed (numpy arrays) and returns each step's loss, its device
-drained. ``weights()`` returns the parameters under the graph's names, as float64 numpy arrays.
+drained. Weights are the parameters and the running statistics of batch norms (the graph's
+``shapes`` and ``buffer_shapes``) under torch's names; ``weights()`` returns them as float64 numpy
+arrays.
 """
 
 from __future__ import annotations
@@ -67,5 +69,5 @@ class TrainingFramework(Protocol):
         ...
 
     def weights(self) -> dict[str, np.ndarray]:
-        """The current parameters by graph name (float64 copies)."""
+        """The current parameters and running statistics by name (float64 copies)."""
         ...

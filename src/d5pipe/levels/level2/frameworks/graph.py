@@ -28,6 +28,8 @@ class Layer:
     attrs: dict[str, Any] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     """role (``weight``, ``bias``) -> parameter name."""
+    buffers: dict[str, str] = field(default_factory=dict)
+    """role (``mean``, ``var``: a batch norm's running statistics) -> buffer name."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,9 @@ class Graph:
     layers: tuple[Layer, ...]
     shapes: dict[str, tuple[int, ...]]
     """Parameter name -> shape, in ``named_parameters`` order."""
+    buffer_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Running-statistics buffer name -> shape: a framework keeps them as torch does in training
+    (momentum average of the batch mean and unbiased variance), and hands them back with the weights."""
 
     def kinds(self) -> list[str]:
         return sorted({layer.kind for layer in self.layers})
@@ -59,7 +64,10 @@ def _module_layer(name: str, prefix: str, mod: nn.Module, inputs: tuple[str, ...
                  "groups": mod.groups}
         return Layer(name, "conv2d", inputs, attrs, params("weight", "bias"))
     if isinstance(mod, nn.BatchNorm2d):
-        return Layer(name, "batch_norm", inputs, {"eps": mod.eps}, params("weight", "bias"))
+        if mod.momentum is None or not mod.track_running_stats:
+            raise UnsupportedNetwork(f"{prefix}: BatchNorm2d without a momentum or running statistics is not translated")
+        return Layer(name, "batch_norm", inputs, {"eps": mod.eps, "momentum": mod.momentum}, params("weight", "bias"),
+                     {"mean": f"{prefix}.running_mean", "var": f"{prefix}.running_var"})
     if isinstance(mod, nn.GroupNorm):
         return Layer(name, "group_norm", inputs, {"groups": mod.num_groups, "eps": mod.eps}, params("weight", "bias"))
     if isinstance(mod, nn.LayerNorm):
@@ -115,4 +123,18 @@ def trace(model: nn.Module) -> Graph:
     used = {p for layer in layers for p in layer.params.values()}
     if used != set(shapes):
         raise UnsupportedNetwork(f"parameters outside translated layers: {sorted(set(shapes) - used)}")
-    return Graph(inp, out, tuple(layers), shapes)
+    buffers = dict(model.named_buffers())
+    buffer_shapes = {b: tuple(buffers[b].shape) for layer in layers for b in layer.buffers.values()}
+    return Graph(inp, out, tuple(layers), shapes, buffer_shapes)
+
+
+def initial_weights(model: nn.Module, graph: Graph) -> dict[str, Any]:
+    """The model's parameters and running statistics as float64 numpy arrays, by name: what every
+    framework of a point starts from."""
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    return {n: tensors[n].detach().double().cpu().numpy().copy() for n in [*graph.shapes, *graph.buffer_shapes]}
+
+
+def running_update(old: Any, batch: Any, momentum: float) -> Any:
+    """torch's running average: ``(1 - momentum) * old + momentum * batch``."""
+    return (1 - momentum) * old + momentum * batch

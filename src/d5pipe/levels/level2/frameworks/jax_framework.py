@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
 
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -58,6 +58,11 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
     def batch_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # training mode: batch statistics
         return affine(normalize(x, (0, 2, 3), layer.attrs["eps"]), p, (1, -1, 1, 1))
 
+    def batch_stats(layer: Layer, p: dict[str, Any], x: Any) -> tuple[Any, Any]:  # for the running statistics
+        mean = x.mean(axis=(0, 2, 3))
+        n = x.size // x.shape[1]
+        return mean, ((x - mean[None, :, None, None]) ** 2).sum(axis=(0, 2, 3)) / (n - 1)
+
     def group_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         n, c = x.shape[:2]
         g = layer.attrs["groups"]
@@ -73,7 +78,7 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
         return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
 
     return {
-        "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "group_norm": group_norm,
+        "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "batch_stats": batch_stats, "group_norm": group_norm,
         "layer_norm": layer_norm, "flatten": flatten,
         "relu": lambda layer, p, x: jnp.maximum(x, 0),
         "add": lambda layer, p, a, b: a + b,
@@ -129,30 +134,38 @@ class JaxFramework:
         if missing:
             raise UnsupportedNetwork(f"jax: no builder for {sorted(set(missing))}")
 
-        def forward(params: dict[str, Any], x: Any) -> Any:
-            env = {graph.input: x}
+        def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
+            env, new = {graph.input: x}, dict(buffers)
             for layer in graph.layers:
                 p = {role: params[name] for role, name in layer.params.items()}
-                env[layer.name] = ops[layer.kind](layer, p, *(env[i] for i in layer.inputs))
-            return env[graph.output]
+                args = [env[i] for i in layer.inputs]
+                env[layer.name] = ops[layer.kind](layer, p, *args)
+                if layer.buffers:
+                    stats = ops["batch_stats"](layer, p, *args)
+                    for role, batch in zip(("mean", "var"), stats):
+                        name = layer.buffers[role]
+                        new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
+            return env[graph.output], new
 
-        def loss_fn(params: dict[str, Any], x: Any, y: Any) -> Any:
-            logp = jax.nn.log_softmax(forward(params, x))
-            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+        def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
+            logits, new = forward(params, buffers, x)
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean(), new
 
         tx, named = optax_optimizer(optax, optimizer)
 
-        def train_step(params: Any, state: Any, x: Any, y: Any) -> Any:
-            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        def train_step(params: Any, buffers: Any, state: Any, x: Any, y: Any) -> Any:
+            (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
             updates, state = tx.update(grads, state, params)
-            return optax.apply_updates(params, updates), state, loss
+            return optax.apply_updates(params, updates), buffers, state, loss
 
-        self.params = {n: jnp.asarray(np.asarray(w, dtype=self.dtype)) for n, w in weights.items()}
+        self.params = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.shapes}
+        self.buffers = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.buffer_shapes}
         self.state = tx.init(self.params)
         x, y = example
         t0 = time.perf_counter()
-        self._step = jax.jit(train_step, donate_argnums=(0, 1)).lower(
-            self.params, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
+        self._step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
+            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
         self.compile_s = time.perf_counter() - t0
         self._jnp = jnp
         return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
@@ -161,11 +174,11 @@ class JaxFramework:
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         jnp = self._jnp
-        self.params, self.state, loss = self._step(self.params, self.state, jnp.asarray(x, self.dtype),
-                                                   jnp.asarray(y, jnp.int32))
+        self.params, self.buffers, self.state, loss = self._step(
+            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32))
         for leaf in self.params.values():
             leaf.block_until_ready()
         return float(loss)
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: np.asarray(w, dtype=np.float64) for n, w in self.params.items()}
+        return {n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()}

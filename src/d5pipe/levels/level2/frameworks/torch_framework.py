@@ -41,9 +41,12 @@ class TorchFramework:
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
         torch.set_num_threads(threads)
         self.model = copy.deepcopy(self._source).to(self._dtype).train()
+        self._names = [*graph.shapes, *graph.buffer_shapes]
+        tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        self._tensors_by_name = {n: tensors[n] for n in self._names}
         with torch.no_grad():
-            for name, p in self.model.named_parameters():
-                p.copy_(torch.from_numpy(np.asarray(weights[name])))
+            for name, t in self._tensors_by_name.items():
+                t.copy_(torch.from_numpy(np.asarray(weights[name])))
         self.optimizer = torch_optimizer(self.model.parameters(), optimizer)
         self.forward: Any = self.model
         told: dict[str, Any] = {"threads": torch.get_num_threads(), "dtype": str(self._dtype).removeprefix("torch."),
@@ -76,4 +79,4 @@ class TorchFramework:
         return float(loss.item())
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: p.detach().double().numpy().copy() for n, p in self.model.named_parameters()}
+        return {n: t.detach().double().numpy().copy() for n, t in self._tensors_by_name.items()}
