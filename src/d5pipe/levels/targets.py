@@ -20,6 +20,7 @@ scheduler           ``train.schedule``        ``train.custom_schedulers``   ``op
 sampler             ``train.sampler``         ``train.custom_samplers``     ``n, labels, generator``
 strategy            ``distributed.strategy``  ``distributed.custom_strategies`` (nothing)
 runtime             ``level1.runtime``        ``level1.custom_runtimes``    (nothing)
+framework           ``train.framework``       ``train.custom_frameworks``   ``model, dtype``
 ==================  ========================  ============================  =========================
 
 Extra metrics (``train.metrics``) are a list of built-in names or targets.
@@ -36,7 +37,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
-from d5pipe.levels.level2.schema import OPTIMIZERS, SAMPLERS, SCHEDULES
+from d5pipe.levels.level2.schema import FRAMEWORKS, OPTIMIZERS, SAMPLERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
 from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES, ZOO_NAMES
 
@@ -64,11 +65,13 @@ SLOTS: dict[str, Slot] = {
     "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS),
     "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES),
     "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES),
+    "framework": Slot("train", "framework", "custom_frameworks", FRAMEWORKS, optional=True),
 }
 
 DEFAULTS: dict[str, str] = {"operator": "matmul", "model": "mlp", "model_reference": "", "dataset": "digits",
                             "optimizer": "adam", "reference_optimizer": "", "scheduler": "constant",
-                            "sampler": "shuffle", "strategy": "allreduce", "runtime": "torch"}
+                            "sampler": "shuffle", "strategy": "allreduce", "runtime": "torch",
+                            "framework": ""}
 """The schema defaults of the selectors (a hand-made section may leave them out)."""
 
 BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
@@ -211,6 +214,8 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
         factory = {"torch": "torch_runtime", "compile": "torch_runtime", "onnxruntime": "onnxruntime_runtime",
                    "openvino": "openvino_runtime"}
         return {TARGET_KEY: f"d5pipe.levels.level1.runtimes.{factory[name]}"}
+    if slot_name == "framework":
+        return {TARGET_KEY: f"d5pipe.levels.level2.frameworks.builtin.{name}"}
     raise KeyError(slot_name)
 
 

@@ -96,13 +96,19 @@ def _rel_l2(got: Steps, ref: Steps, initial: dict[str, np.ndarray], names: Seque
     return err if np.isfinite(err) else np.inf
 
 
+def losses_rel_err(got: Sequence[float], ref: Sequence[float]) -> float:
+    """The largest relative difference of two loss sequences of one length (inf otherwise, or NaN)."""
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    if len(a) != len(b) or not len(a):
+        return np.inf
+    err = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
+    return err if np.isfinite(err) else np.inf
+
+
 def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], graph: Graph,
           dtype: str = "float32") -> Agreement:
     """The largest relative loss difference over the steps, the relative L2 difference of the whole
     update (all parameters as one vector) and of the running statistics' change (both held to the
     tolerance in float64); NaN fails."""
-    ref = np.asarray(reference.losses)
-    got = np.asarray(steps.losses, dtype=np.float64)
-    loss_err = float(np.max(np.abs(got - ref) / np.maximum(np.abs(ref), 1e-12))) if len(ref) == len(got) else np.inf
-    return Agreement(loss_err if np.isfinite(loss_err) else np.inf, _rel_l2(steps, reference, initial, list(graph.shapes)),
+    return Agreement(losses_rel_err(steps.losses, reference.losses), _rel_l2(steps, reference, initial, list(graph.shapes)),
                      _rel_l2(steps, reference, initial, list(graph.buffer_shapes)), TOLERANCE[dtype], dtype == "float64")
