@@ -5,7 +5,10 @@ sits inside the bias correction)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -88,3 +91,31 @@ def test_a_network_with_random_masks_is_not_translated() -> None:
     with pytest.raises(UnsupportedNetwork, match="Dropout"):
         trace(mlp((1, 8, 8), 10, [16], dropout=0.5))
     assert trace(mlp((1, 8, 8), 10, [16])).kinds() == ["flatten", "linear", "relu"]
+
+
+@pytest.mark.slow
+def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, cli) -> None:
+    from tests.conftest import PLUGIN_FIXTURES, TEST_CONF
+
+    out = tmp_path / "run"
+    r = cli("run", "train_frameworks_tiny", "--config-dir", str(TEST_CONF), "--out", str(out), "--allow",
+            "user_frameworks", env={"PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_FIXTURES),
+                                                                                os.environ.get("PYTHONPATH")]))})
+    assert r.returncode == 3, r.stdout + r.stderr  # the user's framework failed its check
+    df = pd.read_parquet(out / "results.parquet")
+    checks = df[df["metric"] == "framework_check"].groupby("train.framework")["text"].agg(set).to_dict()
+    assert checks == {"torch": {"pass"}, "jax": {"pass"}, "tensorflow": {"pass"}, "off_by_one": {"fail"}}
+    failed = df[(df["metric"] == "framework_check") & (df["text"] == "fail")]
+    assert failed["error"].str.startswith("off_by_one in float64: ").all()
+    assert failed["error"].str.contains("weight updates differ").all()
+    timed = df[df["metric"] == "compile_s"]
+    assert set(timed["train.framework"]) == {"torch", "jax", "tensorflow", "off_by_one"}
+    assert (timed[timed["train.framework"].isin(["jax", "tensorflow"])]["value"] > 0).all()
+    pairs = pd.read_parquet(out / "comparisons.parquet").set_index("variant")
+    assert set(pairs.index) == {"jax", "tensorflow", "off_by_one"}
+    for ranked in ("jax", "tensorflow"):
+        assert pairs.loc[ranked, "speedup"] > 0 and pairs.loc[ranked, "verdict"] in (
+            "faster", "slower", "equivalent", "inconclusive")
+    assert "failed a check" in pairs.loc["off_by_one", "method"] and pd.isna(pairs.loc["off_by_one", "speedup"])
+    report = (out / "report.md").read_text()
+    assert "Training frameworks side by side" in report and "off_by_one" in report

@@ -7,8 +7,8 @@ same thread count and float32. Before anything is timed, the framework is checke
 (``framework_check``): ``train.framework_check_steps`` steps in float64 against PyTorch's float64
 reference (losses, weight update, batch-norm statistics; d5pipe.levels.level2.frameworks.agreement),
 and the timed float32 run's first steps' losses against the same reference. A framework that fails
-is not trained further: its point carries the failed check and no timings (it is listed, never
-ranked).
+is still trained and timed, and its point carries the failed check: the comparisons list it with
+its failure and never rank it (d5pipe.results.comparisons).
 
 Timing: the framework's compile or trace (``compile_s``) is measured in its ``prepare``, never in
 a step; a step spans ``framework.step(x, y)`` (the batch handed over as numpy arrays, the update,
@@ -114,17 +114,13 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     first = [b for _, b in zip(range(k), _batches(conf, data, seed))]
     reference, agreement = _check(ctx, conf, model, graph, w0, spec, first, threads, make)
     framework = make("float32")
-    name = str(getattr(framework, "name", conf.framework))
+    name = conf.framework
     verdicts = [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),
                 Metric("framework_update_rel_l2", agreement.update_rel_l2, "", "numerical"),
                 Metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2, "", "numerical")]
-    extra: dict[str, Any] = {"framework": name, "check": {"steps": k, "float64": asdict(agreement),
+    extra: dict[str, Any] = {"framework": {"selected": name, "class": type(framework).__qualname__}, "check": {"steps": k, "float64": asdict(agreement),
                                                           "reference_losses": reference.losses},
                              "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note}}
-    if not agreement.passed:
-        verdicts.append(Metric("framework_check", "fail", "", "verdict",
-                               detail=f"{name} in float64: {agreement.why()}; not timed"))
-        return PointOutcome(metrics=verdicts, extra=extra)
     told = framework.prepare(graph, w0, spec, first[0], threads)
     compile_s = float(getattr(framework, "compile_s", 0.0))
     evaluator = copy.deepcopy(model).float()
@@ -156,11 +152,12 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
         if epochs_to_target is None and conf.target_accuracy is not None and test_acc >= conf.target_accuracy:
             epochs_to_target = epoch
     f32_err = losses_rel_err(losses[:k], reference.losses)
-    passed = f32_err <= TOLERANCE["float32"]
+    why = [f"{name} in float64: {agreement.why()}"] if not agreement.passed else []
+    if not f32_err <= TOLERANCE["float32"]:
+        why.append(f"{name} in float32: its first {k} losses differ by {f32_err:.3g} from PyTorch float64 "
+                   f"(tolerance {TOLERANCE['float32']:g})")
     verdicts += [Metric("framework_loss_rel_err_float32", f32_err, "", "numerical"),
-                 Metric("framework_check", "pass" if passed else "fail", "", "verdict",
-                        detail=None if passed else f"{name} in float32: its first {k} losses differ by {f32_err:.3g} "
-                        f"from PyTorch float64 (tolerance {TOLERANCE['float32']:g})")]
+                 Metric("framework_check", "fail" if why else "pass", "", "verdict", detail="; ".join(why) or None)]
     weights = framework.weights()
     step = summarize(step_times)
     total = sum(curves["epoch_train_time_s"])

@@ -49,7 +49,7 @@ def frameworks_table(rows: pd.DataFrame) -> list[Block]:
         "t-interval across repetitions] of the compile or trace time (never part of a step), the step time "
         "(each repetition's median), the throughput, the final test accuracy and the time to "
         "train.target_accuracy; the check's differences as their largest over the repetitions. A framework "
-        "that failed its check was not timed"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
+        "that failed its check is timed too, and never ranked"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
 
 
 def input_pipeline(rows: pd.DataFrame) -> list[Block]:
