@@ -80,6 +80,7 @@ BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.mac
 _MODEL_ARGS: dict[str, tuple[str, ...]] = {
     "mlp": ("hidden", "dropout"),
     "cnn": ("channels", "blocks", "dropout", "norm"),
+    "resnet": ("depth",),
     "transformer": ("d_model", "heads", "layers", "ff_mult", "dropout"),
 }
 _OPTIMIZER_ARGS: dict[str, tuple[str, ...]] = {

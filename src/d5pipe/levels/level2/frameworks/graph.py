@@ -73,6 +73,12 @@ def _module_layer(name: str, prefix: str, mod: nn.Module, inputs: tuple[str, ...
     if isinstance(mod, nn.LayerNorm):
         return Layer(name, "layer_norm", inputs, {"dims": len(mod.normalized_shape), "eps": mod.eps},
                      params("weight", "bias"))
+    if isinstance(mod, nn.MaxPool2d):
+        if mod.ceil_mode or _pair(mod.dilation) != (1, 1):
+            raise UnsupportedNetwork(f"{prefix}: MaxPool2d with ceil_mode or dilation is not translated")
+        return Layer(name, "max_pool2d", inputs, {"kernel": _pair(mod.kernel_size),
+                                                  "stride": _pair(mod.stride or mod.kernel_size),
+                                                  "padding": _pair(mod.padding)})
     if isinstance(mod, nn.ReLU):
         return Layer(name, "relu", inputs)
     if isinstance(mod, nn.Flatten):
@@ -88,7 +94,7 @@ _FUNCTIONS = {torch.relu: "relu", nn.functional.relu: "relu", operator.add: "add
 def trace(model: nn.Module) -> Graph:
     """The model's layers in execution order (:class:`UnsupportedNetwork` for anything else)."""
     leaves = (nn.Linear, nn.Conv2d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm, nn.ReLU, nn.Flatten,
-              nn.Identity, nn.Dropout)
+              nn.Identity, nn.Dropout, nn.MaxPool2d)
 
     class Tracer(fx.Tracer):
         def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:

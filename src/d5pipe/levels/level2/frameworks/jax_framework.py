@@ -73,13 +73,18 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
         dims = layer.attrs["dims"]
         return affine(normalize(x, tuple(range(x.ndim - dims, x.ndim)), layer.attrs["eps"]), p, x.shape[-dims:])
 
+    def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
+        (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, kh, kw), (1, 1, sh, sw),
+                                 ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+
     def flatten(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         start, end = layer.attrs["start"] % x.ndim, layer.attrs["end"] % x.ndim
         return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
 
     return {
         "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "batch_stats": batch_stats, "group_norm": group_norm,
-        "layer_norm": layer_norm, "flatten": flatten,
+        "layer_norm": layer_norm, "flatten": flatten, "max_pool2d": max_pool2d,
         "relu": lambda layer, p, x: jnp.maximum(x, 0),
         "add": lambda layer, p, a, b: a + b,
         "identity": lambda layer, p, x: x,

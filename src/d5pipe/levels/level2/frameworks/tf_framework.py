@@ -73,6 +73,12 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
         axes = list(range(len(x.shape) - dims, len(x.shape)))
         return affine(normalize(x, axes, layer.attrs["eps"]), p, tuple(x.shape[-dims:]))
 
+    def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
+        (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
+        padded = tf.pad(tf.transpose(x, (0, 2, 3, 1)), [[0, 0], [ph, ph], [pw, pw], [0, 0]],
+                        constant_values=float("-inf"))
+        return tf.transpose(tf.nn.max_pool2d(padded, (kh, kw), (sh, sw), "VALID"), (0, 3, 1, 2))
+
     def flatten(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         nd = len(x.shape)
         start, end = layer.attrs["start"] % nd, layer.attrs["end"] % nd
@@ -85,7 +91,7 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
 
     return {
         "linear": linear, "conv2d": conv2d, "group_norm": group_norm, "layer_norm": layer_norm, "flatten": flatten,
-        "batch_stats": batch_stats,
+        "batch_stats": batch_stats, "max_pool2d": max_pool2d,
         "batch_norm": lambda layer, p, x: affine(normalize(x, [0, 2, 3], layer.attrs["eps"]), p, (1, -1, 1, 1)),
         "relu": lambda layer, p, x: tf.nn.relu(x),
         "add": lambda layer, p, a, b: a + b,
