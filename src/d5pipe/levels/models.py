@@ -321,6 +321,6 @@ def resnet(input_shape: tuple[int, ...], n_classes: int, depth: int = 50) -> nn.
     for i, n in enumerate(counts):
         width = 64 * 2 ** i
         for j in range(n):
-            layers.append(block(inp, width, 2 if i > 0 and j == 0 else 1))  # type: ignore[call-arg]
+            layers.append(block(inp, width, 2 if i > 0 and j == 0 else 1))
             inp = width * block.expansion  # type: ignore[attr-defined]
     return nn.Sequential(*layers, GlobalAvgPool(), nn.Linear(inp, n_classes))
