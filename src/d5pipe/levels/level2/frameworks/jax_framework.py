@@ -2,9 +2,10 @@
 the parameters, the step (loss, gradients, optax update) compiled once with ``jax.jit`` for the
 example batch's shapes -- that compile is :meth:`JaxFramework.prepare`'s, never a step's.
 
-Threads: XLA's CPU thread pools are sized when jax is first imported, from ``XLA_FLAGS``; with
-``threads == 1`` d5pipe sets ``--xla_cpu_multi_thread_eigen=false
-intra_op_parallelism_threads=1`` before that import. What XLA_FLAGS held at import is recorded.
+Threads: XLA's CPU thread pools are sized when jax is first imported, from ``XLA_FLAGS``; unless
+the environment sets it, d5pipe sets ``intra_op_parallelism_threads`` to the point's threads (and
+``--xla_cpu_multi_thread_eigen=false`` for one thread) before that import. What XLA_FLAGS held at
+import is recorded.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ import numpy as np
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
 
-ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-
-
 def _import_jax(threads: int) -> Any:
-    if "jax" not in sys.modules and threads == 1 and "XLA_FLAGS" not in os.environ:
-        os.environ["XLA_FLAGS"] = ONE_THREAD
+    if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
+        eigen = "true" if threads > 1 else "false"
+        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
     import jax
 
     jax.config.update("jax_default_matmul_precision", "highest")
@@ -169,7 +168,7 @@ class JaxFramework:
         self.state = tx.init(self.params)
         x, y = example
         t0 = time.perf_counter()
-        self._step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
+        self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
             self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
         self.compile_s = time.perf_counter() - t0
         self._jnp = jnp
@@ -179,7 +178,7 @@ class JaxFramework:
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         jnp = self._jnp
-        self.params, self.buffers, self.state, loss = self._step(
+        self.params, self.buffers, self.state, loss = self.compiled_step(
             self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32))
         for leaf in self.params.values():
             leaf.block_until_ready()

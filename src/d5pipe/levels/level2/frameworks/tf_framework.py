@@ -172,12 +172,12 @@ class TensorFlowFramework:
             opt.apply_gradients(zip(grads, self.vars))
             return loss
 
-        self._step = train_step
+        self.train_step = train_step
         self._tf = tf
         state = [*self.vars, *opt.variables, *self.buffers.values()]
         saved = [v.numpy().copy() for v in state]
         t0 = time.perf_counter()  # trace, optimise and run the graph once; the state is then restored
-        self._step(*self._tensors(*example)).numpy()
+        self.train_step(*self.tensors(*example)).numpy()
         self.compile_s = time.perf_counter() - t0
         for v, s in zip(state, saved):
             v.assign(s)
@@ -186,12 +186,12 @@ class TensorFlowFramework:
                 "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""), "dtype": self.dtype,
                 "optimizer": named, "compiler": "tf.function (graph, jit_compile=False)"}
 
-    def _tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+    def tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
         tf = self._tf
         return tf.constant(x, dtype=self.dtype), tf.constant(y, dtype=tf.int32)
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        return float(self._step(*self._tensors(x, y)).numpy())
+        return float(self.train_step(*self.tensors(x, y)).numpy())
 
     def weights(self) -> dict[str, np.ndarray]:
         out = {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in zip(self.names, self.vars)}

@@ -57,7 +57,7 @@ class TorchFramework:
             self.forward = torch.compile(self.model)
             buffers = {k: v.clone() for k, v in self.model.named_buffers()}
             t0 = time.perf_counter()
-            x, y = self._tensors(*example)
+            x, y = self.tensors(*example)
             nn.functional.cross_entropy(self.forward(x), y).backward()
             self.compile_s = time.perf_counter() - t0
             self.model.zero_grad(set_to_none=True)
@@ -67,11 +67,11 @@ class TorchFramework:
             told["compiler"] = "torch.compile(backend=inductor, mode=default)"
         return told
 
-    def _tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.from_numpy(x).to(self._dtype), torch.from_numpy(y).long()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        xt, yt = self._tensors(x, y)
+        xt, yt = self.tensors(x, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(self.forward(xt), yt)
         loss.backward()
