@@ -119,3 +119,19 @@ def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, c
     assert "failed a check" in pairs.loc["off_by_one", "method"] and pd.isna(pairs.loc["off_by_one", "speedup"])
     report = (out / "report.md").read_text()
     assert "Training frameworks side by side" in report and "off_by_one" in report
+
+
+def test_the_framework_loop_refuses_what_it_would_not_apply_before_any_job() -> None:
+    from d5pipe.core.errors import D5PipeError
+    from d5pipe.levels.level2.validate import check_point
+
+    cfg = {"model": {"name": "cnn"}, "dataset": {"name": "digits"}, "train": {"framework": "jax", "optimizer": "sgd"}}
+    check_point(cfg)
+    for key, value, said in [("num_workers", 2, "train.num_workers"), ("schedule", "cosine", "train.schedule"),
+                             ("micro_batches", 2, "train.micro_batches"), ("framework", "mxnet", "train.framework")]:
+        with pytest.raises(D5PipeError, match=said):
+            check_point({**cfg, "train": {**cfg["train"], key: value}})
+    with pytest.raises(D5PipeError, match="train.optimizer"):
+        check_point({**cfg, "train": {**cfg["train"], "optimizer": "rms",
+                                      "custom_optimizers": {"rms": {"_target_": "d5pipe.levels.optim.torch_optimizer",
+                                                                    "cls": "RMSprop"}}}})
