@@ -84,9 +84,8 @@ def _sha256(weights: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _check(ctx: PointContext, conf: TrainConf, model: nn.Module, graph: Graph, w0: dict[str, np.ndarray],
-           spec: OptimizerSpec, first: list[tuple[np.ndarray, np.ndarray]], threads: int,
-           make: Any) -> tuple[Any, Any]:
+def _check(model: nn.Module, graph: Graph, w0: dict[str, np.ndarray], spec: OptimizerSpec,
+           first: list[tuple[np.ndarray, np.ndarray]], threads: int, make: Any) -> tuple[Any, Any]:
     """(the float64 reference's steps, the framework's float64 agreement)."""
     reference = run_steps(TorchFramework(model, dtype="float64"), graph, w0, spec, first, threads)
     return reference, check(run_steps(make("float64"), graph, w0, spec, first, threads), reference, w0, graph,
@@ -112,7 +111,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     threads = torch.get_num_threads()
     k = conf.framework_check_steps
     first = [b for _, b in zip(range(k), _batches(conf, data, seed))]
-    reference, agreement = _check(ctx, conf, model, graph, w0, spec, first, threads, make)
+    reference, agreement = _check(model, graph, w0, spec, first, threads, make)
     framework = make("float32")
     name = conf.framework
     verdicts = [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),

@@ -21,6 +21,7 @@ import numpy as np
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
 
+
 def _import_jax(threads: int) -> Any:
     if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
         eigen = "true" if threads > 1 else "false"
