@@ -7,12 +7,15 @@ the weights but not in what the optimizer changed.
 
 The conventions (initialisation, data order, loss reduction, where the optimizer puts its decay
 and epsilon) are checked with the framework in float64, where a correct framework agrees to
-rounding (1e-14 measured for JAX on the CNN; 1.8e-8 for TensorFlow, whose keras optimizers keep
-the learning rate in float32) and a 1% different learning rate shows as a 1e-2 update difference
+rounding (1e-14 measured for JAX on the CNN, 2e-11 on ResNet-50 after two steps; 1e-8 for
+TensorFlow) and a 1% different learning rate shows as a 1e-2 update difference
 (so does keras's Adam, whose epsilon sits inside the bias correction). In float32 Adam's steps on
 near-zero gradients amplify rounding (update differences up to 5e-3 measured for a correct JAX
-AdamW), so a float32 run is held to its losses only: that catches a lowered precision, not a
-convention.
+AdamW; 2e-2 after one SGD step of ResNet-50 at batch 4, whose losses are 5e-3 apart a step
+later), so a float32 run is held to its first loss only, the initial weights' forward pass: that
+catches a lowered precision, not a convention. TensorFlow keeps its optimizers' learning rate in
+keras's float type, which d5pipe sets to the run's dtype (left at float32, the rounding of a float64
+run's learning rate grew to 6e-4 of ResNet-50's second update).
 """
 
 from __future__ import annotations
@@ -107,8 +110,9 @@ def losses_rel_err(got: Sequence[float], ref: Sequence[float]) -> float:
 
 def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], graph: Graph,
           dtype: str = "float32") -> Agreement:
-    """The largest relative loss difference over the steps, the relative L2 difference of the whole
-    update (all parameters as one vector) and of the running statistics' change (both held to the
-    tolerance in float64); NaN fails."""
-    return Agreement(losses_rel_err(steps.losses, reference.losses), _rel_l2(steps, reference, initial, list(graph.shapes)),
+    """The largest relative loss difference over the steps (float32: the first step's), the relative
+    L2 difference of the whole update (all parameters as one vector) and of the running statistics'
+    change (both held to the tolerance in float64); NaN fails."""
+    first = 1 if dtype == "float32" else len(reference.losses)  # see the module docstring
+    return Agreement(losses_rel_err(steps.losses[:first], reference.losses[:first]), _rel_l2(steps, reference, initial, list(graph.shapes)),
                      _rel_l2(steps, reference, initial, list(graph.buffer_shapes)), TOLERANCE[dtype], dtype == "float64")

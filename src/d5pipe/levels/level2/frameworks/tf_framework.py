@@ -7,7 +7,8 @@ d5pipe sets 0 unless the environment says). TensorFlow's CPU convolutions take N
 convolution transposes its input and output around ``tf.nn.conv2d`` (part of the step's time).
 Conventions that differ from torch's, and how the spec is met: torch's SGD decay joins the
 gradient (keras's ``weight_decay`` is decoupled), so d5pipe adds ``weight_decay * w`` to the
-gradient for ``sgd`` and ``adam``; keras's Adam puts epsilon inside the bias correction
+gradient for ``sgd`` and ``adam``; keras keeps the learning rate and momentum in its float type,
+which d5pipe sets to the run's dtype (``keras.config.set_floatx``); keras's Adam puts epsilon inside the bias correction
 (``eps * sqrt(1 - beta2^t)`` in torch's terms) -- left as keras has it, and recorded.
 """
 
@@ -144,6 +145,7 @@ class TensorFlowFramework:
         self.buffers = {n: tf.Variable(np.asarray(weights[n], dtype=self.dtype), trainable=False)
                         for n in graph.buffer_shapes}
         self.names = names
+        keras.config.set_floatx(self.dtype)  # the optimizer's learning rate and momentum variables in the point's dtype
         opt, coupled, named = keras_optimizer(keras, optimizer)
         opt.build(self.vars)
         decay = optimizer.weight_decay if coupled else 0.0
