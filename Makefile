@@ -11,7 +11,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: run test test-fast install install-test build-tools system-deps horovod bench lint clean
 
 # Python environment: torch (CPU wheel, pinned) first, then d5pipe, its dependencies and the level-1
-# runtimes and the model zoo (the `frameworks` extra: ONNX Runtime, OpenVINO, transformers).
+# runtimes, the model zoo and level 2's training frameworks (the `frameworks` extra: ONNX Runtime, OpenVINO,
+# transformers, JAX with optax, TensorFlow with keras).
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip

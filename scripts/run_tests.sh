@@ -4,7 +4,7 @@
 # process leaves a 2-core machine half idle (three lanes still used about half of its CPU time).
 #   1. the SLURM tests (-m slurm), serially: the one-node and the three-node test clusters share
 #      /etc/slurm and may not overlap;
-#   2. the long failure-injection, bring-your-own-code and strategy modules (HEAVY below);
+#   2. the long failure-injection, bring-your-own-code, strategy and training-framework modules (HEAVY below);
 #   3. the long end-to-end CLI runs of reproduce, runtimes, stale verdicts, comparisons, the model zoo,
 #      generated datasets and the audited reads of a run (HEAVY2 below);
 #   4. everything else;
@@ -13,7 +13,8 @@
 # is non-zero when any lane fails. Extra arguments go to all three (e.g. --durations=30).
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
-HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py)
+HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py
+       tests/test_train_frameworks.py)
 HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
         tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py
         tests/test_data_pipeline_e2e.py)

@@ -9,6 +9,8 @@ cannot take an input shape raises :class:`UnsupportedInput` (the point is skippe
 * ``mlp``: flatten, ``hidden`` Linear+ReLU(+Dropout) layers, linear head; any input shape.
 * ``cnn``: 3x3 conv stem, ``blocks`` residual blocks (conv-BN-ReLU-conv-BN + identity) at
   ``channels`` channels, global average pooling, linear head; needs (C, H, W) input.
+* ``resnet``: He et al.'s ResNet of ``depth`` 18-152 in torchvision's layout (ResNet-50: 25.6 M
+  parameters at 1000 classes), plain torch modules that other training frameworks build too.
 * ``transformer``: pre-norm encoder of ``layers`` layers. Images: each row is a token (its C*W
   values embedded linearly); vectors: each feature is a token (its scalar embedded linearly).
   Learned positional embeddings, mean pooling, linear head.
@@ -35,7 +37,7 @@ from d5pipe.levels.schema import (
 )
 from d5pipe.levels.targets import target_of
 
-__all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp",
+__all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "count_parameters", "mlp", "resnet",
            "transformer"]
 
 
@@ -250,3 +252,67 @@ def build_model(model_cfg: dict[str, Any], input_shape: tuple[int, ...], n_class
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+class Bottleneck(nn.Module):
+    """1x1, 3x3 (strided, ResNet v1.5), 1x1 x4 convolutions, each with BatchNorm, plus the shortcut."""
+
+    expansion = 4
+
+    def __init__(self, inp: int, width: int, stride: int) -> None:
+        super().__init__()
+        out = width * self.expansion
+        self.conv1, self.bn1 = nn.Conv2d(inp, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, out, 1, bias=False), nn.BatchNorm2d(out)
+        self.relu = nn.ReLU()
+        self.downsample = (nn.Sequential(nn.Conv2d(inp, out, 1, stride, bias=False), nn.BatchNorm2d(out))
+                           if stride != 1 or inp != out else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.relu(self.bn2(self.conv2(y)))
+        return self.relu(self.bn3(self.conv3(y)) + self.downsample(x))
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convolutions with BatchNorm, plus the shortcut."""
+
+    expansion = 1
+
+    def __init__(self, inp: int, width: int, stride: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(inp, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width)
+        self.relu = nn.ReLU()
+        self.downsample = (nn.Sequential(nn.Conv2d(inp, width, 1, stride, bias=False), nn.BatchNorm2d(width))
+                           if stride != 1 or inp != width else nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(y)) + self.downsample(x))
+
+
+RESNET_LAYERS: dict[int, tuple[type[nn.Module], tuple[int, ...]]] = {
+    18: (BasicBlock, (2, 2, 2, 2)), 34: (BasicBlock, (3, 4, 6, 3)), 50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)), 152: (Bottleneck, (3, 8, 36, 3)),
+}
+
+
+def resnet(input_shape: tuple[int, ...], n_classes: int, depth: int = 50) -> nn.Module:
+    """The built-in ``resnet``: torchvision's ResNet layout in plain torch modules (a 7x7/2 stem and a
+    3x3/2 max pool, four stages at widths 64-512, global average pooling, a linear head); every
+    layer is one another framework builds (d5pipe.levels.level2.frameworks). Needs (C, H, W) input."""
+    shape = tuple(int(d) for d in input_shape)
+    if len(shape) != 3:
+        raise UnsupportedInput(f"model resnet needs (C, H, W) input; the dataset gives {shape}")
+    block, counts = RESNET_LAYERS[depth]
+    layers: list[nn.Module] = [nn.Conv2d(shape[0], 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                               nn.MaxPool2d(3, 2, 1)]
+    inp = 64
+    for i, n in enumerate(counts):
+        width = 64 * 2 ** i
+        for j in range(n):
+            layers.append(block(inp, width, 2 if i > 0 and j == 0 else 1))
+            inp = width * block.expansion  # type: ignore[attr-defined]
+    return nn.Sequential(*layers, GlobalAvgPool(), nn.Linear(inp, n_classes))

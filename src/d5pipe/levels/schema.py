@@ -15,7 +15,7 @@ from d5pipe.core.fields import at_least, between, items_at_least, later, setting
 
 ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
 """Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
-MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer", *ZOO_NAMES)
+MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "transformer", "resnet", *ZOO_NAMES)
 TOKEN_INPUT_MODELS: tuple[str, ...] = ("gpt2",)
 """Built-in models that take integer token ids (an embedding first); the others take float features."""
 FLOAT_INPUT_MODELS: tuple[str, ...] = tuple(n for n in MODEL_NAMES if n not in TOKEN_INPUT_MODELS)
@@ -35,8 +35,9 @@ DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 @dataclass
 class ModelConf:
     name: str = "mlp"
-    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input), ``transformer``, a real network
-    (``resnet50``, ``vit_b16``, ``gpt2``: d5pipe.levels.zoo) or a key of ``custom``."""
+    """``mlp``, ``cnn`` (residual blocks, needs (C,H,W) input), ``transformer``, ``resnet`` (He et
+    al.'s ResNet of ``depth`` layers in plain torch modules, torchvision's layout), a real network
+    built by a library (``resnet50``, ``vit_b16``, ``gpt2``: d5pipe.levels.zoo) or a key of ``custom``."""
     custom: dict[str, Any] = field(default_factory=dict)
     """User models: name -> target (``{_target_: mypkg.models.MyNet, width: 64}``); built with
     ``input_shape`` and ``n_classes`` where the factory takes them. A library model declares its
@@ -55,6 +56,8 @@ class ModelConf:
     """CNN normalisation: ``batch`` (BatchNorm: statistics over the batch, which couples its samples,
     so micro-batches compute something else) or ``group`` (GroupNorm with one group: statistics per
     sample, so a batch's gradient is the sum of its micro-batches')."""
+    depth: int = later(50, choices=(18, 34, 50, 101, 152))
+    """ResNet depth: 18 and 34 with basic blocks, 50, 101, 152 with bottlenecks."""
     d_model: int = at_least(64, 1)
     """Transformer embedding width (a multiple of ``heads``)."""
     heads: int = at_least(4, 1)

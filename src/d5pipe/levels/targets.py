@@ -20,6 +20,7 @@ scheduler           ``train.schedule``        ``train.custom_schedulers``   ``op
 sampler             ``train.sampler``         ``train.custom_samplers``     ``n, labels, generator``
 strategy            ``distributed.strategy``  ``distributed.custom_strategies`` (nothing)
 runtime             ``level1.runtime``        ``level1.custom_runtimes``    (nothing)
+framework           ``train.framework``       ``train.custom_frameworks``   ``model, dtype``
 ==================  ========================  ============================  =========================
 
 Extra metrics (``train.metrics``) are a list of built-in names or targets.
@@ -37,7 +38,7 @@ from d5pipe.levels.config_checks import section as _section
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
-from d5pipe.levels.level2.schema import OPTIMIZERS, SAMPLERS, SCHEDULES
+from d5pipe.levels.level2.schema import FRAMEWORKS, OPTIMIZERS, SAMPLERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
 from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES, ZOO_NAMES
 
@@ -67,6 +68,7 @@ SLOTS: dict[str, Slot] = {
     "sampler": Slot("train", "sampler", "custom_samplers", SAMPLERS, "shuffle"),
     "strategy": Slot("distributed", "strategy", "custom_strategies", STRATEGIES, "allreduce"),
     "runtime": Slot(LEVEL1_SECTION, "runtime", "custom_runtimes", RUNTIMES, "torch"),
+    "framework": Slot("train", "framework", "custom_frameworks", FRAMEWORKS, "", optional=True),
 }
 
 BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
@@ -75,6 +77,7 @@ BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.mac
 _MODEL_ARGS: dict[str, tuple[str, ...]] = {
     "mlp": ("hidden", "dropout"),
     "cnn": ("channels", "blocks", "dropout", "norm"),
+    "resnet": ("depth",),
     "transformer": ("d_model", "heads", "layers", "ff_mult", "dropout"),
 }
 _OPTIMIZER_ARGS: dict[str, tuple[str, ...]] = {
@@ -198,6 +201,8 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
         factory = {"torch": "torch_runtime", "compile": "torch_runtime", "onnxruntime": "onnxruntime_runtime",
                    "openvino": "openvino_runtime"}
         return {TARGET_KEY: f"d5pipe.levels.level1.runtimes.{factory[name]}"}
+    if slot_name == "framework":
+        return {TARGET_KEY: f"d5pipe.levels.level2.frameworks.builtin.{name}"}
     raise KeyError(slot_name)
 
 

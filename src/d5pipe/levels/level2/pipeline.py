@@ -109,11 +109,12 @@ def measure_loader(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, 
 
 PIPELINE_KEYS: VariantKeys = {
     "train": (TrainConf, ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "measure_loader",
-                          "micro_batches")),
+                          "micro_batches", "framework")),
     "dataset": (DatasetConf, ("storage",)),
 }
-"""Keys that change how a training run gets its batches or splits them, not what it computes:
-variants that differ only in them train from the same seed (:func:`training_seed`)."""
+"""Keys that change how a training run gets its batches or splits them, or which framework takes
+its steps, not what it computes: variants that differ only in them train from the same seed
+(:func:`training_seed`)."""
 
 
 def training_seed(ctx: PointContext) -> tuple[int, str]:

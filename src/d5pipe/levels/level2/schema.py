@@ -10,6 +10,10 @@ from d5pipe.core.fields import at_least, between, later, positive
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
 SAMPLERS: tuple[str, ...] = ("shuffle",)
+FRAMEWORKS: tuple[str, ...] = ("torch", "compile", "jax", "tensorflow")
+"""Built-in training frameworks of ``train.framework`` (d5pipe.levels.level2.frameworks.builtin)."""
+FRAMEWORK_PACKAGES: dict[str, str] = {"jax": "optax", "tensorflow": "tensorflow"}
+"""The package a built-in framework needs installed beyond torch (optax brings jax)."""
 
 
 @dataclass
@@ -88,6 +92,17 @@ class TrainConf:
     gradients on the first batch before training and fails when they differ."""
     micro_batch_tolerance: float = later(1e-4, min=0.0)
     """Largest relative L2 error of the accumulated gradient against the full batch's."""
+    framework: str = later("")
+    """Level 2: train through d5pipe's framework loop on ``torch``, ``compile`` (torch.compile),
+    ``jax`` (XLA, optax), ``tensorflow`` (keras optimizers) or a key of ``custom_frameworks``: the
+    model traced once and built natively, every framework of a configuration starting from the
+    same weights and batches and checked over ``framework_check_steps`` steps against PyTorch in
+    float64 before it is timed (d5pipe.levels.level2.frameworks). Empty: the level-2 training loop."""
+    custom_frameworks: dict[str, Any] = later({})
+    """User training frameworks: name -> target called with ``model`` (the point's torch module)
+    and ``dtype``, returning a d5pipe.levels.level2.frameworks.contract.TrainingFramework."""
+    framework_check_steps: int = later(3, min=1)
+    """Steps of the check against the float64 reference (the first batches of the first epoch)."""
     measure_memory: bool = later(False)
     """Level 2: report ``step_peak_memory``, the peak tensor memory of one batch's forward and
     backward (its micro-batches included; d5pipe.measure.memory), after training."""

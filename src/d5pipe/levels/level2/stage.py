@@ -10,7 +10,7 @@ from typing import Any
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import EVAL_S, POINT_FIXED_S, STEP_S, train_samples
 from d5pipe.levels.level2 import validate
-from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level2.schema import FRAMEWORK_PACKAGES, TrainConf
 from d5pipe.levels.schema import model_requires
 from d5pipe.levels.stage import Factor, Level
 
@@ -23,6 +23,13 @@ def cost(cfg: Mapping[str, Any]) -> float:
     return POINT_FIXED_S + epochs * (steps * STEP_S + 2 * EVAL_S)
 
 
+def requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The model's library, and the package of a built-in framework other than torch."""
+    framework = str(setting(cfg.get("train"), TrainConf, "framework"))
+    extra = [(f"train.framework={framework}", FRAMEWORK_PACKAGES[framework])] if framework in FRAMEWORK_PACKAGES else []
+    return model_requires(cfg) + extra
+
+
 def runner() -> Any:
     """The point runner (imports torch)."""
     from d5pipe.levels.level2.point import run_point
@@ -33,8 +40,9 @@ def runner() -> Any:
 LEVEL = Level(
     name="level2", title="L2 training", sections=("model", "dataset", "train", "timer", "placement"),
     schemas={"train": TrainConf}, check_point=validate.check_point, cost=cost, runner=runner,
-    used_targets=validate.used_targets, check_targets=validate.check_targets, requires=model_requires, needs_data=True,
+    used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, needs_data=True,
     recipes=True,
     factors=(Factor("train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),
-             Factor("train.micro_batches", "1", ("step_time",), "micro-batching", quality="step_peak_memory")),
+             Factor("train.micro_batches", "1", ("step_time",), "micro-batching", quality="step_peak_memory"),
+             Factor("train.framework", "torch", ("step_time",), "training frameworks", quality="test_accuracy")),
 )

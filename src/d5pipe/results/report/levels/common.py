@@ -11,8 +11,9 @@ import pandas as pd
 from d5pipe.results.report.answers import answer_blocks
 from d5pipe.results.report.blocks import Block, Figure, Section, Table
 from d5pipe.results.report.comparison_section import comparison_blocks
-from d5pipe.results.report.frames import fmt_plain, metric_names, varying_axes, wide_table
+from d5pipe.results.report.frames import MAX_TABLE_ROWS, fmt_plain, folded_cell, metric_names, varying_axes, wide_table
 from d5pipe.results.report.loader import RunData
+from d5pipe.results.report.units import quantity
 from d5pipe.results.report.verdict_sections import level_notes
 
 
@@ -92,3 +93,30 @@ def generic(data: RunData, stage: str, title: str) -> Section:
     """The section of a level without a module of its own: its side-by-side answers, its
     configurations and its per-point table (added by d5pipe.results.report.build)."""
     return finish(data, stage, title, [])
+
+
+def folded_table(rows: pd.DataFrame, metrics: Sequence[str], axes: list[str], caption: str,
+                 largest: Sequence[str] = ()) -> Table:
+    """One row per configuration of ``axes``: each metric over its repetitions (separate processes),
+    the mean -- geometric for timings -- with its 95% t-interval across them
+    (d5pipe.results.report.frames.fold); the metrics of ``largest`` (errors) as their largest value;
+    a verdict as its values with their counts."""
+    ok = rows[(rows["status"] == "ok") & rows["metric"].isin(metrics)]
+    keys = [ok[a].map(fmt_plain) for a in axes]
+    body = []
+    for key, group in ok.groupby(keys, sort=False):
+        cells = []
+        for m in metrics:
+            g = group[group["metric"] == m]
+            if str(g["kind"].iloc[0] if len(g) else "") == "verdict":
+                counts = g["text"].value_counts()
+                cells.append(", ".join(f"{v}" if n == len(g) else f"{v} ({n} of {len(g)})" for v, n in counts.items()))
+                continue
+            g = g[g["value"].notna()]
+            if m in largest or (len(g) and (g["value"] == 0).all()):
+                cells.append(quantity(float(g["value"].max()), str(g["unit"].iloc[0])) if len(g) else "")
+                continue
+            cells.append(folded_cell(g, log=str(g["kind"].iloc[0]) == "timing") if len(g) else "")
+        label = list(key) if isinstance(key, tuple) else [key]
+        body.append([*label, str(group["point_id"].nunique()), *cells])
+    return Table([*axes, "repetitions", *metrics], body[:MAX_TABLE_ROWS], caption)

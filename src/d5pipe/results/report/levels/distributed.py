@@ -9,18 +9,16 @@ from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.report.blocks import Block, Section, Table, Text
 from d5pipe.results.report.figures import figure
 from d5pipe.results.report.frames import (
-    MAX_TABLE_ROWS,
     choose_layout,
     find_metric,
     fmt_plain,
     fmt_value,
-    folded_cell,
     label_of,
     metric_names,
     varying_axes,
     wide_table,
 )
-from d5pipe.results.report.levels.common import finish, upper_bounds
+from d5pipe.results.report.levels.common import finish, folded_table, upper_bounds
 from d5pipe.results.report.loader import RunData
 
 
@@ -45,27 +43,9 @@ STRATEGY_COLUMNS_TEXT = ("the payload each rank hands to the network per step (m
                          "and the steps and time to distributed.target_loss")
 """What the strategies table shows after the time per step, in both of its forms."""
 
-
-def _folded_strategies(rows: pd.DataFrame, metrics: list[str], axes: list[str]) -> Table:
-    """One row per configuration: each metric over its repetitions (separate processes), the mean
-    -- geometric for timings -- with its 95% t-interval across them (d5pipe.results.report.frames.fold)."""
-    ok = rows[(rows["status"] == "ok") & rows["metric"].isin(metrics)]
-    keys = [ok[a].map(fmt_plain) for a in axes]
-    body = []
-    for key, group in ok.groupby(keys, sort=False):
-        cells = []
-        for m in metrics:
-            g = group[(group["metric"] == m) & group["value"].notna()]
-            if g.empty:
-                cells.append("")
-                continue
-            cells.append(folded_cell(g, log=str(g["kind"].iloc[0]) == "timing"))
-        label = list(key) if isinstance(key, tuple) else [key]
-        body.append([*label, str(group["point_id"].nunique()), *cells])
-    return Table([*axes, "repetitions", *metrics], body[:MAX_TABLE_ROWS],
-                 "Strategies side by side, each over its repetitions (separate processes): the mean -- geometric "
-                 "for times -- [95% t-interval across repetitions] of the time per step (the slowest rank's median), "
-                 f"{STRATEGY_COLUMNS_TEXT} (a repetition that never reached it is left out)")
+FOLDED_CAPTION = ("Strategies side by side, each over its repetitions (separate processes): the mean -- geometric "
+                  "for times -- [95% t-interval across repetitions] of the time per step (the slowest rank's median), "
+                  f"{STRATEGY_COLUMNS_TEXT} (a repetition that never reached it is left out)")
 
 
 def strategies_table(rows: pd.DataFrame) -> list[Block]:
@@ -78,7 +58,7 @@ def strategies_table(rows: pd.DataFrame) -> list[Block]:
     metrics = [m for m in STRATEGY_METRICS if m in names]
     by = ["distributed.strategy", *[a for a in axes if a not in ("distributed.strategy", REPEAT_AXIS)]]
     if REPEAT_AXIS in axes:
-        return [_folded_strategies(rows, metrics, by)]
+        return [folded_table(rows, metrics, by, FOLDED_CAPTION)]
     cols, body, total = wide_table(rows, metrics, by)
     more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
     return [Table(cols, body, "Strategies side by side: time per step (the slowest rank, median [95% CI]), "

@@ -19,7 +19,7 @@ from d5pipe.results.report.frames import (
     varying_axes,
     wide_table,
 )
-from d5pipe.results.report.levels.common import finish, repetition_means, upper_bounds
+from d5pipe.results.report.levels.common import finish, folded_table, repetition_means, upper_bounds
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.plots import curves as plot_curves
 from d5pipe.results.report.plots import metric_vs_axis
@@ -27,6 +27,29 @@ from d5pipe.results.report.plots import metric_vs_axis
 PIPELINE_METRICS = ("data_stall_fraction", "data_wait", "first_batch_s", "step_time", "step_time_in_memory",
                     "loader_samples_per_s", "model_samples_per_s")
 """The input pipeline's table, in this order (those a run has)."""
+
+FRAMEWORK_METRICS = ("framework_check", "framework_update_rel_l2", "framework_loss_rel_err_float32", "compile_s",
+                     "step_time", "samples_per_s", "test_accuracy", "time_to_target_s")
+"""The training frameworks' table, in this order (those a run has)."""
+
+
+def frameworks_table(rows: pd.DataFrame) -> list[Block]:
+    """Each training framework's check, compile time, step time and what it reached, side by side
+    (the step-time speedup of each over torch, with its verdict, is in the side-by-side comparison)."""
+    axes = varying_axes(rows, repeat=True)
+    if "train.framework" not in axes:
+        return []
+    names = set(metric_names(rows)) | set(rows.loc[rows["metric"] == "framework_check", "metric"])
+    metrics = [m for m in FRAMEWORK_METRICS if m in names]
+    by = ["train.framework", *[a for a in axes if a not in ("train.framework", REPEAT_AXIS)]]
+    return [folded_table(rows, metrics, by, (
+        "Training frameworks side by side, each over its repetitions (separate processes): the check against "
+        "PyTorch in float64 from the same weights and batches (framework_check; the float64 run's weight-update "
+        "difference and the float32 run's loss difference), then the mean -- geometric for times -- [95% "
+        "t-interval across repetitions] of the compile or trace time (never part of a step), the step time "
+        "(each repetition's median), the throughput, the final test accuracy and the time to "
+        "train.target_accuracy; the check's differences as their largest over the repetitions. A framework "
+        "that failed its check is timed too, and never ranked"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
 
 
 def input_pipeline(rows: pd.DataFrame) -> list[Block]:
@@ -108,6 +131,7 @@ def section(data: RunData) -> Section:
         blocks.append(Table(cols, body, caption))
     blocks += repetition_means(rows, ("test_accuracy", "train_loss", "test_loss", "time_to_target_s"))
     blocks += input_pipeline(rows)
+    blocks += frameworks_table(rows)
     names = metric_names(rows)
     checks: list[str] = [n for n in ("optimizer_check", "optimizer_divergence") if n in names]
     checks += [n for n in names if n.startswith("sanity:")]

@@ -1,0 +1,192 @@
+"""A level-2 point on a training framework (``train.framework``; d5pipe.levels.level2.frameworks).
+
+Every framework of a configuration starts from the same weights and sees the same batches in the
+same order (the training seed is shared by the values of ``train.framework``:
+d5pipe.levels.level2.pipeline.training_seed), with the same optimizer and hyperparameters, the
+same thread count and float32. Before anything is timed, the framework is checked
+(``framework_check``): ``train.framework_check_steps`` steps in float64 against PyTorch's float64
+reference (losses, weight update, batch-norm statistics; d5pipe.levels.level2.frameworks.agreement),
+and the timed float32 run's first loss -- the forward pass of the initial weights, before any update
+(later float32 losses carry the rounding of the updates: 5e-3 apart after two steps of ResNet-50 at
+batch 4) -- against the same reference, which catches a lowered precision. A framework that fails
+is still trained and timed, and its point carries the failed check: the comparisons list it with
+its failure and never rank it (d5pipe.results.comparisons).
+
+Timing: the framework's compile or trace (``compile_s``) is measured in its ``prepare``, never in
+a step; a step spans ``framework.step(x, y)`` (the batch handed over as numpy arrays, the update,
+the device drained) on ``perf_counter_ns``; the batches are gathered before the clock starts, and
+an epoch's last batch is dropped when it is smaller than the others (for every framework).
+After each epoch the framework's weights are evaluated on the test split by the same PyTorch
+evaluation for every framework (not timed).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.datasets import Dataset
+from d5pipe.levels.instantiate import build
+from d5pipe.levels.level2.frameworks.agreement import TOLERANCE, check, losses_rel_err, run_steps
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
+from d5pipe.levels.level2.frameworks.graph import Graph, initial_weights, trace
+from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+from d5pipe.levels.level2.pipeline import training_loader
+from d5pipe.levels.level2.sanity import sanity_checks
+from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level2.train_loop import evaluate
+from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.targets import target_of
+from d5pipe.measure.determinism import seed_everything
+from d5pipe.measure.stats import summarize
+
+CPU = torch.device("cpu")
+
+
+def optimizer_spec(conf: TrainConf) -> OptimizerSpec:
+    """``train``'s optimizer with torch's conventions (momentum is SGD's only)."""
+    return OptimizerSpec(conf.optimizer, conf.lr, conf.momentum if conf.optimizer == "sgd" else 0.0,
+                         conf.weight_decay)
+
+
+def _batches(conf: TrainConf, data: Dataset, seed: int) -> Any:
+    """One epoch's full batches as numpy arrays per iteration (the level-2 shuffle of ``seed``). A
+    last, smaller batch is left out for every framework: XLA and TensorFlow would compile another
+    program for its shape inside a step."""
+    loader = training_loader(conf, data, seed, CPU)
+
+    class Epochs:
+        def __iter__(self) -> Any:
+            return ((x.numpy(), y.numpy()) for x, y in loader if len(y) == conf.batch_size)
+
+    return Epochs()
+
+
+def _load(model: nn.Module, weights: dict[str, np.ndarray]) -> nn.Module:
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    with torch.no_grad():
+        for name, value in weights.items():
+            tensors[name].copy_(torch.from_numpy(value))
+    return model
+
+
+def _sha256(weights: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        h.update(name.encode() + np.ascontiguousarray(weights[name], dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def _check(model: nn.Module, graph: Graph, w0: dict[str, np.ndarray], spec: OptimizerSpec,
+           first: list[tuple[np.ndarray, np.ndarray]], threads: int, make: Any) -> tuple[Any, Any]:
+    """(the float64 reference's steps, the framework's float64 agreement)."""
+    reference = run_steps(TorchFramework(model, dtype="float64"), graph, w0, spec, first, threads)
+    return reference, check(run_steps(make("float64"), graph, w0, spec, first, threads), reference, w0, graph,
+                            "float64")
+
+
+def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed: int, seed_note: str) -> PointOutcome:
+    """Check, then train and time, one framework (see the module docstring)."""
+    cfg = ctx.config
+    seeds = seed_everything(seed)
+    try:
+        model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
+        graph = trace(model)
+    except (UnsupportedInput, UnsupportedNetwork) as exc:
+        raise PointSkipped(str(exc)) from exc
+    w0 = initial_weights(model, graph)
+    spec = optimizer_spec(conf)
+    key, target = target_of(asdict(conf), "framework")
+
+    def make(dtype: str) -> Any:
+        return build(target, key, offered={"model": model, "dtype": dtype})
+
+    threads = torch.get_num_threads()
+    k = conf.framework_check_steps
+    first = [b for _, b in zip(range(k), _batches(conf, data, seed))]
+    reference, agreement = _check(model, graph, w0, spec, first, threads, make)
+    framework = make("float32")
+    name = conf.framework
+    verdicts = [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),
+                Metric("framework_update_rel_l2", agreement.update_rel_l2, "", "numerical"),
+                Metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2, "", "numerical")]
+    extra: dict[str, Any] = {"framework": {"selected": name, "class": type(framework).__qualname__}, "check": {"steps": k, "float64": asdict(agreement),
+                                                          "reference_losses": reference.losses},
+                             "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note}}
+    told = framework.prepare(graph, w0, spec, first[0], threads)
+    compile_s = float(getattr(framework, "compile_s", 0.0))
+    evaluator = copy.deepcopy(model).float()
+    losses: list[float] = []
+    step_times: list[float] = []
+    curves: dict[str, list[float]] = {k_: [] for k_ in ("epoch", "train_loss", "test_loss", "test_accuracy",
+                                                        "epoch_train_time_s", "cum_train_time_s", "samples_per_s")}
+    epoch_samples: list[int] = []
+    epochs_to_target: int | None = None
+    cum = 0.0
+    batches = _batches(conf, data, seed)
+    for epoch in range(1, conf.epochs + 1):
+        epoch_losses, epoch_times, n = [], [], 0
+        for x, y in batches:
+            t0 = time.perf_counter_ns()
+            loss = framework.step(x, y)
+            epoch_times.append((time.perf_counter_ns() - t0) * 1e-9)
+            epoch_losses.append(loss)
+            n += len(y)
+        losses += epoch_losses
+        step_times += epoch_times
+        cum += sum(epoch_times)
+        test_loss, test_acc = evaluate(_load(evaluator, framework.weights()), data.x_test, data.y_test,
+                                       conf.eval_batch_size, CPU)
+        row = (epoch, float(np.average(epoch_losses)), test_loss, test_acc, sum(epoch_times), cum, n / sum(epoch_times))
+        for k_, v in zip(curves, row, strict=True):
+            curves[k_].append(v)
+        epoch_samples.append(n)
+        if epochs_to_target is None and conf.target_accuracy is not None and test_acc >= conf.target_accuracy:
+            epochs_to_target = epoch
+    f32_err = losses_rel_err(losses[:1], reference.losses[:1])
+    why = [f"{name} in float64: {agreement.why()}"] if not agreement.passed else []
+    if not f32_err <= TOLERANCE["float32"]:
+        why.append(f"{name} in float32: its first loss differs by {f32_err:.3g} from PyTorch float64 "
+                   f"(tolerance {TOLERANCE['float32']:g})")
+    verdicts += [Metric("framework_loss_rel_err_float32", f32_err, "", "numerical"),
+                 Metric("framework_check", "fail" if why else "pass", "", "verdict", detail="; ".join(why) or None)]
+    weights = framework.weights()
+    step = summarize(step_times)
+    total = sum(curves["epoch_train_time_s"])
+    target_s = float(curves["cum_train_time_s"][epochs_to_target - 1]) if epochs_to_target else float("nan")
+    metrics = [
+        *verdicts,
+        Metric("compile_s", compile_s, "s", "timing", samples="compile_s"),
+        *step.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+        Metric("samples_per_s", sum(epoch_samples) / total, "samples/s", "timing", samples="epoch_samples_per_s"),
+        Metric("train_time_s", total, "s", "timing", samples="epoch_train_time_s"),
+        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
+        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
+        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
+        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
+        Metric("time_to_target_s", target_s, "s", "timing", samples="step_time_s"),
+        Metric("epochs_to_target", float(epochs_to_target) if epochs_to_target else float("nan"), "epochs", "numerical"),
+        Metric("weights_sha256", _sha256(weights), "", "info"),
+        Metric("n_parameters", count_parameters(model), "", "count"),
+        Metric("train_steps", len(step_times), "", "count"),
+    ]
+    finite = all(bool(np.isfinite(w).all()) for w in weights.values())
+    sane = sanity_checks(losses, curves, {}, finite, data.n_classes)
+    metrics += sane[0]
+    extra.update({"told": told, "versions": framework.versions(), "curves": curves, "sanity": sane[1],
+                  "warnings": list(step.warnings), "target_accuracy": conf.target_accuracy,
+                  "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, "
+                            "device drained); compile_s is the framework's prepare (compile or trace, never a step); "
+                            "batches gathered and evaluation done off the clock"})
+    return PointOutcome(metrics=metrics, samples={"step_time_s": step_times, "compile_s": [compile_s],
+                                                  "epoch_train_time_s": curves["epoch_train_time_s"],
+                                                  "epoch_samples_per_s": curves["samples_per_s"]}, extra=extra)

@@ -1,0 +1,189 @@
+"""JAX (XLA) as a training framework: the traced :class:`~.graph.Graph` built as a pure function of
+the parameters, the step (loss, gradients, optax update) compiled once with ``jax.jit`` for the
+example batch's shapes -- that compile is :meth:`JaxFramework.prepare`'s, never a step's.
+
+Threads: XLA's CPU thread pools are sized when jax is first imported, from ``XLA_FLAGS``; unless
+the environment sets it, d5pipe sets ``intra_op_parallelism_threads`` to the point's threads (and
+``--xla_cpu_multi_thread_eigen=false`` for one thread) before that import. What XLA_FLAGS held at
+import is recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
+
+
+def _import_jax(threads: int) -> Any:
+    if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
+        eigen = "true" if threads > 1 else "false"
+        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
+    import jax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    return jax
+
+
+def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
+    def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        out = x @ p["weight"].T
+        return out + p["bias"] if "bias" in p else out
+
+    def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        a = layer.attrs
+        out = lax.conv_general_dilated(x, p["weight"], window_strides=a["stride"],
+                                       padding=[(a["padding"][0],) * 2, (a["padding"][1],) * 2],
+                                       rhs_dilation=a["dilation"], feature_group_count=a["groups"],
+                                       dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return out + p["bias"][None, :, None, None] if "bias" in p else out
+
+    def affine(x: Any, p: dict[str, Any], shape: tuple[int, ...]) -> Any:
+        if "weight" in p:
+            x = x * p["weight"].reshape(shape)
+        return x + p["bias"].reshape(shape) if "bias" in p else x
+
+    def normalize(x: Any, axes: tuple[int, ...], eps: float) -> Any:
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)  # biased, as torch normalises
+        return (x - mean) / jnp.sqrt(var + eps)
+
+    def batch_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # training mode: batch statistics
+        return affine(normalize(x, (0, 2, 3), layer.attrs["eps"]), p, (1, -1, 1, 1))
+
+    def batch_stats(layer: Layer, p: dict[str, Any], x: Any) -> tuple[Any, Any]:  # for the running statistics
+        mean = x.mean(axis=(0, 2, 3))
+        n = x.size // x.shape[1]
+        return mean, ((x - mean[None, :, None, None]) ** 2).sum(axis=(0, 2, 3)) / (n - 1)
+
+    def group_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        n, c = x.shape[:2]
+        g = layer.attrs["groups"]
+        z = normalize(x.reshape((n, g, -1)), (2,), layer.attrs["eps"]).reshape(x.shape)
+        return affine(z, p, (1, c) + (1,) * (x.ndim - 2))
+
+    def layer_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        dims = layer.attrs["dims"]
+        return affine(normalize(x, tuple(range(x.ndim - dims, x.ndim)), layer.attrs["eps"]), p, x.shape[-dims:])
+
+    def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
+        (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, kh, kw), (1, 1, sh, sw),
+                                 ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+
+    def flatten(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        start, end = layer.attrs["start"] % x.ndim, layer.attrs["end"] % x.ndim
+        return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
+
+    return {
+        "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "batch_stats": batch_stats, "group_norm": group_norm,
+        "layer_norm": layer_norm, "flatten": flatten, "max_pool2d": max_pool2d,
+        "relu": lambda layer, p, x: jnp.maximum(x, 0),
+        "add": lambda layer, p, a, b: a + b,
+        "identity": lambda layer, p, x: x,
+        "mean": lambda layer, p, x: x.mean(axis=layer.attrs["dims"], keepdims=layer.attrs["keepdim"]),
+    }
+
+
+def optax_optimizer(optax: Any, spec: OptimizerSpec) -> tuple[Any, str]:
+    """The spec as optax transformations, and how they were named."""
+    b1, b2 = spec.betas
+    if spec.name == "adamw":
+        return (optax.adamw(spec.lr, b1=b1, b2=b2, eps=spec.eps, weight_decay=spec.weight_decay),
+                f"optax.adamw(lr, b1, b2, eps={spec.eps}, weight_decay={spec.weight_decay})")
+    if spec.name == "sgd":
+        core = optax.sgd(spec.lr, momentum=spec.momentum or None, nesterov=False)
+        named = f"optax.sgd(lr, momentum={spec.momentum}, nesterov=False)"
+    else:
+        core = optax.adam(spec.lr, b1=b1, b2=b2, eps=spec.eps, eps_root=0.0)
+        named = f"optax.adam(lr, b1, b2, eps={spec.eps}, eps_root=0)"
+    if spec.weight_decay:  # torch's L2 convention: the decay joins the gradient before the optimizer
+        return (optax.chain(optax.add_decayed_weights(spec.weight_decay), core),
+                f"optax.chain(add_decayed_weights({spec.weight_decay}), {named})")
+    return core, named
+
+
+class JaxFramework:
+    """``dtype``: float32, or float64 (jax's x64 mode, switched on for the process)."""
+
+    name = "jax"
+
+    def __init__(self, dtype: str = "float32") -> None:
+        self.dtype = dtype
+
+    def versions(self) -> dict[str, str]:
+        import jax
+        import jaxlib
+        import optax
+
+        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "optax": optax.__version__}
+
+    def prepare(self, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
+                example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
+        jax = _import_jax(threads)
+        if self.dtype == "float64":
+            jax.config.update("jax_enable_x64", True)
+        import optax
+        from jax import lax
+        from jax import numpy as jnp
+
+        ops = _ops(jnp, lax)
+        missing = [layer.kind for layer in graph.layers if layer.kind not in ops]
+        if missing:
+            raise UnsupportedNetwork(f"jax: no builder for {sorted(set(missing))}")
+
+        def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
+            env, new = {graph.input: x}, dict(buffers)
+            for layer in graph.layers:
+                p = {role: params[name] for role, name in layer.params.items()}
+                args = [env[i] for i in layer.inputs]
+                env[layer.name] = ops[layer.kind](layer, p, *args)
+                if layer.buffers:
+                    stats = ops["batch_stats"](layer, p, *args)
+                    for role, batch in zip(("mean", "var"), stats):
+                        name = layer.buffers[role]
+                        new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
+            return env[graph.output], new
+
+        def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
+            logits, new = forward(params, buffers, x)
+            logp = jax.nn.log_softmax(logits)
+            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean(), new
+
+        tx, named = optax_optimizer(optax, optimizer)
+
+        def train_step(params: Any, buffers: Any, state: Any, x: Any, y: Any) -> Any:
+            (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
+            updates, state = tx.update(grads, state, params)
+            return optax.apply_updates(params, updates), buffers, state, loss
+
+        self.params = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.shapes}
+        self.buffers = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.buffer_shapes}
+        self.state = tx.init(self.params)
+        x, y = example
+        t0 = time.perf_counter()
+        self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
+            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
+        self.compile_s = time.perf_counter() - t0
+        self._jnp = jnp
+        return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
+                "matmul_precision": "highest", "optimizer": named, "compiler": "jax.jit (XLA)",
+                "devices": [str(d) for d in jax.devices()]}
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        jnp = self._jnp
+        self.params, self.buffers, self.state, loss = self.compiled_step(
+            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32))
+        for leaf in self.params.values():
+            leaf.block_until_ready()
+        return float(loss)
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()}

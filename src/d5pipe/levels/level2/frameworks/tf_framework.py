@@ -1,0 +1,200 @@
+"""TensorFlow as a training framework: the traced :class:`~.graph.Graph` built from TensorFlow ops,
+the step (loss, ``tf.GradientTape``, a ``keras.optimizers`` update) one ``tf.function`` graph.
+
+Pinned before TensorFlow starts and recorded: the intra- and inter-op thread pools
+(``tf.config.threading``), and ``TF_ENABLE_ONEDNN_OPTS`` (oneDNN's fused kernels round otherwise;
+d5pipe sets 0 unless the environment says). TensorFlow's CPU convolutions take NHWC: each
+convolution transposes its input and output around ``tf.nn.conv2d`` (part of the step's time).
+Conventions that differ from torch's, and how the spec is met: torch's SGD decay joins the
+gradient (keras's ``weight_decay`` is decoupled), so d5pipe adds ``weight_decay * w`` to the
+gradient for ``sgd`` and ``adam``; keras keeps the learning rate and momentum in its float type,
+which d5pipe sets to the run's dtype (``keras.config.set_floatx``); keras's Adam puts epsilon inside the bias correction
+(``eps * sqrt(1 - beta2^t)`` in torch's terms) -- left as keras has it, and recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
+
+
+def _import_tf(threads: int) -> Any:
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # already started in this process: what it runs with is recorded
+        pass
+    return tf
+
+
+def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
+    def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        out = tf.matmul(x, p["weight"], transpose_b=True)
+        return out + p["bias"] if "bias" in p else out
+
+    def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        a = layer.attrs
+        if a["groups"] != 1:
+            raise UnsupportedNetwork("tensorflow: grouped convolutions are not translated")
+        (ph, pw) = a["padding"]
+        out = tf.nn.conv2d(tf.transpose(x, (0, 2, 3, 1)), tf.transpose(p["weight"], (2, 3, 1, 0)),
+                           strides=(1, *a["stride"], 1), padding=[[0, 0], [ph, ph], [pw, pw], [0, 0]],
+                           dilations=(1, *a["dilation"], 1))
+        out = tf.transpose(out, (0, 3, 1, 2))
+        return out + tf.reshape(p["bias"], (1, -1, 1, 1)) if "bias" in p else out
+
+    def affine(x: Any, p: dict[str, Any], shape: tuple[int, ...]) -> Any:
+        if "weight" in p:
+            x = x * tf.reshape(p["weight"], shape)
+        return x + tf.reshape(p["bias"], shape) if "bias" in p else x
+
+    def normalize(x: Any, axes: list[int], eps: float) -> Any:
+        mean = tf.reduce_mean(x, axis=axes, keepdims=True)
+        var = tf.reduce_mean(tf.square(x - mean), axis=axes, keepdims=True)
+        return (x - mean) / tf.sqrt(var + eps)
+
+    def group_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        shape = tf.shape(x)
+        z = normalize(tf.reshape(x, (shape[0], layer.attrs["groups"], -1)), [2], layer.attrs["eps"])
+        return affine(tf.reshape(z, shape), p, (1, -1) + (1,) * (len(x.shape) - 2))
+
+    def layer_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        dims = layer.attrs["dims"]
+        axes = list(range(len(x.shape) - dims, len(x.shape)))
+        return affine(normalize(x, axes, layer.attrs["eps"]), p, tuple(x.shape[-dims:]))
+
+    def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
+        (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
+        padded = tf.pad(tf.transpose(x, (0, 2, 3, 1)), [[0, 0], [ph, ph], [pw, pw], [0, 0]],
+                        constant_values=float("-inf"))
+        return tf.transpose(tf.nn.max_pool2d(padded, (kh, kw), (sh, sw), "VALID"), (0, 3, 1, 2))
+
+    def flatten(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+        nd = len(x.shape)
+        start, end = layer.attrs["start"] % nd, layer.attrs["end"] % nd
+        return tf.reshape(x, (*tf.unstack(tf.shape(x)[:start]), -1, *x.shape[end + 1:]))
+
+    def batch_stats(layer: Layer, p: dict[str, Any], x: Any) -> tuple[Any, Any]:  # for the running statistics
+        mean, var = tf.nn.moments(x, axes=[0, 2, 3])
+        n = tf.cast(tf.size(x) // tf.shape(x)[1], x.dtype)
+        return mean, var * n / (n - 1)
+
+    return {
+        "linear": linear, "conv2d": conv2d, "group_norm": group_norm, "layer_norm": layer_norm, "flatten": flatten,
+        "batch_stats": batch_stats, "max_pool2d": max_pool2d,
+        "batch_norm": lambda layer, p, x: affine(normalize(x, [0, 2, 3], layer.attrs["eps"]), p, (1, -1, 1, 1)),
+        "relu": lambda layer, p, x: tf.nn.relu(x),
+        "add": lambda layer, p, a, b: a + b,
+        "identity": lambda layer, p, x: x,
+        "mean": lambda layer, p, x: tf.reduce_mean(x, axis=list(layer.attrs["dims"]), keepdims=layer.attrs["keepdim"]),
+    }
+
+
+def keras_optimizer(keras: Any, spec: OptimizerSpec) -> tuple[Any, bool, str]:
+    """The spec as a keras optimizer; whether d5pipe adds the decay to the gradient; how it was named."""
+    b1, b2 = spec.betas
+    if spec.name == "sgd":
+        return (keras.optimizers.SGD(learning_rate=spec.lr, momentum=spec.momentum, nesterov=False), True,
+                f"keras.optimizers.SGD(lr, momentum={spec.momentum}); L2 {spec.weight_decay} added to the gradient")
+    if spec.name == "adam":
+        return (keras.optimizers.Adam(learning_rate=spec.lr, beta_1=b1, beta_2=b2, epsilon=spec.eps), True,
+                f"keras.optimizers.Adam(lr, b1, b2, epsilon={spec.eps}: inside the bias correction); "
+                f"L2 {spec.weight_decay} added to the gradient")
+    return (keras.optimizers.AdamW(learning_rate=spec.lr, weight_decay=spec.weight_decay, beta_1=b1, beta_2=b2,
+                                   epsilon=spec.eps), False,
+            f"keras.optimizers.AdamW(lr, weight_decay={spec.weight_decay}, epsilon={spec.eps}: inside the bias correction)")
+
+
+class TensorFlowFramework:
+    """``dtype``: float32 or float64."""
+
+    name = "tensorflow"
+
+    def __init__(self, dtype: str = "float32") -> None:
+        self.dtype = dtype
+
+    def versions(self) -> dict[str, str]:
+        import keras
+        import tensorflow as tf
+
+        return {"tensorflow": tf.__version__, "keras": keras.__version__}
+
+    def prepare(self, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
+                example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
+        tf = _import_tf(threads)
+        import keras
+
+        ops = _ops(tf)
+        missing = sorted({layer.kind for layer in graph.layers if layer.kind not in ops})
+        if missing:
+            raise UnsupportedNetwork(f"tensorflow: no builder for {missing}")
+        names = list(graph.shapes)
+        self.vars = [keras.Variable(np.asarray(weights[n], dtype=self.dtype), dtype=self.dtype, name=f"p{i}")
+                     for i, n in enumerate(names)]
+        self.buffers = {n: tf.Variable(np.asarray(weights[n], dtype=self.dtype), trainable=False)
+                        for n in graph.buffer_shapes}
+        self.names = names
+        keras.config.set_floatx(self.dtype)  # the optimizer's learning rate and momentum variables in the point's dtype
+        opt, coupled, named = keras_optimizer(keras, optimizer)
+        opt.build(self.vars)
+        decay = optimizer.weight_decay if coupled else 0.0
+
+        def forward(x: Any) -> Any:
+            params = dict(zip(names, (v.value for v in self.vars)))
+            env = {graph.input: x}
+            for layer in graph.layers:
+                p = {role: params[name] for role, name in layer.params.items()}
+                args = [env[i] for i in layer.inputs]
+                env[layer.name] = ops[layer.kind](layer, p, *args)
+                if layer.buffers:
+                    stats = ops["batch_stats"](layer, p, *args)
+                    for role, batch in zip(("mean", "var"), stats):
+                        buf = self.buffers[layer.buffers[role]]
+                        buf.assign(running_update(buf, tf.stop_gradient(batch), layer.attrs["momentum"]))
+            return env[graph.output]
+
+        @tf.function(jit_compile=False, reduce_retracing=True)
+        def train_step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=forward(x)))
+            grads = tape.gradient(loss, [v.value for v in self.vars])
+            if decay:
+                grads = [g + decay * v.value for g, v in zip(grads, self.vars)]
+            opt.apply_gradients(zip(grads, self.vars))
+            return loss
+
+        self.train_step = train_step
+        self._tf = tf
+        state = [*self.vars, *opt.variables, *self.buffers.values()]
+        saved = [v.numpy().copy() for v in state]
+        t0 = time.perf_counter()  # trace, optimise and run the graph once; the state is then restored
+        self.train_step(*self.tensors(*example)).numpy()
+        self.compile_s = time.perf_counter() - t0
+        for v, s in zip(state, saved):
+            v.assign(s)
+        return {"threads": threads, "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+                "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""), "dtype": self.dtype,
+                "optimizer": named, "compiler": "tf.function (graph, jit_compile=False)"}
+
+    def tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
+        tf = self._tf
+        return tf.constant(x, dtype=self.dtype), tf.constant(y, dtype=tf.int32)
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        return float(self.train_step(*self.tensors(x, y)).numpy())
+
+    def weights(self) -> dict[str, np.ndarray]:
+        out = {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in zip(self.names, self.vars)}
+        return out | {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in self.buffers.items()}

@@ -1,0 +1,82 @@
+"""PyTorch as a training framework: eager, or with ``torch.compile`` (the reference, in float64,
+is the eager one). The network is the point's own module, its weights replaced by the given ones."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
+
+
+def torch_optimizer(params: Any, spec: OptimizerSpec) -> torch.optim.Optimizer:
+    """The spec as ``torch.optim`` (its conventions are the spec's)."""
+    if spec.name == "sgd":
+        return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+    klass = torch.optim.Adam if spec.name == "adam" else torch.optim.AdamW
+    return klass(params, lr=spec.lr, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+
+
+class TorchFramework:
+    """``compile``: the model wrapped in ``torch.compile`` (inductor), compiled in :meth:`prepare`
+    by one forward and backward on the example batch whose gradients and buffer updates are
+    discarded; ``dtype``: float32, or float64 for the reference."""
+
+    def __init__(self, model: nn.Module, compile: bool = False, dtype: str = "float32") -> None:
+        self.name = "compile" if compile else "torch"
+        self._source = model
+        self._compile = compile
+        self.dtype = dtype
+        self._dtype = getattr(torch, dtype)
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+    def prepare(self, graph: Any, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
+                example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
+        torch.set_num_threads(threads)
+        self.model = copy.deepcopy(self._source).to(self._dtype).train()
+        self._names = [*graph.shapes, *graph.buffer_shapes]
+        tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        self._tensors_by_name = {n: tensors[n] for n in self._names}
+        with torch.no_grad():
+            for name, t in self._tensors_by_name.items():
+                t.copy_(torch.from_numpy(np.asarray(weights[name])))
+        self.optimizer = torch_optimizer(self.model.parameters(), optimizer)
+        self.forward: Any = self.model
+        told: dict[str, Any] = {"threads": torch.get_num_threads(), "dtype": str(self._dtype).removeprefix("torch."),
+                                "optimizer": f"torch.optim.{type(self.optimizer).__name__}",
+                                "optimizer_defaults": {k: v for k, v in self.optimizer.defaults.items()
+                                                       if isinstance(v, (int, float, bool, tuple, type(None)))}}
+        if self._compile:
+            self.forward = torch.compile(self.model)
+            buffers = {k: v.clone() for k, v in self.model.named_buffers()}
+            t0 = time.perf_counter()
+            x, y = self.tensors(*example)
+            nn.functional.cross_entropy(self.forward(x), y).backward()
+            self.compile_s = time.perf_counter() - t0
+            self.model.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for k, v in self.model.named_buffers():
+                    v.copy_(buffers[k])
+            told["compiler"] = "torch.compile(backend=inductor, mode=default)"
+        return told
+
+    def tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(x).to(self._dtype), torch.from_numpy(y).long()
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        xt, yt = self.tensors(x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(self.forward(xt), yt)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.item())
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {n: t.detach().double().numpy().copy() for n, t in self._tensors_by_name.items()}

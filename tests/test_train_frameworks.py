@@ -1,0 +1,137 @@
+"""Training frameworks (#37, first piece): the small CNN on digits, from the same initial weights
+and batches, on PyTorch, JAX and TensorFlow, checked step by step against PyTorch in float64; a
+user framework whose optimizer is 1% off fails the check, and so does keras's Adam (its epsilon
+sits inside the bias correction)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from d5pipe.levels.level2.frameworks.agreement import check, run_steps
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
+from d5pipe.levels.level2.frameworks.graph import initial_weights, trace
+from d5pipe.levels.level2.frameworks.jax_framework import JaxFramework
+from d5pipe.levels.level2.frameworks.tf_framework import TensorFlowFramework
+from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+from d5pipe.levels.models import cnn, mlp
+from tests.plugin_fixtures.user_frameworks import OffByOnePercent
+
+K = 4
+OPTIMIZERS = [OptimizerSpec("sgd", 0.05, momentum=0.9, weight_decay=1e-4), OptimizerSpec("adam", 3e-3),
+              OptimizerSpec("adamw", 3e-3, weight_decay=0.01)]
+
+
+@pytest.fixture(scope="module")
+def digits() -> list[tuple[np.ndarray, np.ndarray]]:
+    import sklearn.datasets
+
+    bunch = sklearn.datasets.load_digits()
+    x = (bunch.data / 16.0).reshape(-1, 1, 8, 8).astype(np.float32)
+    order = np.random.default_rng(7).permutation(len(x))
+    return [(x[i], bunch.target[i].astype(np.int64)) for i in np.array_split(order[: 32 * K], K)]
+
+
+@pytest.fixture(scope="module")
+def network() -> tuple[torch.nn.Module, dict[str, np.ndarray]]:
+    torch.manual_seed(3)
+    model = cnn((1, 8, 8), 10, channels=8, blocks=1)
+    return model, initial_weights(model, trace(model))
+
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: o.name)
+def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt: OptimizerSpec) -> None:
+    model, w0 = network
+    graph = trace(model)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    assert ref.losses[-1] < ref.losses[0] and graph.buffer_shapes  # it trains; its batch norms keep statistics
+    frameworks = [(TorchFramework(model), "float32"), (JaxFramework("float64"), "float64"), (JaxFramework(), "float32"),
+                  (TensorFlowFramework(), "float32")]
+    if opt.name == "sgd":  # keras's Adam is checked below
+        frameworks.append((TensorFlowFramework("float64"), "float64"))
+    for fw, dtype in frameworks:
+        steps = run_steps(fw, graph, w0, opt, digits, threads=1)
+        agreement = check(steps, ref, w0, graph, dtype)
+        assert agreement.passed, (fw.name, dtype, agreement.why())
+        assert steps.compile_s >= 0 and len(steps.step_s) == K
+        assert steps.told["dtype"] == dtype and steps.told["threads"] == 1
+        assert steps.versions
+    assert steps.told["TF_ENABLE_ONEDNN_OPTS"] == "0" and steps.told["intra_op_threads"] == 1
+
+
+def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -> None:
+    model, w0 = network
+    graph = trace(model)
+    opt = OPTIMIZERS[1]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    steps = run_steps(TensorFlowFramework("float64"), graph, w0, opt, digits, threads=1)
+    agreement = check(steps, ref, w0, graph, "float64")
+    assert not agreement.passed and agreement.update_rel_l2 > 1e-4, agreement
+    assert "inside the bias correction" in steps.told["optimizer"]
+
+
+def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
+    model, w0 = network
+    graph = trace(model)
+    opt = OPTIMIZERS[1]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    steps = run_steps(OffByOnePercent(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    agreement = check(steps, ref, w0, graph, "float64")
+    assert not agreement.passed
+    assert 1e-3 < agreement.update_rel_l2 < 0.1, agreement
+    assert "weight updates differ" in agreement.why()
+
+
+def test_a_network_with_random_masks_is_not_translated() -> None:
+    with pytest.raises(UnsupportedNetwork, match="Dropout"):
+        trace(mlp((1, 8, 8), 10, [16], dropout=0.5))
+    assert trace(mlp((1, 8, 8), 10, [16])).kinds() == ["flatten", "linear", "relu"]
+
+
+@pytest.mark.slow
+def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, cli) -> None:
+    from tests.conftest import PLUGIN_FIXTURES, TEST_CONF
+
+    out = tmp_path / "run"
+    r = cli("run", "train_frameworks_tiny", "--config-dir", str(TEST_CONF), "--out", str(out), "--allow",
+            "user_frameworks", env={"PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_FIXTURES),
+                                                                                os.environ.get("PYTHONPATH")]))})
+    assert r.returncode == 3, r.stdout + r.stderr  # the user's framework failed its check
+    df = pd.read_parquet(out / "results.parquet")
+    checks = df[df["metric"] == "framework_check"].groupby("train.framework")["text"].agg(set).to_dict()
+    assert checks == {"torch": {"pass"}, "jax": {"pass"}, "tensorflow": {"pass"}, "off_by_one": {"fail"}}
+    failed = df[(df["metric"] == "framework_check") & (df["text"] == "fail")]
+    assert failed["error"].str.startswith("off_by_one in float64: ").all()
+    assert failed["error"].str.contains("weight updates differ").all()
+    timed = df[df["metric"] == "compile_s"]
+    assert set(timed["train.framework"]) == {"torch", "jax", "tensorflow", "off_by_one"}
+    assert (timed[timed["train.framework"].isin(["jax", "tensorflow"])]["value"] > 0).all()
+    pairs = pd.read_parquet(out / "comparisons.parquet").set_index("variant")
+    assert set(pairs.index) == {"jax", "tensorflow", "off_by_one"}
+    for ranked in ("jax", "tensorflow"):
+        assert pairs.loc[ranked, "speedup"] > 0 and pairs.loc[ranked, "verdict"] in (
+            "faster", "slower", "equivalent", "inconclusive")
+    assert "failed a check" in pairs.loc["off_by_one", "method"] and pd.isna(pairs.loc["off_by_one", "speedup"])
+    report = (out / "report.md").read_text()
+    assert "Training frameworks side by side" in report and "off_by_one" in report
+
+
+def test_the_framework_loop_refuses_what_it_would_not_apply_before_any_job() -> None:
+    from d5pipe.core.errors import D5PipeError
+    from d5pipe.levels.level2.validate import check_point
+
+    cfg = {"model": {"name": "cnn"}, "dataset": {"name": "digits"}, "train": {"framework": "jax", "optimizer": "sgd"}}
+    check_point(cfg)
+    for key, value, said in [("num_workers", 2, "train.num_workers"), ("schedule", "cosine", "train.schedule"),
+                             ("micro_batches", 2, "train.micro_batches"), ("framework", "mxnet", "train.framework")]:
+        with pytest.raises(D5PipeError, match=said):
+            check_point({**cfg, "train": {**cfg["train"], key: value}})
+    with pytest.raises(D5PipeError, match="train.optimizer"):
+        check_point({**cfg, "train": {**cfg["train"], "optimizer": "rms",
+                                      "custom_optimizers": {"rms": {"_target_": "d5pipe.levels.optim.torch_optimizer",
+                                                                    "cls": "RMSprop"}}}})
