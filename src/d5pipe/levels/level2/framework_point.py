@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
-from d5pipe.levels.level2.frameworks.agreement import TOLERANCE, check, losses_rel_err, run_steps
+from d5pipe.levels.level2.frameworks.agreement import TOLERANCE, Agreement, check, losses_rel_err, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph, initial_weights, trace
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
@@ -94,12 +95,89 @@ def _check(model: nn.Module, graph: Graph, w0: dict[str, np.ndarray], spec: Opti
                             "float64")
 
 
+CURVES = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_train_time_s", "cum_train_time_s",
+          "samples_per_s")
+
+
+@dataclass
+class Trained:
+    """What the timed run gave: every step's loss and time, the per-epoch curves."""
+
+    losses: list[float] = field(default_factory=list)
+    step_times: list[float] = field(default_factory=list)
+    curves: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CURVES})
+    epoch_samples: list[int] = field(default_factory=list)
+    epochs_to_target: int | None = None
+
+
+def _train(framework: Any, model: nn.Module, conf: TrainConf, data: Dataset, seed: int) -> Trained:
+    """``train.epochs`` epochs of timed steps, each epoch's weights evaluated by PyTorch off the clock."""
+    out, cum = Trained(), 0.0
+    evaluator = copy.deepcopy(model).float()
+    batches = _batches(conf, data, seed)
+    for epoch in range(1, conf.epochs + 1):
+        losses, times, n = [], [], 0
+        for x, y in batches:
+            t0 = time.perf_counter_ns()
+            losses.append(framework.step(x, y))
+            times.append((time.perf_counter_ns() - t0) * 1e-9)
+            n += len(y)
+        out.losses += losses
+        out.step_times += times
+        cum += sum(times)
+        test_loss, test_acc = evaluate(_load(evaluator, framework.weights()), data.x_test, data.y_test,
+                                       conf.eval_batch_size, CPU)
+        for k, v in zip(CURVES, (epoch, float(np.average(losses)), test_loss, test_acc, sum(times), cum,
+                                 n / sum(times)), strict=True):
+            out.curves[k].append(v)
+        out.epoch_samples.append(n)
+        if out.epochs_to_target is None and conf.target_accuracy is not None and test_acc >= conf.target_accuracy:
+            out.epochs_to_target = epoch
+    return out
+
+
+def _verdict(name: str, agreement: Agreement, f32_err: float) -> list[Metric]:
+    """The check's numbers and ``framework_check``, with what failed in its detail."""
+    why = [f"{name} in float64: {agreement.why()}"] if not agreement.passed else []
+    if not f32_err <= TOLERANCE["float32"]:
+        why.append(f"{name} in float32: its first loss differs by {f32_err:.3g} from PyTorch float64 "
+                   f"(tolerance {TOLERANCE['float32']:g})")
+    return [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),
+            Metric("framework_update_rel_l2", agreement.update_rel_l2, "", "numerical"),
+            Metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2, "", "numerical"),
+            Metric("framework_loss_rel_err_float32", f32_err, "", "numerical"),
+            Metric("framework_check", "fail" if why else "pass", "", "verdict", detail="; ".join(why) or None)]
+
+
+def _metrics(run: Trained, compile_s: float, weights: dict[str, np.ndarray], n_parameters: int) -> list[Metric]:
+    """The timed run's metrics, named as the level-2 loop names them."""
+    step = summarize(run.step_times)
+    curves = run.curves
+    total = sum(curves["epoch_train_time_s"])
+    reached = run.epochs_to_target
+    return [
+        Metric("compile_s", compile_s, "s", "timing", samples="compile_s"),
+        *step.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+        Metric("samples_per_s", sum(run.epoch_samples) / total, "samples/s", "timing", samples="epoch_samples_per_s"),
+        Metric("train_time_s", total, "s", "timing", samples="epoch_train_time_s"),
+        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
+        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
+        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
+        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
+        Metric("time_to_target_s", float(curves["cum_train_time_s"][reached - 1]) if reached else math.nan, "s",
+               "timing", samples="step_time_s"),
+        Metric("epochs_to_target", float(reached) if reached else math.nan, "epochs", "numerical"),
+        Metric("weights_sha256", _sha256(weights), "", "info"),
+        Metric("n_parameters", n_parameters, "", "count"),
+        Metric("train_steps", len(run.step_times), "", "count"),
+    ]
+
+
 def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed: int, seed_note: str) -> PointOutcome:
     """Check, then train and time, one framework (see the module docstring)."""
-    cfg = ctx.config
     seeds = seed_everything(seed)
     try:
-        model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
+        model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
         graph = trace(model)
     except (UnsupportedInput, UnsupportedNetwork) as exc:
         raise PointSkipped(str(exc)) from exc
@@ -111,82 +189,25 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
         return build(target, key, offered={"model": model, "dtype": dtype})
 
     threads = torch.get_num_threads()
-    k = conf.framework_check_steps
-    first = [b for _, b in zip(range(k), _batches(conf, data, seed))]
+    first = [b for _, b in zip(range(conf.framework_check_steps), _batches(conf, data, seed))]
     reference, agreement = _check(model, graph, w0, spec, first, threads, make)
     framework = make("float32")
-    name = conf.framework
-    verdicts = [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),
-                Metric("framework_update_rel_l2", agreement.update_rel_l2, "", "numerical"),
-                Metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2, "", "numerical")]
-    extra: dict[str, Any] = {"framework": {"selected": name, "class": type(framework).__qualname__}, "check": {"steps": k, "float64": asdict(agreement),
-                                                          "reference_losses": reference.losses},
-                             "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note}}
     told = framework.prepare(graph, w0, spec, first[0], threads)
     compile_s = float(getattr(framework, "compile_s", 0.0))
-    evaluator = copy.deepcopy(model).float()
-    losses: list[float] = []
-    step_times: list[float] = []
-    curves: dict[str, list[float]] = {k_: [] for k_ in ("epoch", "train_loss", "test_loss", "test_accuracy",
-                                                        "epoch_train_time_s", "cum_train_time_s", "samples_per_s")}
-    epoch_samples: list[int] = []
-    epochs_to_target: int | None = None
-    cum = 0.0
-    batches = _batches(conf, data, seed)
-    for epoch in range(1, conf.epochs + 1):
-        epoch_losses, epoch_times, n = [], [], 0
-        for x, y in batches:
-            t0 = time.perf_counter_ns()
-            loss = framework.step(x, y)
-            epoch_times.append((time.perf_counter_ns() - t0) * 1e-9)
-            epoch_losses.append(loss)
-            n += len(y)
-        losses += epoch_losses
-        step_times += epoch_times
-        cum += sum(epoch_times)
-        test_loss, test_acc = evaluate(_load(evaluator, framework.weights()), data.x_test, data.y_test,
-                                       conf.eval_batch_size, CPU)
-        row = (epoch, float(np.average(epoch_losses)), test_loss, test_acc, sum(epoch_times), cum, n / sum(epoch_times))
-        for k_, v in zip(curves, row, strict=True):
-            curves[k_].append(v)
-        epoch_samples.append(n)
-        if epochs_to_target is None and conf.target_accuracy is not None and test_acc >= conf.target_accuracy:
-            epochs_to_target = epoch
-    f32_err = losses_rel_err(losses[:1], reference.losses[:1])
-    why = [f"{name} in float64: {agreement.why()}"] if not agreement.passed else []
-    if not f32_err <= TOLERANCE["float32"]:
-        why.append(f"{name} in float32: its first loss differs by {f32_err:.3g} from PyTorch float64 "
-                   f"(tolerance {TOLERANCE['float32']:g})")
-    verdicts += [Metric("framework_loss_rel_err_float32", f32_err, "", "numerical"),
-                 Metric("framework_check", "fail" if why else "pass", "", "verdict", detail="; ".join(why) or None)]
+    run = _train(framework, model, conf, data, seed)
     weights = framework.weights()
-    step = summarize(step_times)
-    total = sum(curves["epoch_train_time_s"])
-    target_s = float(curves["cum_train_time_s"][epochs_to_target - 1]) if epochs_to_target else float("nan")
-    metrics = [
-        *verdicts,
-        Metric("compile_s", compile_s, "s", "timing", samples="compile_s"),
-        *step.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
-        Metric("samples_per_s", sum(epoch_samples) / total, "samples/s", "timing", samples="epoch_samples_per_s"),
-        Metric("train_time_s", total, "s", "timing", samples="epoch_train_time_s"),
-        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
-        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
-        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
-        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
-        Metric("time_to_target_s", target_s, "s", "timing", samples="step_time_s"),
-        Metric("epochs_to_target", float(epochs_to_target) if epochs_to_target else float("nan"), "epochs", "numerical"),
-        Metric("weights_sha256", _sha256(weights), "", "info"),
-        Metric("n_parameters", count_parameters(model), "", "count"),
-        Metric("train_steps", len(step_times), "", "count"),
-    ]
     finite = all(bool(np.isfinite(w).all()) for w in weights.values())
-    sane = sanity_checks(losses, curves, {}, finite, data.n_classes)
-    metrics += sane[0]
-    extra.update({"told": told, "versions": framework.versions(), "curves": curves, "sanity": sane[1],
-                  "warnings": list(step.warnings), "target_accuracy": conf.target_accuracy,
-                  "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, "
-                            "device drained); compile_s is the framework's prepare (compile or trace, never a step); "
-                            "batches gathered and evaluation done off the clock"})
-    return PointOutcome(metrics=metrics, samples={"step_time_s": step_times, "compile_s": [compile_s],
-                                                  "epoch_train_time_s": curves["epoch_train_time_s"],
-                                                  "epoch_samples_per_s": curves["samples_per_s"]}, extra=extra)
+    sane = sanity_checks(run.losses, run.curves, {}, finite, data.n_classes)
+    metrics = [*_verdict(conf.framework, agreement, losses_rel_err(run.losses[:1], reference.losses[:1])),
+               *_metrics(run, compile_s, weights, count_parameters(model)), *sane[0]]
+    return PointOutcome(metrics=metrics, samples={"step_time_s": run.step_times, "compile_s": [compile_s],
+                                                  "epoch_train_time_s": run.curves["epoch_train_time_s"],
+                                                  "epoch_samples_per_s": run.curves["samples_per_s"]}, extra={
+        "framework": {"selected": conf.framework, "class": type(framework).__qualname__},
+        "check": {"steps": len(first), "float64": asdict(agreement), "reference_losses": reference.losses},
+        "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note},
+        "told": told, "versions": framework.versions(), "curves": run.curves, "sanity": sane[1],
+        "warnings": list(summarize(run.step_times).warnings), "target_accuracy": conf.target_accuracy,
+        "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
+                  "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
+                  "gathered and evaluation done off the clock"})
