@@ -8,11 +8,13 @@ measurements of the same code reliably fit inside.
 
 from __future__ import annotations
 
+from typing import Literal
+
 ALPHA = 0.05
 """Level of the test for a change, over the family of timings compared together (Holm)."""
 MARGIN = 0.10
 """Equivalence margin: equivalent when the whole 95% CI of the ratio lies within x(1 + MARGIN)."""
-CORRECTION = "holm"
+CORRECTION: Literal["holm", "bh", "none"] = "holm"
 """Multiple-comparison correction over a family of timings: holm, bh or none."""
 RUN_NOISE = 0.01
 """Standard deviation of a whole run's shift in log time on this machine: the variance two runs

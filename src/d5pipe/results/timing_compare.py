@@ -67,7 +67,7 @@ VERDICTS: tuple[Verdict, ...] = ("changed", "inconclusive", "equivalent", "not_c
 DEFAULT_ALPHA = compare_defaults.ALPHA
 DEFAULT_MARGIN = compare_defaults.MARGIN
 """Equivalence margin: a factor 1 + margin either way (d5pipe.measure.compare_defaults)."""
-DEFAULT_CORRECTION: Correction = "holm"
+DEFAULT_CORRECTION: Correction = compare_defaults.CORRECTION
 DEFAULT_RUN_NOISE = compare_defaults.RUN_NOISE
 """How much a whole run shifts (sd of log time): what two runs measured apart add (``--run-noise``)."""
 

@@ -12,7 +12,7 @@ from d5pipe.levels.cost_model import EVAL_S, POINT_FIXED_S, STEP_S, train_sample
 from d5pipe.levels.level2 import validate
 from d5pipe.levels.level2.schema import FRAMEWORK_PACKAGES, TrainConf
 from d5pipe.levels.schema import model_requires
-from d5pipe.levels.stage import Factor, Level
+from d5pipe.levels.stage import Factor, Level, point_runner
 
 
 def cost(cfg: Mapping[str, Any]) -> float:
@@ -30,16 +30,10 @@ def requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     return model_requires(cfg) + extra
 
 
-def runner() -> Any:
-    """The point runner (imports torch)."""
-    from d5pipe.levels.level2.point import run_point
-
-    return run_point
-
-
 LEVEL = Level(
     name="level2", title="L2 training", sections=("model", "dataset", "train", "timer", "placement"),
-    schemas={"train": TrainConf}, check_point=validate.check_point, cost=cost, runner=runner,
+    schemas={"train": TrainConf}, check_point=validate.check_point, cost=cost,
+    runner=point_runner("d5pipe.levels.level2.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, needs_data=True,
     recipes=True,
     factors=(Factor("train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),

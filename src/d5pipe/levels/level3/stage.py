@@ -12,7 +12,7 @@ from d5pipe.levels.cost_model import POINT_FIXED_S, STEP_S
 from d5pipe.levels.level3 import validate
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.schema import model_requires
-from d5pipe.levels.stage import Factor, Level
+from d5pipe.levels.stage import Factor, Level, point_runner
 
 
 def cost(cfg: Mapping[str, Any]) -> float:
@@ -31,17 +31,11 @@ def derive(df: Any) -> Any:
     return derive_scaling(df)
 
 
-def runner() -> Any:
-    """The point runner (imports torch)."""
-    from d5pipe.levels.level3.point import run_point
-
-    return run_point
-
-
 LEVEL = Level(
     name="level3", title="L3 distributed",
     sections=("model", "dataset", "train", "distributed", "timer", "placement"),
-    schemas={"distributed": DistributedConf}, check_point=validate.check_point, cost=cost, runner=runner,
+    schemas={"distributed": DistributedConf}, check_point=validate.check_point, cost=cost,
+    runner=point_runner("d5pipe.levels.level3.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=model_requires, derive=derive, parallel_axis="distributed.ranks",
     needs_data=True, tasks_from_ranks=True,
     factors=(Factor("distributed.backend", "ddp", ("time_per_step_s", "collective_time_s"), "backends",
