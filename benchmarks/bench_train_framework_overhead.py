@@ -6,9 +6,10 @@ one network is traced and prepared once, as a level-2 framework point prepares i
 (d5pipe.levels.level2.framework_point), and then, interleaved over rounds in a random order per
 round: d5pipe's step -- ``framework.step(x, y)`` on the numpy batch, timed on ``perf_counter_ns``
 as the framework loop times it -- and the framework's own loop over the same compiled step and the
-same batch already in the framework's tensors (PyTorch: zero_grad, forward, backward, step,
-``loss.item()``; JAX: the compiled executable, ``block_until_ready``; TensorFlow: the
-``tf.function``, ``.numpy()`` of the loss). Both sides keep training the same weights. Prints each
+same numpy batch, handed over the framework's own way as a plain loop would (PyTorch:
+``torch.from_numpy``, zero_grad, forward, backward, step, ``loss.item()``; JAX: the numpy arrays
+into the compiled executable, ``block_until_ready`` of the loss; TensorFlow: ``tf.constant`` into
+the ``tf.function``, ``.numpy()`` of the loss). Both sides keep training the same weights. Prints each
 framework's median step time both ways and the ratio d5pipe / bare (median of the per-round ratios
 of the two sides' median step times, with its 95% CI). The target is a ratio within 3%.
 
@@ -39,9 +40,8 @@ from d5pipe.measure.stats import median_ci
 def bare_step(fw: Any, x: np.ndarray, y: np.ndarray) -> Callable[[], object]:
     """The framework's own training step on the batch already in its tensors."""
     if fw.name in ("torch", "compile"):
-        xt, yt = fw.tensors(x, y)
-
         def torch_step() -> object:
+            xt, yt = torch.from_numpy(x), torch.from_numpy(y)
             fw.optimizer.zero_grad(set_to_none=True)
             loss = nn.functional.cross_entropy(fw.forward(xt), yt)
             loss.backward()
@@ -50,17 +50,14 @@ def bare_step(fw: Any, x: np.ndarray, y: np.ndarray) -> Callable[[], object]:
 
         return torch_step
     if fw.name == "jax":
-        import jax.numpy as jnp
-
-        xj, yj = jnp.asarray(x, fw.dtype), jnp.asarray(y, jnp.int32)
+        y32 = y.astype(np.int32)  # the label type the step was compiled for
 
         def jax_step() -> object:
-            fw.params, fw.buffers, fw.state, loss = fw.compiled_step(fw.params, fw.buffers, fw.state, xj, yj)
+            fw.params, fw.buffers, fw.state, loss = fw.compiled_step(fw.params, fw.buffers, fw.state, x, y32)
             return loss.block_until_ready()
 
         return jax_step
-    xt, yt = fw.tensors(x, y)
-    return lambda: fw.train_step(xt, yt).numpy()
+    return lambda: fw.train_step(*fw.tensors(x, y)).numpy()
 
 
 def d5pipe_step(fw: Any, x: np.ndarray, y: np.ndarray) -> Callable[[], object]:

@@ -172,18 +172,15 @@ class JaxFramework:
         self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
             self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
         self.compile_s = time.perf_counter() - t0
-        self._jnp = jnp
         return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
                 "matmul_precision": "highest", "optimizer": named, "compiler": "jax.jit (XLA)",
                 "devices": [str(d) for d in jax.devices()]}
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
-        jnp = self._jnp
+        # numpy in, as a plain loop hands it over (jnp.asarray would dispatch a conversion of its own)
         self.params, self.buffers, self.state, loss = self.compiled_step(
-            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32))
-        for leaf in self.params.values():
-            leaf.block_until_ready()
-        return float(loss)
+            self.params, self.buffers, self.state, x.astype(self.dtype, copy=False), y.astype(np.int32))
+        return float(loss)  # waits for the executable, which writes the loss and the update together
 
     def weights(self) -> dict[str, np.ndarray]:
         return {n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()}
