@@ -141,6 +141,28 @@ def initial_weights(model: nn.Module, graph: Graph) -> dict[str, Any]:
     return {n: tensors[n].detach().double().cpu().numpy().copy() for n in [*graph.shapes, *graph.buffer_shapes]}
 
 
+def interpret(graph: Graph, ops: dict[str, Any], params: dict[str, Any], x: Any,
+              keep_stats: Any) -> Any:
+    """The graph's output for ``x``: each layer by ``ops[kind](layer, its params, *inputs)``; for a
+    batch norm, ``keep_stats(layer, ops["batch_stats"](...))`` gets its batch's mean and unbiased
+    variance (the framework keeps its running statistics with :func:`running_update`)."""
+    env = {graph.input: x}
+    for layer in graph.layers:
+        p = {role: params[name] for role, name in layer.params.items()}
+        args = [env[i] for i in layer.inputs]
+        env[layer.name] = ops[layer.kind](layer, p, *args)
+        if layer.buffers:
+            keep_stats(layer, ops["batch_stats"](layer, p, *args))
+    return env[graph.output]
+
+
+def check_ops(graph: Graph, ops: dict[str, Any], who: str) -> None:
+    """:class:`UnsupportedNetwork` naming the layers ``who`` has no builder for."""
+    missing = sorted({layer.kind for layer in graph.layers if layer.kind not in ops})
+    if missing:
+        raise UnsupportedNetwork(f"{who}: no builder for {missing}")
+
+
 def running_update(old: Any, batch: Any, momentum: float) -> Any:
     """torch's running average: ``(1 - momentum) * old + momentum * batch``."""
     return (1 - momentum) * old + momentum * batch

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
+from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, check_ops, interpret, running_update
 
 
 def _import_jax(threads: int) -> Any:
@@ -135,22 +135,17 @@ class JaxFramework:
         from jax import numpy as jnp
 
         ops = _ops(jnp, lax)
-        missing = [layer.kind for layer in graph.layers if layer.kind not in ops]
-        if missing:
-            raise UnsupportedNetwork(f"jax: no builder for {sorted(set(missing))}")
+        check_ops(graph, ops, "jax")
 
         def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
-            env, new = {graph.input: x}, dict(buffers)
-            for layer in graph.layers:
-                p = {role: params[name] for role, name in layer.params.items()}
-                args = [env[i] for i in layer.inputs]
-                env[layer.name] = ops[layer.kind](layer, p, *args)
-                if layer.buffers:
-                    stats = ops["batch_stats"](layer, p, *args)
-                    for role, batch in zip(("mean", "var"), stats):
-                        name = layer.buffers[role]
-                        new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
-            return env[graph.output], new
+            new = dict(buffers)
+
+            def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
+                for role, batch in zip(("mean", "var"), stats):
+                    name = layer.buffers[role]
+                    new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
+
+            return interpret(graph, ops, params, x, keep), new
 
         def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
             logits, new = forward(params, buffers, x)

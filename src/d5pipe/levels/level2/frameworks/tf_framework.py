@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer, running_update
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, check_ops, interpret, running_update
 
 
 def _import_tf(threads: int) -> Any:
@@ -136,9 +136,7 @@ class TensorFlowFramework:
         import keras
 
         ops = _ops(tf)
-        missing = sorted({layer.kind for layer in graph.layers if layer.kind not in ops})
-        if missing:
-            raise UnsupportedNetwork(f"tensorflow: no builder for {missing}")
+        check_ops(graph, ops, "tensorflow")
         names = list(graph.shapes)
         self.vars = [keras.Variable(np.asarray(weights[n], dtype=self.dtype), dtype=self.dtype, name=f"p{i}")
                      for i, n in enumerate(names)]
@@ -150,19 +148,13 @@ class TensorFlowFramework:
         opt.build(self.vars)
         decay = optimizer.weight_decay if coupled else 0.0
 
+        def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
+            for role, batch in zip(("mean", "var"), stats):
+                buf = self.buffers[layer.buffers[role]]
+                buf.assign(running_update(buf, tf.stop_gradient(batch), layer.attrs["momentum"]))
+
         def forward(x: Any) -> Any:
-            params = dict(zip(names, (v.value for v in self.vars)))
-            env = {graph.input: x}
-            for layer in graph.layers:
-                p = {role: params[name] for role, name in layer.params.items()}
-                args = [env[i] for i in layer.inputs]
-                env[layer.name] = ops[layer.kind](layer, p, *args)
-                if layer.buffers:
-                    stats = ops["batch_stats"](layer, p, *args)
-                    for role, batch in zip(("mean", "var"), stats):
-                        buf = self.buffers[layer.buffers[role]]
-                        buf.assign(running_update(buf, tf.stop_gradient(batch), layer.attrs["momentum"]))
-            return env[graph.output]
+            return interpret(graph, ops, dict(zip(names, (v.value for v in self.vars))), x, keep)
 
         @tf.function(jit_compile=False, reduce_retracing=True)
         def train_step(x: Any, y: Any) -> Any:
