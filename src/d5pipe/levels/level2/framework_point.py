@@ -37,9 +37,9 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
-from d5pipe.levels.level2.frameworks.agreement import TOLERANCE, Agreement, check, losses_rel_err, run_steps
+from d5pipe.levels.level2.frameworks.agreement import TOLERANCE, Agreement, check, losses_rel_err, prepare, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, initial_weights, trace
+from d5pipe.levels.level2.frameworks.graph import Graph, initial_weights, load_weights, model_tensors, trace
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
@@ -48,7 +48,7 @@ from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.determinism import seed_everything
-from d5pipe.measure.stats import summarize
+from d5pipe.measure.stats import Summary, summarize
 
 CPU = torch.device("cpu")
 
@@ -70,14 +70,6 @@ def _batches(conf: TrainConf, data: Dataset, seed: int) -> Any:
             return ((x.numpy(), y.numpy()) for x, y in loader if len(y) == conf.batch_size)
 
     return Epochs()
-
-
-def _load(model: nn.Module, weights: dict[str, np.ndarray]) -> nn.Module:
-    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    with torch.no_grad():
-        for name, value in weights.items():
-            tensors[name].copy_(torch.from_numpy(value))
-    return model
 
 
 def _sha256(weights: dict[str, np.ndarray]) -> str:
@@ -110,10 +102,11 @@ class Trained:
     epochs_to_target: int | None = None
 
 
-def _train(framework: Any, model: nn.Module, conf: TrainConf, data: Dataset, seed: int) -> Trained:
+def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int) -> Trained:
     """``train.epochs`` epochs of timed steps, each epoch's weights evaluated by PyTorch off the clock."""
     out, cum = Trained(), 0.0
     evaluator = copy.deepcopy(model).float()
+    tensors = model_tensors(evaluator, graph)
     batches = _batches(conf, data, seed)
     for epoch in range(1, conf.epochs + 1):
         losses, times, n = [], [], 0
@@ -125,8 +118,8 @@ def _train(framework: Any, model: nn.Module, conf: TrainConf, data: Dataset, see
         out.losses += losses
         out.step_times += times
         cum += sum(times)
-        test_loss, test_acc = evaluate(_load(evaluator, framework.weights()), data.x_test, data.y_test,
-                                       conf.eval_batch_size, CPU)
+        load_weights(tensors, framework.weights())
+        test_loss, test_acc = evaluate(evaluator, data.x_test, data.y_test, conf.eval_batch_size, CPU)
         for k, v in zip(CURVES, (epoch, float(np.average(losses)), test_loss, test_acc, sum(times), cum,
                                  n / sum(times)), strict=True):
             out.curves[k].append(v)
@@ -149,9 +142,9 @@ def _verdict(name: str, agreement: Agreement, f32_err: float) -> list[Metric]:
             Metric("framework_check", "fail" if why else "pass", "", "verdict", detail="; ".join(why) or None)]
 
 
-def _metrics(run: Trained, compile_s: float, weights: dict[str, np.ndarray], n_parameters: int) -> list[Metric]:
-    """The timed run's metrics, named as the level-2 loop names them."""
-    step = summarize(run.step_times)
+def _metrics(run: Trained, step: Summary, compile_s: float, weights: dict[str, np.ndarray],
+             n_parameters: int) -> list[Metric]:
+    """The timed run's metrics (``step``: its step times summarised), named as the level-2 loop names them."""
     curves = run.curves
     total = sum(curves["epoch_train_time_s"])
     reached = run.epochs_to_target
@@ -192,14 +185,14 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     first = [b for _, b in zip(range(conf.framework_check_steps), _batches(conf, data, seed))]
     reference, agreement = _check(model, graph, w0, spec, first, threads, make)
     framework = make("float32")
-    told = framework.prepare(graph, w0, spec, first[0], threads)
-    compile_s = float(getattr(framework, "compile_s", 0.0))
-    run = _train(framework, model, conf, data, seed)
+    told, compile_s = prepare(framework, graph, w0, spec, first[0], threads)
+    run = _train(framework, model, graph, conf, data, seed)
+    step = summarize(run.step_times)
     weights = framework.weights()
     finite = all(bool(np.isfinite(w).all()) for w in weights.values())
     sane = sanity_checks(run.losses, run.curves, {}, finite, data.n_classes)
     metrics = [*_verdict(conf.framework, agreement, losses_rel_err(run.losses[:1], reference.losses[:1])),
-               *_metrics(run, compile_s, weights, count_parameters(model)), *sane[0]]
+               *_metrics(run, step, compile_s, weights, count_parameters(model)), *sane[0]]
     return PointOutcome(metrics=metrics, samples={"step_time_s": run.step_times, "compile_s": [compile_s],
                                                   "epoch_train_time_s": run.curves["epoch_train_time_s"],
                                                   "epoch_samples_per_s": run.curves["samples_per_s"]}, extra={
@@ -207,7 +200,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
         "check": {"steps": len(first), "float64": asdict(agreement), "reference_losses": reference.losses},
         "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note},
         "told": told, "versions": framework.versions(), "curves": run.curves, "sanity": sane[1],
-        "warnings": list(summarize(run.step_times).warnings), "target_accuracy": conf.target_accuracy,
+        "warnings": list(step.warnings), "target_accuracy": conf.target_accuracy,
         "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
                   "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
                   "gathered and evaluation done off the clock"})

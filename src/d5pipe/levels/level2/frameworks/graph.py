@@ -14,6 +14,7 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import fx, nn
 
@@ -134,11 +135,28 @@ def trace(model: nn.Module) -> Graph:
     return Graph(inp, out, tuple(layers), shapes, buffer_shapes)
 
 
+def model_tensors(model: nn.Module, graph: Graph) -> dict[str, torch.Tensor]:
+    """The model's parameters and running statistics under the graph's names."""
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    return {n: tensors[n] for n in [*graph.shapes, *graph.buffer_shapes]}
+
+
+def as_float64(tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Float64 numpy copies of ``tensors``: weights as the frameworks exchange them."""
+    return {n: t.detach().double().cpu().numpy().copy() for n, t in tensors.items()}
+
+
+def load_weights(tensors: dict[str, torch.Tensor], weights: dict[str, Any]) -> None:
+    """Copy ``weights`` (numpy arrays by name) into ``tensors``, in each tensor's dtype."""
+    with torch.no_grad():
+        for name, t in tensors.items():
+            t.copy_(torch.from_numpy(np.asarray(weights[name])))
+
+
 def initial_weights(model: nn.Module, graph: Graph) -> dict[str, Any]:
     """The model's parameters and running statistics as float64 numpy arrays, by name: what every
     framework of a point starts from."""
-    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    return {n: tensors[n].detach().double().cpu().numpy().copy() for n in [*graph.shapes, *graph.buffer_shapes]}
+    return as_float64(model_tensors(model, graph))
 
 
 def interpret(graph: Graph, ops: dict[str, Any], params: dict[str, Any], x: Any,

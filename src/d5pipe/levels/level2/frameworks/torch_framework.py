@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
+from d5pipe.levels.level2.frameworks.graph import as_float64, load_weights, model_tensors
 
 
 def torch_optimizer(params: Any, spec: OptimizerSpec) -> torch.optim.Optimizer:
@@ -25,7 +26,8 @@ def torch_optimizer(params: Any, spec: OptimizerSpec) -> torch.optim.Optimizer:
 class TorchFramework:
     """``compile``: the model wrapped in ``torch.compile`` (inductor), compiled in :meth:`prepare`
     by one forward and backward on the example batch whose gradients and buffer updates are
-    discarded; ``dtype``: float32, or float64 for the reference."""
+    discarded (``compile_s``; eager compiles nothing: 0); ``dtype``: float32, or float64 for the
+    reference."""
 
     def __init__(self, model: nn.Module, compile: bool = False, dtype: str = "float32") -> None:
         self.name = "compile" if compile else "torch"
@@ -41,14 +43,11 @@ class TorchFramework:
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
         torch.set_num_threads(threads)
         self.model = copy.deepcopy(self._source).to(self._dtype).train()
-        self._names = [*graph.shapes, *graph.buffer_shapes]
-        tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
-        self._tensors_by_name = {n: tensors[n] for n in self._names}
-        with torch.no_grad():
-            for name, t in self._tensors_by_name.items():
-                t.copy_(torch.from_numpy(np.asarray(weights[name])))
+        self._tensors_by_name = model_tensors(self.model, graph)
+        load_weights(self._tensors_by_name, weights)
         self.optimizer = torch_optimizer(self.model.parameters(), optimizer)
         self.forward: Any = self.model
+        self.compile_s = 0.0
         told: dict[str, Any] = {"threads": torch.get_num_threads(), "dtype": str(self._dtype).removeprefix("torch."),
                                 "optimizer": f"torch.optim.{type(self.optimizer).__name__}",
                                 "optimizer_defaults": {k: v for k, v in self.optimizer.defaults.items()
@@ -79,4 +78,4 @@ class TorchFramework:
         return float(loss.item())
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: t.detach().double().numpy().copy() for n, t in self._tensors_by_name.items()}
+        return as_float64(self._tensors_by_name)

@@ -39,7 +39,7 @@ def frameworks_table(rows: pd.DataFrame) -> list[Block]:
     axes = varying_axes(rows, repeat=True)
     if "train.framework" not in axes:
         return []
-    names = set(metric_names(rows)) | set(rows.loc[rows["metric"] == "framework_check", "metric"])
+    names = set(metric_names(rows))
     metrics = [m for m in FRAMEWORK_METRICS if m in names]
     by = ["train.framework", *[a for a in axes if a not in ("train.framework", REPEAT_AXIS)]]
     return [folded_table(rows, metrics, by, (
