@@ -59,6 +59,14 @@ def cli():
     return d5pipe
 
 
+def user_code_for_ranks(monkeypatch: pytest.MonkeyPatch, prefix: str, path: Path) -> None:
+    """User code under ``path``, allowed as ``prefix``: importable in this process and by the ranks
+    a level-3 point launches (they inherit PYTHONPATH and the allow-list)."""
+    monkeypatch.setenv("D5PIPE_ALLOW", prefix)
+    monkeypatch.setenv("PYTHONPATH", str(path))
+    monkeypatch.syspath_prepend(str(path))
+
+
 CLUSTER_FIXTURES = frozenset({"slurm_cluster", "multinode_cluster"})
 
 

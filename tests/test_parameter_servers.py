@@ -23,6 +23,7 @@ from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.levels.level3.parameter_server import AsyncParameterServer, SyncParameterServer
 from d5pipe.levels.level3.point import run_point
 from d5pipe.levels.level3.validate import check_distributed
+from tests.conftest import user_code_for_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "plugin_fixtures"
@@ -79,9 +80,7 @@ def _m(out: PointOutcome) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_parameter_servers_and_dpsgd_on_four_mpi_ranks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("D5PIPE_ALLOW", "user_strategies")
-    monkeypatch.setenv("PYTHONPATH", str(FIXTURES))  # the ranks import the slow worker
-    monkeypatch.syspath_prepend(str(FIXTURES))
+    user_code_for_ranks(monkeypatch, "user_strategies", FIXTURES)  # the ranks import the slow worker
     cache: dict[str, Any] = {}
     data = tmp_path / "data"
     data.mkdir()

@@ -19,6 +19,7 @@ from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.levels.level3.point import run_point
 from d5pipe.levels.level3.strategies import LocalSGD, RingAverage, TopK
+from tests.conftest import user_code_for_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "byo"
@@ -58,9 +59,7 @@ def _m(out: PointOutcome) -> dict[str, Any]:
 @pytest.mark.parametrize("backend", ["ddp", "mpi", "horovod"])
 def test_bytes_per_rank_step_match_the_analytic_expectation(
         backend: str, ranks: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("D5PIPE_ALLOW", "mypkg")
-    monkeypatch.setenv("PYTHONPATH", str(EXAMPLE))  # the ranks import the user strategy
-    monkeypatch.syspath_prepend(str(EXAMPLE))
+    user_code_for_ranks(monkeypatch, "mypkg", EXAMPLE)  # the ranks import the user strategy
     cache: dict[str, Any] = {}
     data = tmp_path / "data"
     data.mkdir()
