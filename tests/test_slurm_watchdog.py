@@ -9,24 +9,27 @@ import pytest
 
 from d5pipe import D5PipeError
 from d5pipe.execute.slurm import SlurmJob
-from d5pipe.execute.slurm_arrays import SLOTS, THROTTLE_KEY, scheduler_args, scheduler_jobs
+from d5pipe.execute.slurm_arrays import FLIGHT_KEY, POLL_KEY, SLOTS, THROTTLE_KEY, scheduler_args, scheduler_jobs
 from d5pipe.execute.slurm_watchdog import STALLED_EXIT, Stalled, Watchdog, pending_shards
 from d5pipe.rundir.layout import RunDir
 
 
-def test_with_arrays_snakemake_gets_room_for_every_planned_job_and_slurm_throttles() -> None:
+def test_with_arrays_snakemake_gets_room_for_every_planned_job_and_the_executor_gets_the_limits() -> None:
     """Snakemake's --jobs and rate limit hold every planned job, so the plugin never gets a partial
-    batch of a rule (plugin issue #473); --jobs becomes the array throttle and the non-array slots."""
+    batch of a rule (plugin issue #473); --jobs becomes the run-wide limit of d5pipe's executor and
+    the non-array slots, executor.array_throttle its cap per array."""
     ex = {"name": "slurm", "arrays": True, "jobs": 20}
     assert scheduler_jobs(ex, 62) == 62 and scheduler_jobs(ex, 5) == 20
     args = scheduler_args(ex, 62)
     assert args[args.index("--max-jobs-per-timespan") + 1] == "62/1s"
     assert args[args.index("--resources") + 1] == f"{SLOTS}=20"
-    assert args[args.index("--config") + 1] == f"{THROTTLE_KEY}=20"
-    assert scheduler_args(ex, 62, jobs=4)[-1] == f"{THROTTLE_KEY}=4"  # d5pipe run --jobs 4
-    assert scheduler_args({**ex, "array_throttle": 3}, 62)[-1] == f"{THROTTLE_KEY}=3"
+    config = args[args.index("--config") + 1:]
+    assert config == [f"{THROTTLE_KEY}=0", f"{FLIGHT_KEY}=20", f"{POLL_KEY}=10"]
+    assert f"{FLIGHT_KEY}=4" in scheduler_args(ex, 62, jobs=4)  # d5pipe run --jobs 4
+    assert f"{THROTTLE_KEY}=3" in scheduler_args({**ex, "array_throttle": 3}, 62)
     off = {**ex, "arrays": False}
-    assert scheduler_jobs(off, 62) == 20 and scheduler_args(off, 62) == []
+    assert scheduler_jobs(off, 62) == 20 and scheduler_args(off, 62)[0] == "--config"
+    assert scheduler_args({"name": "local", "jobs": 2}, 62) == []
 
 
 def _run_dir(tmp_path: Path, shards: int) -> RunDir:

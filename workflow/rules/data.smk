@@ -11,6 +11,6 @@ rule prepare_data:
     log:
         "logs/prepare_data/{dataset}.log",
     resources:
-        **d5api.stage_resources(".", "prepare_data", config.get("d5pipe_array_throttle")),
+        **d5api.stage_resources(".", "prepare_data"),
     script:
         "../scripts/prepare_data.py"

@@ -22,6 +22,6 @@ for _stage in d5api.enabled_stages("."):
         log:
             f"logs/{_stage}/{{shard}}.log",
         resources:
-            **d5api.stage_resources(".", _stage, config.get("d5pipe_array_throttle")),
+            **d5api.stage_resources(".", _stage),
         shell:
             d5api.shard_shell()

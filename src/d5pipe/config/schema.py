@@ -92,8 +92,8 @@ class ResourcesConf:
 class ExecutorConf:
     name: str = choice("local", EXECUTORS)
     jobs: int = at_least(1, 1)
-    """Jobs in flight (local: parallel shard processes; slurm: tasks of one job array running at once,
-    and non-array jobs submitted at once; d5pipe.execute.slurm_arrays)."""
+    """Jobs in flight (local: parallel shard processes; slurm: the run's tasks pending or running, across
+    stages and arrays; d5pipe.execute.slurm_arrays)."""
     profile: str = ""
     """Snakemake profile directory (``profiles/slurm`` for SLURM)."""
     retries: int = at_least(0, 0)
@@ -102,7 +102,10 @@ class ExecutorConf:
     array_limit: int = at_least(1000, 1)
     """SLURM: most array tasks per sbatch call (bigger arrays are split)."""
     array_throttle: int = at_least(0, 0)
-    """SLURM: most tasks of an array running at once (0: ``jobs``; d5pipe.execute.slurm_arrays)."""
+    """SLURM: most tasks of one array running at once (0: no cap but ``jobs``; d5pipe.execute.slurm_arrays)."""
+    poll_s: float = at_least(10.0, 1.0)
+    """SLURM: seconds between d5pipe's looks at the queue while a submission waits or a throttle may rise
+    (one ``squeue`` for the whole run; d5pipe.execute.slurm_executor)."""
     watchdog_s: int = at_least(300, 10)
     """SLURM: stop the run (exit 75) when shards are pending, SLURM holds no job of the run and nothing
     has changed for this long (d5pipe.execute.slurm_watchdog); above the plugin's 180 s status interval."""

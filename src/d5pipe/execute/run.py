@@ -151,22 +151,21 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
             print("d5pipe: nothing to do: every point has its record and the results are up to date", flush=True)
             return RunOutcome(run_dir, finish(run_dir, 0))
         extra = list(snakemake_args or [])
-        throttle, snakemake_jobs = 0, jobs
+        snakemake_jobs = jobs
         if slurm:
             from d5pipe.execute.placement import check_nodes, placed_stages
-            from d5pipe.execute.slurm_arrays import array_throttle, arrays_on, scheduler_args, scheduler_jobs
+            from d5pipe.execute.slurm_arrays import scheduler_args, scheduler_jobs
 
             if not dry_run:
                 check_nodes(plan)  # a node index beyond the partition: one line, before any job
             extra = (slurm_args(executor, dry_run, placed_stages(plan))
                      + scheduler_args(executor, summary.total_jobs(), jobs) + extra)
             snakemake_jobs = scheduler_jobs(executor, summary.total_jobs(), jobs)
-            throttle = array_throttle(executor, jobs) if arrays_on(executor) else 0
         cmd = build_command(run_dir, executor, snakemake_jobs, extra, dry_run=dry_run)
         t0 = time.perf_counter()
         try:
             rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
-                                        throttle, started, float(setting(executor, ExecutorConf, "watchdog_s")))
+                                        started, float(setting(executor, ExecutorConf, "watchdog_s")))
         except Interrupted:
             if not dry_run:
                 finish(run_dir, 1)  # what finished is in the results and the report

@@ -188,11 +188,14 @@ def slurm_provenance(environ: Mapping[str, str] | None = None,
     """``{"slurm_job_id", "slurm_nodelist", "slurm_cluster"}`` of the SLURM job this process runs in.
 
     All are None outside SLURM. When the job ID is known but the node list was dropped
-    from the environment, ``squeue`` is asked (best effort: None if it cannot answer).
+    from the environment, a one-node job's node is ``SLURMD_NODENAME``; otherwise ``squeue`` is
+    asked (best effort: None if it cannot answer).
     """
     env = os.environ if environ is None else environ
     job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if job_id and not nodelist and env.get("SLURM_JOB_NUM_NODES", "1") == "1":
+        nodelist = env.get("SLURMD_NODENAME")  # a one-node job runs where this process runs: no query
     if job_id and not nodelist:
         try:
             jobs = query_jobs(job_ids=[job_id], timeout_s=timeout_s, env=env)

@@ -8,14 +8,16 @@ than ``--jobs`` then waits forever. Two Snakemake limits cut batches short: ``--
 
 * Snakemake gets room for every job of the run at once (``--jobs`` and
   ``--max-jobs-per-timespan`` of at least the planned jobs): each stage's ready shards reach the
-  plugin in one call and go out as ``ceil(shards / executor.array_limit)`` arrays;
-* SLURM limits what runs: each array's ``ArrayTaskThrottle`` is ``executor.array_throttle``, or
-  else ``executor.jobs`` (the driver sets it when the array's ID appears; an array stage with more
-  shards than that is submitted with ``--begin=now+10`` so that no task starts before);
+  executor in one call;
+* d5pipe's executor (d5pipe.execute.slurm_executor) submits them in arrays numbered from 1, under
+  the site's limits, and keeps the run's tasks in flight, across stages and arrays, at
+  ``executor.jobs``: array stages are submitted with ``--begin=now+10``, and the executor sets the
+  array's ``ArrayTaskThrottle`` (at most ``executor.array_throttle`` where that is set) before it
+  moves the start to now;
 * jobs that are not arrays (level 3, node-placed stages) each take one of ``executor.jobs`` slots
-  of the Snakemake resource :data:`SLOTS`, so at most that many are in flight, as before.
+  of the Snakemake resource :data:`SLOTS` as well.
 
-The throttle reaches the rules as Snakemake config (``--config``) because ``d5pipe run --jobs``
+The limits reach the executor as Snakemake config (``--config``) because ``d5pipe run --jobs``
 may differ from the run's ``executor.jobs``.
 """
 
@@ -29,7 +31,11 @@ from d5pipe.core.fields import setting
 SLOTS = "d5pipe_slurm_jobs"
 """Snakemake resource that counts the run's non-array SLURM jobs in flight."""
 THROTTLE_KEY = "d5pipe_array_throttle"
-"""Snakemake config key with the tasks of one array that may run at once."""
+"""Snakemake config key with the tasks of one array that may run at once (0: no cap of its own)."""
+FLIGHT_KEY = "d5pipe_slurm_flight"
+"""Snakemake config key with the run's tasks in flight, across stages (``executor.jobs``)."""
+POLL_KEY = "d5pipe_slurm_poll_s"
+"""Snakemake config key with the seconds between the executor's looks at the queue."""
 
 
 def arrays_on(executor: dict[str, Any]) -> bool:
@@ -42,12 +48,6 @@ def jobs_in_flight(executor: dict[str, Any], jobs: int | None = None) -> int:
     return int(jobs if jobs is not None else setting(executor, ExecutorConf, "jobs"))
 
 
-def array_throttle(executor: dict[str, Any], jobs: int | None = None) -> int:
-    """Tasks of one array that may run at once: ``executor.array_throttle``, else the jobs in flight."""
-    explicit = int(setting(executor, ExecutorConf, "array_throttle"))
-    return explicit if explicit > 0 else jobs_in_flight(executor, jobs)
-
-
 def scheduler_jobs(executor: dict[str, Any], planned_jobs: int, jobs: int | None = None) -> int:
     """Snakemake's ``--jobs``: every planned job at once with arrays on, else the jobs in flight."""
     flight = jobs_in_flight(executor, jobs)
@@ -55,18 +55,19 @@ def scheduler_jobs(executor: dict[str, Any], planned_jobs: int, jobs: int | None
 
 
 def scheduler_args(executor: dict[str, Any], planned_jobs: int, jobs: int | None = None) -> list[str]:
-    """Snakemake arguments besides ``--jobs`` that keep array batches whole (module docstring)."""
-    if not arrays_on(executor):
+    """Snakemake arguments besides ``--jobs`` that keep array batches whole and tell d5pipe's
+    executor the run's limits (module docstring)."""
+    if executor.get("name") != "slurm":
         return []
-    room = scheduler_jobs(executor, planned_jobs, jobs)
-    return ["--max-jobs-per-timespan", f"{room}/1s",
-            "--resources", f"{SLOTS}={jobs_in_flight(executor, jobs)}",
-            "--config", f"{THROTTLE_KEY}={array_throttle(executor, jobs)}"]
-
-
-def needs_begin(executor: dict[str, Any], shards: int, throttle: int | None) -> bool:
-    """Whether an array stage of ``shards`` jobs is submitted with ``--begin`` (throttle first)."""
+    flight = jobs_in_flight(executor, jobs)
+    limits = ["--config", f"{THROTTLE_KEY}={int(setting(executor, ExecutorConf, 'array_throttle'))}",
+              f"{FLIGHT_KEY}={flight}", f"{POLL_KEY}={float(setting(executor, ExecutorConf, 'poll_s')):g}"]
     if not arrays_on(executor):
-        return False
-    limit = int(throttle) if throttle is not None else array_throttle(executor)
-    return int(setting(executor, ExecutorConf, "array_throttle")) > 0 or shards > limit
+        return limits
+    room = scheduler_jobs(executor, planned_jobs, jobs)
+    return ["--max-jobs-per-timespan", f"{room}/1s", "--resources", f"{SLOTS}={flight}", *limits]
+
+
+def needs_begin(executor: dict[str, Any]) -> bool:
+    """Whether array stages are submitted with ``--begin`` (the executor sets the throttle, then the start)."""
+    return arrays_on(executor)

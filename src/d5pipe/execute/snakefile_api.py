@@ -18,9 +18,9 @@ from d5pipe.levels.registry import NODE_AXIS, RESOURCE_ENTRIES, STAGE_NAMES, STA
 from d5pipe.rundir.layout import RESULTS_FILE, RunDir
 
 THROTTLE_GRACE_S = 10
-"""A throttled array's tasks may start this many seconds after submission (``--begin=now+N``):
-the SLURM plugin cannot pass ``--array=A-B%N``, so the driver sets ``ArrayTaskThrottle`` when
-the array's ID appears, before any task is eligible to start (d5pipe.execute.slurm_arrays)."""
+"""An array's tasks may start this many seconds after submission (``--begin=now+N``): the SLURM
+plugin cannot pass ``--array=A-B%N``, so d5pipe's executor sets ``ArrayTaskThrottle`` and then
+moves the start to now, before any task is eligible to start (d5pipe.execute.slurm_executor)."""
 PLAN_INDEX_SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "plan_index.schema.yaml"
 
 
@@ -128,15 +128,14 @@ def stage_threads(run_dir: str | Path, stage: str) -> int:
     return threads_of(executor_config(run_dir), stage)
 
 
-def stage_resources(run_dir: str | Path, stage: str, throttle: int | None = None) -> dict[str, Any]:
+def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     """Snakemake resources of a stage's jobs (SLURM names; none for the local executor).
 
     For a stage whose shards need one task per rank (``tasks_from_ranks``), ``tasks`` and
-    ``mpi`` are functions of the shard (:func:`shard_tasks`, :func:`shard_mpi`). ``throttle``:
-    the tasks of one array that may run at once (Snakemake config from the driver,
-    d5pipe.execute.slurm_arrays); an array stage with more jobs than that starts after
-    :data:`THROTTLE_GRACE_S`, and a job that is not an array task takes one slot of
-    :data:`~d5pipe.execute.slurm_arrays.SLOTS`.
+    ``mpi`` are functions of the shard (:func:`shard_tasks`, :func:`shard_mpi`). An array stage's
+    tasks may start :data:`THROTTLE_GRACE_S` after submission unless d5pipe's executor starts them
+    sooner, and a job that is not an array task takes one slot of
+    :data:`~d5pipe.execute.slurm_arrays.SLOTS` (d5pipe.execute.slurm_arrays).
     """
     from d5pipe.execute.slurm_arrays import SLOTS, arrays_on, needs_begin
 
@@ -150,7 +149,7 @@ def stage_resources(run_dir: str | Path, stage: str, throttle: int | None = None
     if placed:
         partition = str(merged_resources(ex, stage).get("partition") or "")
         out["slurm_extra"] = lambda wildcards: shard_nodelist(run_dir, stage, str(wildcards.shard), partition)
-    elif array_job(stage, placed) and needs_begin(ex, _jobs_of(run_dir, stage), throttle):
+    elif array_job(stage, placed) and needs_begin(ex):
         out["slurm_extra"] = f"--begin=now+{THROTTLE_GRACE_S}"
     if arrays_on(ex) and not array_job(stage, placed):
         out[SLOTS] = 1
@@ -159,14 +158,6 @@ def stage_resources(run_dir: str | Path, stage: str, throttle: int | None = None
         out["mpi"] = lambda wildcards: shard_mpi(run_dir, stage, str(wildcards.shard))
         out["nodes"] = lambda wildcards: shard_nodes(run_dir, stage, str(wildcards.shard))
     return out
-
-
-def _jobs_of(run_dir: str | Path, entry: str) -> int:
-    """Planned jobs of ``entry``: a stage's shards, or ``prepare_data``'s datasets."""
-    rd = RunDir.of(run_dir)
-    if entry in STAGES:
-        return len(rd.shards(entry)) if entry in rd.index["stages"] else 0
-    return len(rd.index.get("datasets") or {})
 
 
 def _placed(run_dir: str | Path, stage: str) -> bool:

@@ -14,8 +14,9 @@ builds its argument parser, and the SLURM plugin runs ``scontrol show config`` w
 imported (to word a help text): on a machine with Slurm's client but no reachable controller that
 waits about 9 s (the plugin's own 10 s limit) in every run. This process builds Snakemake's
 executor registry itself, without the SLURM plugins (:data:`SLURM_PLUGINS`), and adds them only
-when its arguments ask for SLURM (:func:`wants_slurm`). Under SLURM the probe runs, bounded by
-the plugin's 10 s timeout.
+when its arguments ask for SLURM (:func:`wants_slurm`). Under SLURM the name ``slurm`` is d5pipe's
+executor (d5pipe.execute.slurm_executor: the plugin's, held to the site's limits), and the jobs it
+submits run d5pipe.execute.snakemake_job, which loads the job-step plugin alone.
 
 pandas and numpy are deferred (d5pipe.execute.deferred_import): the SLURM plugin imports them at
 import time, but in this process only the report job uses them, and it imports them in the
@@ -37,6 +38,9 @@ DEFERRED = ("pandas", "numpy")
 
 SLURM_PLUGINS = ("snakemake_executor_plugin_slurm", "snakemake_executor_plugin_slurm_jobstep")
 """Executor plugins this process imports only for a SLURM run."""
+OWN_EXECUTORS = {"snakemake_executor_plugin_slurm": "d5pipe.execute.slurm_executor",
+                 "snakemake_executor_plugin_slurm_jobstep": "d5pipe.execute.slurm_jobstep"}
+"""Plugin module -> the d5pipe module registered under its name in d5pipe's own Snakemake processes."""
 
 
 def wants_slurm(args: list[str]) -> bool:
@@ -53,10 +57,11 @@ def wants_slurm(args: list[str]) -> bool:
     return False
 
 
-def executor_registry(slurm: bool) -> Any:
+def executor_registry(slurm: bool, plugins: tuple[str, ...] = SLURM_PLUGINS) -> Any:
     """Snakemake's executor-plugin registry (a process-wide singleton), built here on first call:
-    every installed plugin except :data:`SLURM_PLUGINS`, unless ``slurm``; those are added by a
-    later call with ``slurm=True``. Snakemake's argument parser reads the registry as it is."""
+    every installed plugin except :data:`SLURM_PLUGINS`, unless ``slurm``; then ``plugins`` of them
+    are added (d5pipe's own executor in place of a plugin named in :data:`OWN_EXECUTORS`).
+    Snakemake's argument parser reads the registry as it is."""
     from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry
 
     registry = ExecutorPluginRegistry.__new__(ExecutorPluginRegistry)  # the singleton
@@ -70,9 +75,9 @@ def executor_registry(slurm: bool) -> Any:
         for name, module in (("local", local), ("dryrun", dryrun), ("touch", touch)):
             registry.register_plugin(name, module)
     if slurm:
-        for name in SLURM_PLUGINS:
+        for name in plugins:
             if importlib.util.find_spec(name) is not None:
-                registry.register_plugin(name, importlib.import_module(name))
+                registry.register_plugin(name, importlib.import_module(OWN_EXECUTORS.get(name, name)))
     return registry
 
 
@@ -103,16 +108,13 @@ def read_args(line: str) -> list[str]:
     return args
 
 
-def main() -> None:
-    warm()
-    line = sys.stdin.readline()
-    if not line.strip():
-        os._exit(0)
-    args = read_args(line)
+def run_cli(args: list[str], plugins: tuple[str, ...] = SLURM_PLUGINS) -> None:
+    """Snakemake's command line with ``args`` (``plugins``: the SLURM plugins to load if they are
+    asked for); exits with Snakemake's exit code (``os._exit``: see the module docstring)."""
     sys.argv[1:] = args  # what Snakemake's log records as the command
     code: int = 1
     try:
-        executor_registry(slurm=wants_slurm(args))
+        executor_registry(slurm=wants_slurm(args), plugins=plugins)
         import snakemake.cli
 
         snakemake.cli.main(args)
@@ -125,6 +127,14 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+def main() -> None:
+    warm()
+    line = sys.stdin.readline()
+    if not line.strip():
+        os._exit(0)
+    run_cli(read_args(line))
 
 
 if __name__ == "__main__":

@@ -126,13 +126,6 @@ def _start_reaper(rd: RunDir, since: datetime, snakemake_pid: int) -> subprocess
         start_new_session=True)
 
 
-def _throttle(array_id: str, limit: int, env: dict[str, str]) -> None:
-    """At most ``limit`` tasks of a job array run at once (SLURM's ArrayTaskThrottle)."""
-    from d5pipe.execute.slurm import slurm_tool
-
-    slurm_tool(["scontrol", "update", f"JobId={array_id}", f"ArrayTaskThrottle={limit}"], 20, env)
-
-
 def snakemake_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -164,7 +157,7 @@ def _give_args(proc: subprocess.Popen[str], cmd: list[str]) -> None:
 
 
 def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None = None,
-                 verbose: bool = False, array_throttle: int = 0,
+                 verbose: bool = False,
                  started: subprocess.Popen[str] | None = None,
                  watchdog_s: float = 300.0) -> tuple[int, Console]:
     """Run Snakemake to completion (see module docstring); returns its exit code and the console.
@@ -187,7 +180,6 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     watch = SlurmWatch(env) if slurm else None
     dog = Watchdog(rd, lambda: run_jobs(rd.root, since=since, env=env), stall_s=watchdog_s,
                    waiting_for=lambda: list(watch.jobs.copy().values()) if watch else []) if slurm else None
-    throttled: set[str] = set()
     _give_args(proc, cmd)
     reaper = _start_reaper(rd, since, proc.pid) if slurm else None
     stop: list[int] = []
@@ -216,7 +208,7 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
                 reason = Interrupted(f"snakemake did not finish within {timeout:g} s (--timeout; killed)", 124)
                 break
             if watch is not None:
-                reason = _watch_slurm(watch, dog, throttled, array_throttle, env, console)
+                reason = _watch_slurm(watch, dog, console)
                 if reason is not None:
                     break
             try:
@@ -252,16 +244,13 @@ def _catch_stop_signals(stop: list[int]) -> dict[int, Any]:
     return previous
 
 
-def _watch_slurm(watch: SlurmWatch, dog: Watchdog | None, throttled: set[str], array_throttle: int, env: dict[str, str],
-                 console: Console) -> Interrupted | None:
-    """One look at the run's SLURM jobs: throttle new job arrays, check that SLURM still holds the
-    pending shards (the watchdog's notice goes to the console); why to stop, if it must."""
+def _watch_slurm(watch: SlurmWatch, dog: Watchdog | None, console: Console) -> Interrupted | None:
+    """One look at the run's SLURM jobs: check that SLURM still holds the pending shards (the
+    watchdog's notice goes to the console); why to stop, if it must. (Arrays are throttled by
+    d5pipe's executor in Snakemake's process: d5pipe.execute.slurm_executor.)"""
     from d5pipe.execute.slurm_watch import StatusLost
     from d5pipe.execute.slurm_watchdog import STALLED_EXIT, Stalled
 
-    for array_id in (a for a in watch.arrays if a not in throttled and array_throttle > 0):
-        _throttle(array_id, array_throttle, env)
-        throttled.add(array_id)
     try:
         watch.check()
         notice = dog.check() if dog is not None else None

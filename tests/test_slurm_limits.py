@@ -1,0 +1,154 @@
+"""A site's limits and d5pipe's admission of submissions under them, without a cluster.
+
+The real runs are in tests/test_slurm_scale.py (a 16-node sandbox with the limits lowered). Here a
+small simulated queue stands in for slurmctld: it starts pending array tasks as far as each
+array's ArrayTaskThrottle allows and finishes running ones in random order, and the
+:class:`~d5pipe.execute.slurm_executor.Flight` admits submissions against what ``squeue`` would say.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from d5pipe.execute.slurm_executor import Flight, parse_queue
+from d5pipe.execute.slurm_limits import SiteLimits, parse_config, parse_max_submit, submission_plan
+
+CONFIG = """Configuration data as of 2026-12-05T23:50:00
+MaxArraySize            = 1001
+MaxJobCount             = 10000
+MinJobAge               = 300 sec
+"""
+
+
+def test_limits_are_read_from_scontrol_and_sacctmgr_text() -> None:
+    assert parse_config(CONFIG) == {"MaxArraySize": 1001, "MaxJobCount": 10000, "MinJobAge": 300}
+    assert parse_config("MinJobAge = 1h\n")["MinJobAge"] == 3600
+    assert parse_max_submit("\n30\n\n100\n") == 30 and parse_max_submit("\n\n") is None
+
+
+def test_arrays_never_use_an_index_at_the_limit_and_fit_what_may_be_submitted() -> None:
+    """MaxArraySize caps the index: a default site takes indices 0..1000, so chunks of 1000 numbered
+    from 1; a chunk is never larger than what the site lets one user submit at once."""
+    default = submission_plan(2000, SiteLimits(), 1000)
+    assert (default.chunk, default.arrays, default.waves) == (1000, 2, 1)
+    low = SiteLimits(max_array_size=11, max_job_count=40, max_submit_jobs=30)
+    plan = submission_plan(150, low, 1000)
+    assert (plan.chunk, plan.arrays) == (10, 15) and plan.waves == 5  # 3 arrays of 10 fit under 30
+    assert SiteLimits(max_array_size=1001, max_job_count=40).array_chunk(1000) == 38  # 5% of 40 kept free
+    assert submission_plan(0, low, 1000).arrays == 0
+
+
+class FakeSlurm:
+    """slurmctld as far as the Flight sees it: arrays with throttles, tasks that start and finish."""
+
+    def __init__(self, name: str, seed: int = 0) -> None:
+        self.name = name
+        self.rng = random.Random(seed)
+        self.next_id = 100
+        self.tasks: dict[str, list[str]] = {}  # array id -> task states
+        self.throttle: dict[str, int] = {}
+        self.held: set[str] = set()  # --begin not reached yet
+        self.others = 0  # other users' jobs in the controller
+        self.lock = threading.Lock()
+        self.most_running = 0
+
+    def submit(self, n: int) -> str:
+        with self.lock:
+            aid = str(self.next_id)
+            self.next_id += 1
+            self.tasks[aid] = ["PENDING"] * n
+            self.held.add(aid)
+            return aid
+
+    def update(self, args: list[str]) -> None:
+        with self.lock:
+            aid = args[0].split("=")[1]
+            key, value = args[1].split("=")
+            if key == "ArrayTaskThrottle":
+                self.throttle[aid] = int(value)
+            elif key == "StartTime":
+                self.held.discard(aid)
+
+    def step(self) -> None:
+        """SLURM's scheduler starts what throttles allow; some running tasks finish; purge old ones."""
+        with self.lock:
+            for aid, states in self.tasks.items():
+                for i, s in enumerate(states):
+                    if s == "RUNNING" and self.rng.random() < 0.5:
+                        states[i] = "COMPLETED"
+                if aid in self.held:
+                    continue
+                cap = self.throttle.get(aid, len(states))
+                for i, s in enumerate(states):
+                    if s == "PENDING" and states.count("RUNNING") < cap:
+                        states[i] = "RUNNING"
+            running = sum(st.count("RUNNING") for st in self.tasks.values())
+            self.most_running = max(self.most_running, running)
+            self.tasks = {a: st for a, st in self.tasks.items() if any(s != "COMPLETED" for s in st)}
+
+    def squeue(self) -> str:
+        with self.lock:
+            lines = [f"{a}|{k + 1}|{s}|{self.name}|me" for a, st in self.tasks.items() for k, s in enumerate(st)]
+            lines += [f"{9000 + k}|N/A|RUNNING|other|you" for k in range(self.others)]
+            return "\n".join(lines)
+
+
+def test_the_run_wide_limit_holds_across_arrays_and_every_task_runs() -> None:
+    """Eight arrays of ten (two stages' worth) under executor.jobs=7: never more than 7 running at
+    once, whatever order tasks finish in, and every array submitted and run to the end."""
+    slurm = FakeSlurm("run-1", seed=3)
+    flight = Flight(SiteLimits(max_array_size=11, max_job_count=40, max_submit_jobs=30), limit=7,
+                    name="run-1", query=slurm.squeue, update=slurm.update, poll_s=0.0, user="me")
+    submitted = 0
+    for _array in range(8):
+        while not flight.admit_now(10, array=True):
+            slurm.step()
+            flight.raise_throttle()
+        try:
+            aid = slurm.submit(10)
+            flight.submitted(aid, 10)
+            submitted += 1
+        finally:
+            flight.lock.release()
+        slurm.step()
+        flight.raise_throttle()
+    for _ in range(200):
+        slurm.step()
+        flight.raise_throttle()
+    assert submitted == 8 and not slurm.tasks
+    assert 1 <= slurm.most_running <= 7
+
+
+def test_submissions_wait_for_room_under_max_job_count_and_say_why() -> None:
+    slurm = FakeSlurm("run-2")
+    slurm.others = 35
+    said: list[str] = []
+    flight = Flight(SiteLimits(max_array_size=11, max_job_count=40), limit=100, name="run-2",
+                    query=slurm.squeue, update=slurm.update, poll_s=0.0, user="me", say=said.append)
+    assert not flight.admit_now(10, array=True)
+    assert "MaxJobCount=40" in flight.why
+    slurm.others = 20
+    assert flight.admit_now(10, array=True)
+    flight.lock.release()
+
+
+def test_a_stopped_flight_admits_nothing() -> None:
+    slurm = FakeSlurm("run-3")
+    slurm.others = 100
+    flight = Flight(SiteLimits(max_job_count=40), limit=1, name="run-3", query=slurm.squeue,
+                    update=slurm.update, poll_s=0.01, user="me")
+    flight.stopped.set()
+    assert flight.admit(5, array=True) is False
+
+
+@pytest.mark.parametrize("state,pending", [("PENDING", 1), ("RUNNING", 0)])
+def test_the_queue_view_counts_the_run_the_user_and_the_controller(state: str, pending: int) -> None:
+    text = "\n".join([f"7|3|{state}|run|me", "7|4|COMPLETED|run|me", "8|N/A|RUNNING|run|me",
+                      "9|N/A|PENDING|other|me", "10|N/A|RUNNING|x|you", "garbage"])
+    view = parse_queue(text, "run", "me")
+    assert view.controller_jobs == 5 and view.user_active == 3 and view.singles == 1
+    assert view.pending.get("7", 0) == pending and view.running.get("7", 0) == 1 - pending
+    assert view.filling == ("7" if pending else None)
