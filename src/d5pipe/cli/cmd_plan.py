@@ -65,6 +65,17 @@ def until_decided_cost(plan: Plan, budget_s: float, max_repetitions: int) -> str
             f"after {budget_s:.0f} s in all")
 
 
+def slurm_lines(plan: Plan) -> list[str]:
+    """Under ``executor.name: slurm``: the site's limits (read from the cluster) and how the
+    stages' shards are submitted under them (d5pipe.execute.slurm_limits)."""
+    executor = plan.config.get("executor") or {}
+    if executor.get("name") != "slurm":
+        return []
+    from d5pipe.execute.slurm_limits import plan_lines, read_limits
+
+    return plan_lines({stage: sp.n_shards for stage, sp in plan.stages.items()}, executor, read_limits())
+
+
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     apply_allow(args.allow)
@@ -78,12 +89,13 @@ def main(args: argparse.Namespace) -> int:
     summary = summarize(plan, run_dir, time.perf_counter() - t0)
     stale = code_stale(plan, Path(run_dir))
     missing = unavailable(plan)
+    slurm = slurm_lines(plan)
     if args.json:
-        print(json.dumps({**summary.to_dict(), "stale": stale, "code": sorted(plan.code), "unavailable": missing},
-                         indent=1))
+        print(json.dumps({**summary.to_dict(), "stale": stale, "code": sorted(plan.code), "unavailable": missing,
+                          "slurm": slurm}, indent=1))
     else:
         print(format_summary(summary))
-        for line in stale + missing:
+        for line in stale + missing + slurm:
             print(f"  {line}")
         if args.until_decided:
             print(f"  {until_decided_cost(plan, args.budget, args.max_repetitions)}")

@@ -124,3 +124,24 @@ def submission_plan(shards: int, limits: SiteLimits, array_limit: int) -> Submis
     arrays = math.ceil(shards / chunk) if shards else 0
     per_wave = max(1, limits.submit_room // chunk)
     return SubmissionPlan(shards=shards, chunk=chunk, arrays=arrays, waves=math.ceil(arrays / per_wave) if arrays else 0)
+
+
+def plan_lines(shards_per_stage: dict[str, int], executor: dict[str, object],
+               limits: SiteLimits) -> list[str]:
+    """What ``d5pipe plan --executor slurm`` prints: the site's limits, each array stage's arrays and
+    waves, and the run-wide limit on tasks in flight."""
+    from d5pipe.config.schema import ExecutorConf
+    from d5pipe.core.fields import setting
+    from d5pipe.levels.registry import array_job
+
+    array_limit = int(setting(executor, ExecutorConf, "array_limit"))
+    arrays = bool(setting(executor, ExecutorConf, "arrays"))
+    lines = [f"slurm: site limits {limits.describe()}",
+             f"slurm: at most {int(setting(executor, ExecutorConf, 'jobs'))} tasks of the run in flight "
+             "(executor.jobs, across stages)"]
+    for stage, shards in shards_per_stage.items():
+        if arrays and array_job(stage, placed=False):
+            lines.append(f"slurm: {stage}: {submission_plan(shards, limits, array_limit).describe()}")
+        else:
+            lines.append(f"slurm: {stage}: {shards} job(s), one sbatch each")
+    return lines
