@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -33,9 +34,10 @@ from torch import nn
 
 from d5pipe.levels.contract import PointContext
 from d5pipe.levels.datasets import Dataset, load_for
-from d5pipe.levels.level2.point import make_optimizer, resolve_train, run_point
+from d5pipe.levels.level2.point import resolve_train, run_point
 from d5pipe.levels.level2.train_loop import StepLog, make_loader, train_epoch
 from d5pipe.levels.models import build_model
+from d5pipe.levels.optim import make_optimizer
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.stats import median_ci
 
@@ -50,7 +52,7 @@ LR = 1e-3
 def d5pipe_loop(model: nn.Module, data: Dataset, epochs: int, log_path: Path) -> tuple[float, int]:
     """Seconds and steps of ``epochs`` epochs through d5pipe's training loop."""
     conf = resolve_train({"optimizer": "adam", "lr": LR, "batch_size": BATCH, "epochs": epochs})
-    opt = make_optimizer(model.parameters(), conf)
+    opt = make_optimizer(dataclasses.asdict(conf), model.parameters())
     loader = make_loader(data.x_train, data.y_train, BATCH, seed=0)
     device = torch.device("cpu")
     steps = 0

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import shutil
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -48,7 +49,17 @@ def _copy_as_another_run(src: Path, dst: Path, created: str) -> Path:
     return dst
 
 
+_START: Any = None
+"""The barrier the appending processes wait at (set in each by :func:`_ready`)."""
+
+
+def _ready(barrier: Any) -> None:
+    global _START
+    _START = barrier
+
+
 def _append(args: tuple[str, str]) -> str:
+    _START.wait(timeout=120)  # every process is up and about to open the store: they go together
     run_id, _ = add_run_dir(Path(args[0]), Path(args[1]))
     return run_id
 
@@ -69,8 +80,11 @@ def test_two_runs_appending_at_once_both_land(tiny_run: tuple[Path, Path], tmp_p
     store = tmp_path / "race.duckdb"
     runs = [_copy_as_another_run(run, tmp_path / f"r{i}", f"2026-01-0{i + 1}T00:00:00+00:00") for i in range(4)]
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(4) as pool:  # four processes open the store at the same moment
-        ids = pool.map(_append, [(str(store), str(r)) for r in runs])
+    barrier = ctx.Barrier(4)
+    # four processes open the store at the same moment (a blocked worker takes no second task, so
+    # each takes one); without the store's lock, DuckDB refuses all but one of them
+    with ctx.Pool(4, initializer=_ready, initargs=(barrier,)) as pool:
+        ids = pool.map(_append, [(str(store), str(r)) for r in runs], chunksize=1)
     assert len(set(ids)) == 4
     assert _count(store, "SELECT count(DISTINCT run_id) FROM runs") == 4
     assert _count(store, "SELECT count(DISTINCT run_id) FROM results") == 4

@@ -5,6 +5,13 @@ The built-ins (allreduce, topk, local_sgd, ring) run on DDP/gloo, mpi4py and Hor
 example's user strategy (examples/byo: float16 allreduce) declares it cannot run on mpi4py, so
 that point is skipped with the reason. An exact strategy must match the serial model; a lossy one
 reports its divergence and is not failed for it.
+
+What is counted is the bytes each rank hands to the engine's collectives and point-to-point calls
+(the backend wrappers' counter), held against the strategy's own formula and, where it does not
+depend on that formula, against the model: allreduce hands over exactly the gradient's bytes and the
+float16 strategy half of them. Bytes that moved on the wire are not measured (NIC counters miss
+intra-node traffic, and gloo, MPI and NCCL choose their own algorithms); ``comm_ring_expected_bytes``
+reports what a ring would move.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "byo"
 BUILTIN = ("allreduce", "topk", "local_sgd", "ring")
 STEPS, WARMUP = 8, 1
+TARGET_LOSS = 2.0
+"""Below every batch's loss at initialisation (2.27 to 2.38 on digits, 10 classes) and reached within
+the STEPS timed steps of the serial run at lr 0.5 (1.6 to 1.9 by then; checked on 8 seeds): only a
+strategy that really trains reaches it, and never at the first timed step."""
 
 
 def test_analytic_expectations() -> None:
@@ -37,10 +48,10 @@ def test_analytic_expectations() -> None:
 
 def _ctx(root: Path, data: Path, cache: dict[str, Any], backend: str, ranks: int, strategy: str) -> PointContext:
     dist = {"backend": backend, "ranks": ranks, "global_batch": 32, "steps": STEPS, "warmup_steps": WARMUP,
-            "strategy": strategy, "timeout_s": 240.0, "threads_per_rank": 1, "target_loss": 100.0,
+            "strategy": strategy, "timeout_s": 240.0, "threads_per_rank": 1, "target_loss": TARGET_LOSS,
             "custom_strategies": {"fp16": {"_target_": "mypkg.strategy.FP16AllReduce"}}}
     config = {"name": "strategies", "seed": 3, "distributed": dist, "model": {"name": "mlp", "hidden": [32]},
-              "dataset": {"name": "digits"}, "train": {"optimizer": "sgd", "lr": 0.05, "momentum": 0.9},
+              "dataset": {"name": "digits"}, "train": {"optimizer": "sgd", "lr": 0.5, "momentum": 0.9},
               "timer": {}}
     work = root / f"{backend}{ranks}-{strategy}"
     work.mkdir(parents=True, exist_ok=True)
@@ -77,15 +88,35 @@ def test_bytes_per_rank_step_match_the_analytic_expectation(
             assert m["strategy"] == strategy
             assert math.isfinite(m["serial_max_abs_diff"])
             assert 0 <= m["test_accuracy"] <= 1 and math.isfinite(m["test_loss"])
-            assert m["steps_to_target_loss"] == 1 and m["time_to_target_loss_s"] > 0  # any first loss is below 100
+            reached = m["steps_to_target_loss"]
+            assert not reached <= 1, (strategy, reached)  # NaN (never) or later: the first loss is above the target
+            if strategy in ("allreduce", "fp16"):  # train as the serial model does: they reach it
+                assert 1 < reached <= STEPS and m["time_to_target_loss_s"] > 0, (strategy, reached)
     finally:
         run_closers(cache)
     assert seen["allreduce"]["matches_serial"] == "pass" and seen["allreduce"]["params_identical"] == "pass"
     # one starting model and one batch order for every strategy: the first step's loss is the same
     assert len({round(m["first_loss"], 6) for m in seen.values()}) == 1
     grad = seen["allreduce"]["gradient_bytes"]
+    assert seen["allreduce"]["comm_payload_bytes_per_rank_step"] == pytest.approx(grad)  # the model's size
+    if "fp16" in seen:
+        assert seen["fp16"]["comm_payload_bytes_per_rank_step"] == pytest.approx(grad / 2)
     assert seen["topk"]["comm_payload_bytes_per_rank_step"] < grad / 10  # compression really compresses
     for lossy in ("topk", "local_sgd", "ring"):
         assert "matches_serial" not in seen[lossy]  # reported (serial_max_abs_diff), not failed
     assert seen["topk"]["params_identical"] == "pass"  # every rank applies the same sparse update
     assert "params_identical" not in seen["ring"] and "replicas_identical" in seen["ring"]
+
+
+def test_steps_to_target_loss_reads_the_mean_worker_loss_after_warmup() -> None:
+    """The first timed step whose loss, averaged over the workers (a server has none), is at or
+    below the target; the time is the slowest rank's, summed up to that step."""
+    from d5pipe.levels.level3.quality import target_metrics
+
+    ranks = [{"losses": [2.3, 2.2, 2.1, 1.7, 1.5], "times_s": [1.0, 1.0, 1.0, 1.0]},
+             {"losses": [2.3, 1.8, 1.9, 2.1, 1.5], "times_s": [1.0, 2.0, 3.0, 1.0]},
+             {"role": "server", "losses": [0.0] * 5, "times_s": [0.0] * 4}]
+    (steps, seconds), note = target_metrics({"warmup_steps": 1}, ranks, 1.95)
+    assert (steps.value, seconds.value, note) == (3.0, 6.0, None)  # (1.7 + 2.1) / 2; not rank 1 alone at step 1
+    (steps, seconds), note = target_metrics({"warmup_steps": 1}, ranks, 1.0)
+    assert math.isnan(steps.value) and math.isnan(seconds.value) and "never reached" in (note or "")

@@ -132,3 +132,25 @@ def test_one_percent_optimizer_error_fails_unless_the_tolerance_is_too_wide(tmp_
     strict = _level2(tmp_path, off)
     assert strict["optimizer_check"] == "fail" and 0.003 < strict["optimizer_divergence"] < 0.05
     assert _level2(tmp_path, off, reference_tolerance=0.1)["optimizer_check"] == "undetectable"
+
+
+def test_one_module_one_formula_and_outcome() -> None:
+    """The divergence formula, the tolerance table and the outcomes live in d5pipe.levels.verify,
+    and the framework agreement's update difference is that formula."""
+    import numpy as np
+    import torch
+
+    from d5pipe.levels.level2.frameworks.agreement import Steps, _rel_l2
+    from d5pipe.levels.verify import NO_DETECT, relative_divergence, tolerance, verdict
+
+    start, ref, got = np.zeros(4), np.array([1.0, 0, 0, 0]), np.array([1.01, 0, 0, 0])
+    assert relative_divergence(got, ref, start) == pytest.approx(0.01)
+    assert relative_divergence(torch.tensor(got), torch.tensor(ref), torch.tensor(start)) == pytest.approx(0.01)
+    assert relative_divergence(np.full(4, np.nan), ref, start) == np.inf
+    steps = [Steps("f", {}, {}, 0.0, [], [], {"w": w}) for w in (got, ref)]
+    assert _rel_l2(steps[0], steps[1], {"w": start}, ["w"]) == relative_divergence(got, ref, start)
+    assert tolerance("operator", torch.float16) == (5e-3, 2e-2)
+    assert tolerance("network", "bfloat16", l2=0.1) == (0.1, 5e-2)
+    assert tolerance("framework", "float64")[0] == 1e-6
+    assert [verdict(e, 0.03) for e in (0.04, 0.02, np.nan)] == ["fail", "undetectable", "fail"]
+    assert verdict(0.02, 0.03, NO_DETECT) == "pass" and verdict(1e-6, 1e-5) == "pass"

@@ -34,8 +34,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from d5pipe.core.cache_dir import user_cache_dir
 from d5pipe.core.errors import D5PipeError, WorkflowFailed
+from d5pipe.core.user_dirs import user_cache_dir
 from d5pipe.core.version import __version__
 
 _LAZY: dict[str, str] = {

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.user_dirs import user_config_dir
 
 ENV_VAR = "D5PIPE_ALLOW"
 ALWAYS_ALLOWED: tuple[str, ...] = ("d5pipe",)
@@ -47,9 +48,9 @@ _COLON = re.compile(rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}(\.{_IDENT})*$")
 
 
 def user_allow_file() -> Path:
-    """``$XDG_CONFIG_HOME/d5pipe/allow.yaml`` (``~/.config/d5pipe/allow.yaml`` by default)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "d5pipe" / "allow.yaml"
+    """``allow.yaml`` in the user's config directory (``$XDG_CONFIG_HOME/d5pipe``, else
+    ``~/.config/d5pipe`` on Linux; d5pipe.core.user_dirs)."""
+    return user_config_dir() / "allow.yaml"
 
 
 def normalise_prefix(prefix: Any, where: str) -> str:

@@ -1,4 +1,5 @@
-"""Atomic file writes: temp file in the same directory, rename; files honour the umask.
+"""Atomic file writes: temp file in the same directory, rename; files honour the umask. Every
+temp-file-and-rename write of d5pipe goes through :func:`replacing` (or :func:`write_bytes` on it).
 
 ``os.replace`` makes a write atomic against a killed process: a reader sees the old file or the
 new one, never half. ``durable=True`` (the default) also fsyncs, so the file survives a machine
@@ -11,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,22 +41,41 @@ def is_temp_of(name: str, candidate: str) -> bool:
     return candidate.startswith(_temp_prefix(name)) and candidate.endswith(_TEMP_SUFFIX)
 
 
-def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` so that a kill leaves the old file or the new one, never half."""
+@contextmanager
+def replacing(path: Path, durable: bool = True, created: bool = True) -> Iterator[Path]:
+    """A temp file beside ``path`` for the block to fill, renamed over ``path`` when the block ends
+    (fsynced first when ``durable``) and removed when it raises; a kill leaves the old file or the
+    new one, never half. ``created=False`` gives a free name instead, for writers that must create
+    the file themselves (``os.link``). A created temp file has the mode ``open()`` would give."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
+    tmp = Path(name)
     try:
-        os.fchmod(fd, _MODE)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+        try:
+            if created:
+                os.fchmod(fd, _MODE)
+        finally:
+            os.close(fd)
+        if not created:
+            tmp.unlink()
+        yield tmp
+        if durable:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so that a kill leaves the old file or the new one, never half."""
+    with replacing(path, durable) as tmp:
+        tmp.write_bytes(data)
 
 
 def sync_files(paths: Iterable[Path]) -> None:

@@ -1,5 +1,5 @@
-"""The history store: one DuckDB file (``$D5PIPE_HISTORY``, else ``$XDG_DATA_HOME/d5pipe/history.duckdb``,
-else ``~/.local/share/d5pipe/history.duckdb``; ``--history PATH`` on the command line).
+"""The history store: one DuckDB file (``$D5PIPE_HISTORY``, else ``history.duckdb`` in the user's data
+directory, d5pipe.core.user_dirs; ``--history PATH`` on the command line).
 
 DuckDB lets one process at a time open a file for writing, and no other process open it meanwhile.
 Every access here holds a file lock beside the database (``history.duckdb.lock``, ``filelock``) for
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.user_dirs import user_data_dir
 from d5pipe.history.run_rows import RESULT_COLUMNS, RUN_COLUMNS
 
 if TYPE_CHECKING:
@@ -47,8 +48,7 @@ def default_path() -> Path:
     env = os.environ.get(ENV_VAR, "")
     if env and env.lower() not in OFF:
         return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return Path(base) / "d5pipe" / "history.duckdb"
+    return user_data_dir() / "history.duckdb"
 
 
 def disabled_by_env() -> bool:

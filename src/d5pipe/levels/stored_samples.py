@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from d5pipe.core.atomic import file_sha256, write_bytes
+from d5pipe.core.atomic import file_sha256, replacing, write_bytes
 from d5pipe.core.errors import D5PipeError
 
 PIXEL_MAPS: tuple[tuple[float, float], ...] = ((1 / 16, 0.0), (1 / 32, -4.0), (1.0, 0.0), (1 / 255, 0.0))
@@ -91,13 +91,12 @@ def write(samples: Any, n: int, storage: str, npz: Path, where: str) -> dict[str
     digest = hashlib.sha256()
     first = np.asarray(samples[0:1])
     if storage == "npy":
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=first.dtype, shape=(n, *first.shape[1:]))
-        for a in range(0, n, CHUNK):
-            out[a:a + CHUNK] = np.asarray(samples[a:a + CHUNK])
-        out.flush()
-        del out
-        os.replace(tmp, path)
+        with replacing(path, durable=False) as tmp:
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=first.dtype, shape=(n, *first.shape[1:]))
+            for a in range(0, n, CHUNK):
+                out[a:a + CHUNK] = np.asarray(samples[a:a + CHUNK])
+            out.flush()
+            del out
         return {"storage": storage, "train_file": path.name, "train_sha256": file_sha256(path),
                 "train_dtype": str(first.dtype)}
     scale, offset = pixel_map(np.asarray(samples[0:min(n, CHUNK)]), where)

@@ -27,7 +27,7 @@ again right then (:data:`REFRESH_TOP` of them, a few tenths of a second), and th
 kept: the ceiling holds in the machine's present speed too, and the record says it was refreshed.
 
 Measured once per (machine, torch version, device, intra-op threads) and kept in the user cache
-(``ceilings/<key>.json``, d5pipe.core.cache_dir.user_cache_dir) under a file lock, so concurrent shard processes
+(``ceilings/<key>.json``, d5pipe.core.user_dirs.user_cache_dir) under a file lock, so concurrent shard processes
 neither measure twice nor measure while another one does; every later process reads the file.
 Each dtype is measured when first needed. The measurement (with its seconds) is part of the record
 of every point that uses it. ``d5pipe peaks`` prints the table.
@@ -284,7 +284,7 @@ def roofline(ceilings: Ceilings, dtype: torch.dtype, flops: float, working_set: 
 
 
 def cache_path(key: str) -> Path:
-    from d5pipe.core.cache_dir import user_cache_dir
+    from d5pipe.core.user_dirs import user_cache_dir
 
     return user_cache_dir() / "ceilings" / f"{key}.json"
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from d5pipe.core.atomic import file_sha256, write_if_changed, write_text
+from d5pipe.core.atomic import file_sha256, replacing, write_if_changed, write_text
 from d5pipe.core.errors import D5PipeError
 from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 
@@ -217,26 +217,17 @@ def archive(run_dir: Path, out: Path | None = None) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     top = run_dir.name
     members = [CHECKSUMS_NAME, *read_checksums(run_dir)]
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    for rel in members:
-                        info = tar.gettarinfo(str(run_dir / rel), arcname=f"{top}/{rel}")
-                        info.uid = info.gid = 0
-                        info.uname = info.gname = ""
-                        info.mtime = 0
-                        info.mode = 0o644
-                        with open(run_dir / rel, "rb") as fh:
-                            tar.addfile(info, fh)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with replacing(out) as tmp, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                for rel in members:
+                    info = tar.gettarinfo(str(run_dir / rel), arcname=f"{top}/{rel}")
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    info.mtime = 0
+                    info.mode = 0o644
+                    with open(run_dir / rel, "rb") as fh:
+                        tar.addfile(info, fh)
     return out
 
 

@@ -23,8 +23,8 @@ of the half-built environment is left). After the install the new environment's 
 compared with the bundle's: every locked distribution must be there at its version, else the
 environment is removed and the difference named.
 
-Environments are cached under ``~/.cache/d5pipe/envs/<key>`` (``D5PIPE_ENV_CACHE``), the key a
-hash of the locked distributions, the interpreter and the invoking environment they are layered on:
+Environments are cached under ``envs/<key>`` of the user cache (d5pipe.core.user_dirs;
+``D5PIPE_ENV_CACHE``), the key a hash of the locked distributions, the interpreter and the invoking environment they are layered on:
 reproducing ten bundles of one stack builds it once. A cached environment is checked again before
 each use (its lock against the bundle's) and rebuilt when it no longer matches.
 """
@@ -49,6 +49,7 @@ from filelock import FileLock
 
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.user_dirs import user_cache_dir
 from d5pipe.provenance.environment import load_record
 from d5pipe.provenance.lock import Locked, current_lock, entries_of
 
@@ -144,7 +145,7 @@ def requirement(e: Locked) -> str:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("D5PIPE_ENV_CACHE") or Path.home() / ".cache" / "d5pipe" / "envs")
+    return Path(os.environ.get("D5PIPE_ENV_CACHE") or user_cache_dir() / "envs")
 
 
 def _base_site_dirs() -> list[str]:

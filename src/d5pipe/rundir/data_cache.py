@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from d5pipe.core.atomic import file_sha256, write_bytes, write_json
+from d5pipe.core.atomic import file_sha256, replacing, write_bytes, write_json
 from d5pipe.core.errors import D5PipeError
 
 DEFAULT_LIMIT_MB = 2048
 
 
 def cache_dir() -> Path:
-    """``data/`` of the user's d5pipe cache (d5pipe.core.cache_dir.user_cache_dir)."""
-    from d5pipe.core.cache_dir import user_cache_dir
+    """``data/`` of the user's d5pipe cache (d5pipe.core.user_dirs.user_cache_dir)."""
+    from d5pipe.core.user_dirs import user_cache_dir
 
     return user_cache_dir() / "data"
 
@@ -67,9 +67,8 @@ def store(key: str, data: Path, meta: dict[str, Any], prepare_s: float) -> None:
     try:
         root.mkdir(parents=True, exist_ok=True)
         target = root / f"{key}.npz"
-        tmp = root / f".{key}.{os.getpid()}.tmp"
-        shutil.copyfile(data, tmp)
-        os.replace(tmp, target)
+        with replacing(target, durable=False) as tmp:
+            shutil.copyfile(data, tmp)
         write_json(root / f"{key}.json", {**meta, "file_sha256": file_sha256(target), "prepare_s": prepare_s})
         evict(limit)
     except OSError:
@@ -89,12 +88,11 @@ def restore(key: str, data_dir: Path) -> Restored | None:
             return None  # a damaged or foreign entry: the job prepares the data instead
         data_dir.mkdir(parents=True, exist_ok=True)
         out = data_dir / f"{key}.npz"
-        tmp = data_dir / f".{key}.{os.getpid()}.tmp"
-        try:
-            os.link(src, tmp)
-        except OSError:
-            shutil.copyfile(src, tmp)
-        os.replace(tmp, out)
+        with replacing(out, durable=False, created=False) as tmp:
+            try:
+                os.link(src, tmp)
+            except OSError:
+                shutil.copyfile(src, tmp)
         now = time.time()
         os.utime(src, (now, now))  # recently used
     except (OSError, ValueError):

@@ -6,6 +6,6 @@ measured peak, and checks the forward result and the gradients against a float64
 
 Modules: ``schema`` (the ``operators`` section), ``validate`` (checks before any job), ``spec``
 (what an operator is), ``operators`` (built-ins, FLOP/byte conventions), ``registry`` (lookup,
-custom operators), ``correctness`` (tolerances), ``point`` (one point; the machine peak is d5pipe.measure.peak).
+custom operators), ``correctness`` (the checks against the float64 reference; tolerances: d5pipe.levels.verify), ``point`` (one point; the machine peak is d5pipe.measure.peak).
 The deliberately broken operators of the tests are test code: tests/plugin_fixtures/testing_ops.py.
 """

@@ -18,11 +18,12 @@ from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.device import DTYPES, require_device, synchronize
-from d5pipe.levels.level0.correctness import ErrorReport, check_backward, check_forward
+from d5pipe.levels.level0.correctness import check_backward, check_forward
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.registry import resolve_operator
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
+from d5pipe.levels.verify import ErrorReport
 from d5pipe.measure.ceilings import NARROW, REFRESH_NEAR, machine_ceilings, roofline
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
@@ -65,7 +66,7 @@ def build_inputs(
 
 def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric]:
     return [
-        Metric(name, report.verdict, "", "verdict"),
+        Metric(name, report.verdict(), "", "verdict"),
         Metric(f"{prefix}err_l2", report.err_l2, "", "numerical"),
         Metric(f"{prefix}err_max_abs", report.err_max_abs, "", "numerical"),
         Metric(f"{prefix}err_max_rel", report.err_max_rel, "", "numerical"),

@@ -41,7 +41,7 @@ class OperatorsConf:
     time_backward: bool = True
     """Also time the backward pass alone (``time_bwd``) and forward+backward (``time_fwd_bwd``)."""
     tol_l2: Optional[float] = at_least(None, 0.0)  # noqa: UP045
-    """Relative L2 error accepted by ``correctness``; null: the dtype's default (level0.correctness)."""
+    """Relative L2 error accepted by ``correctness``; null: the dtype's default (d5pipe.levels.verify)."""
     tol_max_rel: Optional[float] = at_least(None, 0.0)  # noqa: UP045
     allowed_prefixes: list[str] = field(default_factory=lambda: ["d5pipe."])
     """Deprecated, admits nothing: the allow-list is the invoking user's (``--allow``, ``D5PIPE_ALLOW``,

@@ -88,7 +88,7 @@ def keep_in_run(path: Path, sha256: str, onnx_dir: Path) -> Path:
     """The user's file copied (atomically, once per content) into the run directory's ``onnx/``,
     which travels in the bundle: the network a point measured stays with its results. The point
     runs this copy, so what was measured is what is kept."""
-    return write_once(onnx_dir / f"user-{sha256[:32]}.onnx", lambda tmp: shutil.copyfile(path, tmp), ".copy.")
+    return write_once(onnx_dir / f"user-{sha256[:32]}.onnx", lambda tmp: shutil.copyfile(path, tmp))
 
 
 def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any]) -> PointOutcome:

@@ -22,9 +22,8 @@ from torch import nn
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.outcome import Metric
-from d5pipe.levels.level0.correctness import compare, tolerance
 from d5pipe.levels.level1.schema import Level1Conf
-from d5pipe.levels.verify import NETWORK_TOLERANCES, verdict
+from d5pipe.levels.verify import compare, tolerance
 
 
 def align_to_reference(model: nn.Module, reference: nn.Module, key: str = "model.reference") -> None:
@@ -85,9 +84,9 @@ def judge(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, conf: Level1
           reference: str) -> tuple[list[Metric], dict[str, Any]]:
     """``output_check`` (d5pipe.levels.verify.verdict), ``output_err_l2`` and ``output_err_max_rel``
     of the outputs ``out`` against the float64 ``ref``, and what to record (``reference`` names it)."""
-    tol_l2, tol_max = tolerance(dtype, conf.output_tol_l2, conf.output_tol_max_rel, NETWORK_TOLERANCES)
+    tol_l2, tol_max = tolerance("network", dtype, conf.output_tol_l2, conf.output_tol_max_rel)
     report = compare(out, ref, tol_l2, tol_max)
-    result = verdict(report.err_l2, tol_l2, conf.detect_rel_error, ok=report.passed)
+    result = report.verdict(conf.detect_rel_error)
     metrics = [
         Metric("output_check", result, "", "verdict"),
         Metric("output_err_l2", report.err_l2, "", "numerical"),

@@ -29,8 +29,6 @@ import hashlib
 import importlib
 import importlib.util
 import io
-import os
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +38,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from d5pipe.core.atomic import file_sha256
+from d5pipe.core.atomic import file_sha256, replacing
 from d5pipe.levels.contract import PointSkipped
 from d5pipe.levels.level1.stage import RUNTIME_PACKAGES
 
@@ -91,22 +89,16 @@ def export_onnx(model: nn.Module, example: torch.Tensor, onnx_dir: Path) -> dict
             torch.onnx.export(model.eval(), (example,), tmp, input_names=["x"], output_names=["y"],
                               dynamo=True, external_data=False, verbose=False)
 
-    path = write_once(onnx_dir / f"{network_key(model, example)}.onnx", export, ".export.")
+    path = write_once(onnx_dir / f"{network_key(model, example)}.onnx", export)
     return {"path": str(path), "sha256": file_sha256(path)}
 
 
-def write_once(path: Path, write: Callable[[str], object], prefix: str) -> Path:
-    """``path``; unless it exists, made by ``write(tmp)`` into a temporary file (``prefix``) beside
-    it and renamed, so that no reader sees half a file."""
+def write_once(path: Path, write: Callable[[str], object]) -> Path:
+    """``path``; unless it exists, made by ``write(tmp)`` into a temporary file beside it and
+    renamed (d5pipe.core.atomic.replacing), so that no reader sees half a file."""
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=path.suffix)
-        os.close(fd)
-        try:
-            write(tmp)
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        with replacing(path, durable=False) as tmp:
+            write(str(tmp))
     return path
 
 

@@ -37,7 +37,7 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
-from d5pipe.levels.level2.frameworks.agreement import TOLERANCE, Agreement, check, losses_rel_err, prepare, run_steps
+from d5pipe.levels.level2.frameworks.agreement import Agreement, check, losses_rel_err, prepare, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph, initial_weights, load_weights, model_tensors, trace
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
@@ -47,6 +47,7 @@ from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
+from d5pipe.levels.verify import NO_DETECT, tolerance, verdict
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.stats import Summary, summarize
 
@@ -132,14 +133,16 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
 def _verdict(name: str, agreement: Agreement, f32_err: float) -> list[Metric]:
     """The check's numbers and ``framework_check``, with what failed in its detail."""
     why = [f"{name} in float64: {agreement.why()}"] if not agreement.passed else []
-    if not f32_err <= TOLERANCE["float32"]:
+    f32_tol = tolerance("framework", "float32")[0]
+    said = verdict(f32_err, f32_tol, NO_DETECT, ok=agreement.passed)
+    if not f32_err <= f32_tol:
         why.append(f"{name} in float32: its first loss differs by {f32_err:.3g} from PyTorch float64 "
-                   f"(tolerance {TOLERANCE['float32']:g})")
+                   f"(tolerance {f32_tol:g})")
     return [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),
             Metric("framework_update_rel_l2", agreement.update_rel_l2, "", "numerical"),
             Metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2, "", "numerical"),
             Metric("framework_loss_rel_err_float32", f32_err, "", "numerical"),
-            Metric("framework_check", "fail" if why else "pass", "", "verdict", detail="; ".join(why) or None)]
+            Metric("framework_check", said, "", "verdict", detail="; ".join(why) or None)]
 
 
 def _metrics(run: Trained, step: Summary, compile_s: float, weights: dict[str, np.ndarray],

@@ -27,7 +27,7 @@ from d5pipe.levels.device import synchronize
 from d5pipe.levels.level2.sampling import IndexBatches, make_sampler
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import Batches, LoaderOptions, StepLog, make_loader, train_epoch
-from d5pipe.levels.optim import make_optimizer as build_optimizer
+from d5pipe.levels.optim import make_optimizer
 from d5pipe.levels.schema import DatasetConf
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
 from d5pipe.measure.stats import summarize
@@ -79,7 +79,7 @@ def in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int,
     loader = training_loader(conf, data, seed, device, workers=0)
     held = [b for b, _ in zip(loader, range(IN_MEMORY_STEPS), strict=False)]
     twin = copy.deepcopy(model)
-    stats = train_epoch(twin, held, build_optimizer(asdict(conf), twin.parameters()), device, 0, StepLog(None),
+    stats = train_epoch(twin, held, make_optimizer(asdict(conf), twin.parameters()), device, 0, StepLog(None),
                         micro_batches=conf.micro_batches)
     return stats.step_times_s, len(held[0][1]) if held else 0
 

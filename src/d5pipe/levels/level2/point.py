@@ -78,8 +78,7 @@ from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import EpochStats, StepLog, evaluate, train_epoch
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
-from d5pipe.levels.optim import make_optimizer as build_optimizer
-from d5pipe.levels.optim import make_scheduler
+from d5pipe.levels.optim import make_optimizer, make_scheduler
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import metric_targets
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
@@ -114,11 +113,6 @@ def resolve_train(train_cfg: dict[str, Any]) -> TrainConf:
     return conf_from_dict(TrainConf, "train", train_cfg)
 
 
-def make_optimizer(params: Any, conf: TrainConf) -> torch.optim.Optimizer:
-    """The optimizer ``train.optimizer`` selects (built-in or user; d5pipe.levels.optim)."""
-    return build_optimizer(asdict(conf), params)
-
-
 @dataclass
 class TrainResult:
     curves: dict[str, list[float]]
@@ -138,7 +132,7 @@ def fit(
     model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog
 ) -> TrainResult:
     """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
-    optimizer = make_optimizer(model.parameters(), conf)
+    optimizer = make_optimizer(asdict(conf), model.parameters())
     scheduler = make_scheduler(asdict(conf), optimizer)  # stepped once per epoch
     loader = training_loader(conf, data, seed, device)
     names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",

@@ -69,22 +69,34 @@ class ShuffledBatches(Sampler[torch.Tensor]):
         yield from torch.split(perm, self.batch_size)
 
 
-class GatheredBatches(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
-    """``(x[idx], y[idx])`` for each index batch of the sampler, without DataLoader machinery (a
-    generated dataset, d5pipe.levels.lazy_samples, generates them on the CPU); with workers,
-    DataLoader items (``batch_size=None``)."""
+class BatchByIndices(TorchDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """A Dataset whose item for a tensor ``idx`` of sample indices is the batch ``(x[idx], y[idx])``:
+    a DataLoader with ``batch_size=None`` and an index-batch sampler has its workers gather (or
+    generate, d5pipe.levels.lazy_samples) whole batches. ``len()`` is the number of samples the
+    indices address, not of batches (the DataLoader takes that from its sampler)."""
 
-    def __init__(self, x: Samples, y: Samples, sampler: IndexSampler | None = None) -> None:
-        self.x, self.y, self.sampler = x, y, sampler
+    def __init__(self, x: Samples, y: Samples) -> None:
+        self.x, self.y = x, y
 
     def __len__(self) -> int:
-        return len(self.sampler) if self.sampler is not None else len(self.y)
+        return len(self.y)
 
     def __getitem__(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[idx], self.y[idx]
 
+
+class GatheredBatches:
+    """The batches ``(x[idx], y[idx])`` of one epoch, one for each index batch of ``sampler``,
+    gathered without DataLoader machinery (a generated dataset, d5pipe.levels.lazy_samples,
+    generates them on the CPU). ``len()`` is the number of batches in an epoch (the sampler's)."""
+
+    def __init__(self, x: Samples, y: Samples, sampler: IndexSampler) -> None:
+        self.x, self.y, self.sampler = x, y, sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        assert self.sampler is not None
         x, y = self.x, self.y
         # the sampler's indices are CPU tensors: moved to a split held on another device
         to = x.device if isinstance(x, torch.Tensor) and x.device.type != "cpu" else None
@@ -155,7 +167,7 @@ def make_loader(
     workers = num_workers > 0
     batching: dict[str, Any] = {"batch_sampler": sampler} if per_sample else {"batch_size": None, "sampler": sampler}
     loader: DataLoader[Any] = DataLoader(
-        PerSample(x, y) if per_sample else GatheredBatches(x, y),  # each worker gathers (generates) its batches
+        PerSample(x, y) if per_sample else BatchByIndices(x, y),  # each worker gathers (generates) its batches
         **batching,
         num_workers=num_workers,
         worker_init_fn=seed_worker if workers else None,

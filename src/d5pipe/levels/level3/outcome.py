@@ -200,7 +200,7 @@ def train_outcome(
     if serial is not None:
         out.metrics.append(Metric("serial_max_abs_diff", serial["max_abs_diff"], "", "numerical"))
         if serial.get("exact", True):
-            out.metrics.append(Metric("matches_serial", "pass" if serial["ok"] else "fail", "", "verdict"))
+            out.metrics.append(Metric("matches_serial", serial["verdict"], "", "verdict"))
             notes.append(serial["note"])
         else:
             notes.append(f"strategy {strategy['name']!r} is lossy: serial_max_abs_diff is its divergence from the "

@@ -184,8 +184,10 @@ class AsyncParameterServer(ParameterServer):
         super().__init__(servers)
         if int(staleness) < 0:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
-        self.bound = int(staleness)
-        self.staleness: list[int] = []
+        self.staleness_bound = int(staleness)
+        """The most rounds a worker's parameters may lag behind (``staleness``, the configured bound)."""
+        self.observed_staleness: list[int] = []
+        """The staleness of every gradient this server applied, in the order applied (what happened)."""
 
     def _server_step(self, comm: Communicator, shard: torch.nn.Parameter, optimizer: torch.optim.Optimizer,
                      workers: list[int]) -> StepFn:
@@ -199,14 +201,14 @@ class AsyncParameterServer(ParameterServer):
             sent: list[tuple[Any, torch.Tensor]] = []
             while True:
                 for w in list(waiting):  # replies the bound allows, at most W per step
-                    if len(sent) < len(workers) and applied[w] - min(applied) <= self.bound:
+                    if len(sent) < len(workers) and applied[w] - min(applied) <= self.staleness_bound:
                         waiting.remove(w)
                         sent.append(self._reply(comm, workers[w], PARAMETERS))
                         sent_rounds[w] = min(applied)
                 if len(sent) == len(workers):
                     break
                 w = slot[comm.recv(incoming, None, GRADIENT)]
-                self.staleness.append(applied[w] - sent_rounds[w])
+                self.observed_staleness.append(applied[w] - sent_rounds[w])
                 with torch.no_grad():
                     shard.grad = incoming.div(len(workers))
                 optimizer.step()
@@ -218,4 +220,5 @@ class AsyncParameterServer(ParameterServer):
         return step
 
     def observed(self) -> dict[str, Any]:
-        return {"staleness": list(self.staleness), "staleness_bound": self.bound} if self.shard is not None else {}
+        return ({"staleness": list(self.observed_staleness), "staleness_bound": self.staleness_bound}
+                if self.shard is not None else {})

@@ -46,6 +46,7 @@ from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import target_of
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
+from d5pipe.levels.verify import NO_DETECT, verdict
 
 if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
@@ -119,7 +120,7 @@ def serial_comparison(spec: dict[str, Any], data: Dataset, out_dir: Path, tolera
     diff = float((rank0 - reference).abs().max()) if rank0.numel() else 0.0
     return {
         "max_abs_diff": diff,
-        "ok": diff <= tolerance,
+        "verdict": verdict(diff, tolerance, NO_DETECT),
         "note": (
             f"matches_serial: rank 0's final parameters vs a 1-process run on the same global batches "
             f"from the same initial model; pass when max |diff| <= distributed.tolerance={tolerance}"

@@ -29,10 +29,7 @@ import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, TrainingFramework
 from d5pipe.levels.level2.frameworks.graph import Graph
-
-TOLERANCE = {"float32": 1e-4, "float64": 1e-6}
-"""Largest relative loss difference (both dtypes) and relative L2 update difference (float64) a
-framework may show against the float64 reference."""
+from d5pipe.levels.verify import NO_DETECT, relative_divergence, tolerance, verdict
 
 
 @dataclass
@@ -79,8 +76,9 @@ class Agreement:
 
     @property
     def passed(self) -> bool:
-        return self.loss_rel_err <= self.tolerance and (not self.updates_checked or max(
-            self.update_rel_l2, self.running_stats_rel_l2) <= self.tolerance)
+        """Every compared difference within the tolerance (d5pipe.levels.verify.verdict, no detection limit)."""
+        checked = (self.update_rel_l2, self.running_stats_rel_l2) if self.updates_checked else ()
+        return verdict(max((self.loss_rel_err, *checked)), self.tolerance, NO_DETECT) == "pass"
 
     def why(self) -> str:
         if self.passed:
@@ -96,13 +94,10 @@ class Agreement:
 
 
 def _rel_l2(got: Steps, ref: Steps, initial: dict[str, np.ndarray], names: Sequence[str]) -> float:
-    """Relative L2 difference of the changes from ``initial`` of ``names``, as one vector."""
+    """d5pipe.levels.verify.relative_divergence of the weights ``names``, as one vector, from ``initial``."""
     if not names:
         return 0.0
-    want = np.concatenate([(ref.weights[n] - initial[n]).ravel() for n in names])
-    have = np.concatenate([(got.weights[n] - initial[n]).ravel() for n in names])
-    err = float(np.linalg.norm(have - want) / max(float(np.linalg.norm(want)), 1e-300))
-    return err if np.isfinite(err) else np.inf
+    return relative_divergence(*(np.concatenate([w[n].ravel() for n in names]) for w in (got.weights, ref.weights, initial)))
 
 
 def losses_rel_err(got: Sequence[float], ref: Sequence[float]) -> float:
@@ -121,4 +116,5 @@ def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], graph:
     change (both held to the tolerance in float64); NaN fails."""
     first = 1 if dtype == "float32" else len(reference.losses)  # see the module docstring
     return Agreement(losses_rel_err(steps.losses[:first], reference.losses[:first]), _rel_l2(steps, reference, initial, list(graph.shapes)),
-                     _rel_l2(steps, reference, initial, list(graph.buffer_shapes)), TOLERANCE[dtype], dtype == "float64")
+                     _rel_l2(steps, reference, initial, list(graph.buffer_shapes)), tolerance("framework", dtype)[0],
+                     dtype == "float64")

@@ -16,8 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from d5pipe.core.errors import D5PipeError
-
-OPTIMIZERS = ("sgd", "adam", "adamw")
+from d5pipe.levels.level2.schema import OPTIMIZERS
 
 
 @dataclass(frozen=True)
