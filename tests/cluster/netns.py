@@ -22,6 +22,7 @@ NS_PREFIX = "d5n"
 VETH_PREFIX = "d5v"
 SUBNET = "10.77.0"
 HOST_ADDR = f"{SUBNET}.1"
+MAX_NODES = 244  # node K is SUBNET.(10+K): .11 .. .254 on the /24 (.255 is broadcast)
 NETNS_DIR = Path("/run/netns")
 HOSTS = Path("/etc/hosts")
 HOSTS_MARKER = "# d5pipe multinode test cluster"
@@ -132,6 +133,29 @@ def terminate(pid: int, name: str, timeout_s: float,
         proc.wait(timeout=10)
 
 
+def terminate_all(pids: dict[int, subprocess.Popen[bytes] | None], name: str,
+                  timeout_s: float) -> None:
+    """:func:`terminate` for many processes at once: SIGTERM to all, one wait, SIGKILL to those
+    left (each ``pid`` maps to our own child, reaped here, or None: then only while it is still
+    ``name``)."""
+    live = {pid: proc for pid, proc in pids.items() if proc is not None or comm(pid) == name}
+    for pid in live:
+        signal_pid(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+
+    def running(pid: int, proc: subprocess.Popen[bytes] | None) -> bool:
+        return (proc is None or proc.poll() is None) and comm(pid) is not None
+
+    while any(running(p, c) for p, c in live.items()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, proc in live.items():
+        if running(pid, proc):
+            signal_pid(pid, signal.SIGKILL)
+    for proc in live.values():
+        if proc is not None:
+            proc.wait(timeout=10)
+
+
 def processes_referencing(text: str, names: frozenset[str]) -> list[int]:
     """Live processes called one of ``names`` whose open files or command line contain ``text``."""
     found = []
@@ -168,11 +192,12 @@ def remove_stale() -> None:
 
 
 class Network:
-    """The bridge and the namespaces of ``n_nodes`` nodes (``node1`` at ``10.77.0.11``, ...)."""
+    """The bridge and the namespaces of ``n_nodes`` nodes (``node1`` at ``10.77.0.11``, ...,
+    ``node244`` at ``10.77.0.254``)."""
 
     def __init__(self, n_nodes: int) -> None:
-        if not 1 <= n_nodes <= 200:
-            raise ValueError(f"n_nodes must be within 1..200, not {n_nodes}")
+        if not 1 <= n_nodes <= MAX_NODES:
+            raise ValueError(f"n_nodes must be within 1..{MAX_NODES}, not {n_nodes}")
         self.nodes: tuple[NetNode, ...] = tuple(
             NetNode(f"node{k}", f"{NS_PREFIX}{k}", f"{SUBNET}.{10 + k}", f"{VETH_PREFIX}{k}")
             for k in range(1, n_nodes + 1))
