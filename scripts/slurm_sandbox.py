@@ -200,8 +200,9 @@ def cmd_up(args: argparse.Namespace) -> int:
                            detached=True)
     cluster = mn.MultiNodeCluster(root, settings=settings)
     cluster.start(timeout_s=float(args.timeout))
-    print(f"# {args.nodes} nodes up in {cluster.start_seconds:.1f} s under {root}; stop with: "
-          f"{PROG} down {root}", file=sys.stderr)
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in cluster.phase_seconds.items())
+    print(f"# {args.nodes} nodes up in {cluster.start_seconds:.1f} s ({phases}) under {root}; "
+          f"stop with: {PROG} down {root}", file=sys.stderr)
     print("\n".join(_env_lines(cluster)))
     return 0
 

@@ -10,8 +10,9 @@ All daemons are children started here and stopped by PID; all state lives under 
 While the cluster runs the node names are in ``/etc/hosts`` (and, unless
 ``install_etc_conf=False``, the config is ``/etc/slurm/slurm.conf``); :meth:`stop` restores both.
 Needs root. A dead node is noticed within seconds (``SlurmdTimeout=10``); when its slurmd comes
-back it is idle again (``ReturnToService=2``); jobs of a failed node end as NODE_FAIL
-(``JobRequeue=0``) rather than being requeued.
+back it is idle again (``ReturnToService=1``; a node set DOWN by scontrol stays down until
+resumed); jobs of a failed node end as NODE_FAIL (``JobRequeue=0``) rather than being requeued.
+``scripts/slurm_sandbox.py`` runs the same cluster with N nodes and site limits for users.
 
 Command line::
 
@@ -181,6 +182,9 @@ class MultiNodeCluster:
         self._etc = single.SlurmCluster(self.root, install_etc_conf=install_etc_conf)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.start_seconds: float | None = None
+        # seconds per phase of the last start: network, munge+mariadb, slurmdbd, slurmctld, slurmd
+        self.phase_seconds: dict[str, float] = {}
+        self._phase_began = 0.0
 
     @classmethod
     def attach(cls, state_dir: Path | str, **defaults: Any) -> MultiNodeCluster:
@@ -236,7 +240,8 @@ class MultiNodeCluster:
             raise ClusterError("the multi-node test cluster needs root (namespaces, /etc/hosts)")
         if not binaries_present():
             raise ClusterError(f"packages missing; run {single.INSTALL_SCRIPT}")
-        began = time.monotonic()
+        began = self._phase_began = time.monotonic()
+        self.phase_seconds = {}
         self._remove_stale()
         if self.install_etc_conf:
             self._etc._claim_etc_conf()
@@ -247,6 +252,7 @@ class MultiNodeCluster:
             conf, acct = self._write_state()
             self.network.create()
             self.hosts.install({CTLD_NAME: netns.HOST_ADDR, **self.node_addrs})
+            self._phase("network")
             if self.install_etc_conf:
                 self._etc._install_etc_conf(conf)
             self._start_daemons(acct, timeout_s)
@@ -285,17 +291,27 @@ class MultiNodeCluster:
         self._spawn("mariadbd", acct.mariadbd_argv())
         self.wait_for(acct.db_ready, "MariaDB", timeout_s, ("mariadbd",))
         acct.create_db_user()
+        self._phase("munge+mariadb")
         self._spawn("slurmdbd", ["slurmdbd", "-D"])  # finds slurmdbd.conf beside SLURM_CONF
         self.wait_for(lambda: acct.dbd_ready(self.env()), "slurmdbd", timeout_s, ("slurmdbd",))
         acct.register(self.env(), CLUSTER_NAME, ACCOUNT)
         if self.settings.max_submit_jobs is not None:
             acct.limit_user(self.env(), CLUSTER_NAME, MaxSubmitJobs=self.settings.max_submit_jobs)
+        self._phase("slurmdbd")
         self._spawn_slurmctld(timeout_s)
+        self._phase("slurmctld")
+        # every slurmd at once (a Popen each), then one sinfo loop until all are idle
         for name in self.node_names:
             self._spawn_slurmd(name)
         self.wait_for(lambda: set(self.node_states().values()) == {"idle"},
                       f"nodes {','.join(self.node_names)} idle", timeout_s,
                       ("slurmctld", *(f"slurmd@{n}" for n in self.node_names)))
+        self._phase("slurmd")
+
+    def _phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phase_seconds[name] = now - self._phase_began
+        self._phase_began = now
 
     def _spawn_slurmctld(self, timeout_s: float) -> None:
         """slurmctld under its own hostname (recovers its saved state); wait for its ping."""
@@ -380,9 +396,11 @@ class MultiNodeCluster:
         """A node dies mid-job: SIGKILL its slurmd and every process of its namespace."""
         node = self.network.node(name)
         recorded = self._recorded_pids().get(f"slurmd@{name}")
+        killed: list[int] = []
         if recorded is not None and netns.comm(recorded) == "slurmd":
             netns.signal_pid(recorded, signal.SIGKILL)
-        killed: list[int] = netns.kill_netns_processes(node.netns)
+            killed.append(recorded)
+        killed += netns.kill_netns_processes(node.netns)
         proc = self._procs.pop(f"slurmd@{name}", None)
         if proc is not None:
             proc.wait(timeout=10)
