@@ -514,8 +514,7 @@ class MultiNodeCluster:
         rec = _read_record()
         ours = rec is None or Path(rec["state_dir"]) == self.root
         if ours:  # the namespaces are not another live cluster's
-            for ns in self.namespaces:
-                netns.kill_netns_processes(ns)
+            netns.kill_netns_processes(self.namespaces)
         for name in reversed(HOST_DAEMONS):
             if name in pids:
                 netns.terminate(pids[name], name, timeout_s, self._procs.get(name))
