@@ -261,7 +261,7 @@ def cmd_restart_node(args: argparse.Namespace) -> int:
 
 def _hostnames(cluster: Any, names: str) -> list[str]:
     proc = cluster.run(["scontrol", "show", "hostnames", names])
-    found = proc.stdout.split()
+    found: list[str] = proc.stdout.split()
     if proc.returncode != 0 or not found:
         raise UsageError(f"not a node list: {names!r} ({proc.stderr.strip() or 'empty'})")
     for name in found:
