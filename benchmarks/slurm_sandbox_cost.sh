@@ -18,4 +18,4 @@ for _ in 1 2 3 4 5; do { time sinfo -h -o "%T %D" >/dev/null; } 2>&1; done | sor
 sinfo -h -o "%T %D"
 /usr/bin/time -f "restart-controller: %e s wall" python3 "$S" restart-controller "$D"
 /usr/bin/time -f "down: %e s wall" python3 "$S" down "$D"
-echo "left: $(pgrep -a 'slurm|munged|mariadbd' | grep -c "$D" || true) processes, $(ip netns list | grep -c '^d5n' || true) namespaces"
+echo "left: $(ps -eo stat=,comm=,args= | grep -vE '^Z' | grep -E '^\S+ +(slurm|munged|mariadbd)' | grep -c "$D" || true) processes, $(ip netns list | grep -c '^d5n' || true) namespaces"
