@@ -194,7 +194,7 @@ def test_a_killed_node_goes_down_and_its_job_stops_running(multinode_cluster: Mu
         assert {n: s for n, s in cluster.node_states().items() if n != "node2"} == {
             "node1": "idle", "node3": "idle"}
     finally:
-        cluster.restart_node("node2")  # ReturnToService=2: idle again once slurmd registers
+        cluster.restart_node("node2")  # ReturnToService=1: idle again once slurmd registers
     assert _wait_all_idle(cluster)["node2"] == "idle"
 
 

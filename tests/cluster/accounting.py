@@ -141,3 +141,17 @@ class Accounting:
                                              or "Nothing new added" in said):
                 raise AccountingError(f"sacctmgr -i {' '.join(step)} failed: "
                                       f"{proc.stdout}{proc.stderr}")
+
+    @staticmethod
+    def limit_user(env: dict[str, str], cluster: str, user: str | None = None,
+                   **limits: int) -> None:
+        """Set association limits of ``user`` (default: whoever runs this) on ``cluster``, e.g.
+        ``MaxSubmitJobs=30``; slurmctld enforces them with ``AccountingStorageEnforce=limits``."""
+        user = user or getpass.getuser()
+        sets = [f"{name}={value}" for name, value in limits.items()]
+        argv = ["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
+                f"cluster={cluster}", "set", *sets]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                              check=False)
+        if proc.returncode != 0:
+            raise AccountingError(f"{' '.join(argv)} failed: {proc.stdout}{proc.stderr}")

@@ -10,8 +10,9 @@ All daemons are children started here and stopped by PID; all state lives under 
 While the cluster runs the node names are in ``/etc/hosts`` (and, unless
 ``install_etc_conf=False``, the config is ``/etc/slurm/slurm.conf``); :meth:`stop` restores both.
 Needs root. A dead node is noticed within seconds (``SlurmdTimeout=10``); when its slurmd comes
-back it is idle again (``ReturnToService=2``); jobs of a failed node end as NODE_FAIL
-(``JobRequeue=0``) rather than being requeued.
+back it is idle again (``ReturnToService=1``; a node set DOWN by scontrol stays down until
+resumed); jobs of a failed node end as NODE_FAIL (``JobRequeue=0``) rather than being requeued.
+``scripts/slurm_sandbox.py`` runs the same cluster with N nodes and site limits for users.
 
 Command line::
 
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -64,6 +66,7 @@ HOST_DAEMONS: tuple[str, ...] = ("munged", "mariadbd", "slurmdbd", "slurmctld")
 STRAY_NAMES = frozenset({*HOST_DAEMONS, "slurmd", "slurmstepd", "slurmscriptd"})
 WAIT_S = 120.0
 CONF_TEMPLATE = Path(__file__).with_name("multinode_slurm.conf.in")
+SANDBOX_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm_sandbox.py"
 
 
 def binaries_present() -> bool:
@@ -111,38 +114,87 @@ def _read_record() -> dict[str, Any] | None:
     return rec if isinstance(rec, dict) and "state_dir" in rec else None
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What a cluster was started with; kept in ``STATE_DIR/cluster.json`` so that another
+    process (``slurm_sandbox.py down``, a stale-cluster cleanup) acts on the same cluster."""
+
+    n_nodes: int = 3
+    cpus_per_node: int = 2
+    real_memory_mb: int = 2048
+    install_etc_conf: bool = True
+    max_array_size: int = 1001  # Slurm's defaults
+    max_job_count: int = 10000
+    min_job_age: int = 600
+    max_submit_jobs: int | None = None  # on the user's association; None: no limit
+    # started by a command that returned (slurm_sandbox.py up): the cluster is stale only once
+    # its daemons are gone, not when the process that started it has exited
+    detached: bool = False
+
+    @classmethod
+    def load(cls, root: Path) -> Settings | None:
+        try:
+            raw = json.loads((root / "cluster.json").read_text())
+        except (OSError, ValueError):
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def save(self, root: Path) -> None:
+        (root / "cluster.json").write_text(json.dumps(asdict(self)))
+
+
 def render_slurm_conf(root: Path, nodes: tuple[Any, ...], ports: dict[str, int], cpus: int,
-                      real_memory_mb: int) -> str:
+                      real_memory_mb: int, settings: Settings | None = None) -> str:
     """The slurm.conf of the cluster under ``root`` (template: ``multinode_slurm.conf.in``)."""
+    settings = settings or Settings()
     node_lines = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} CPUs={cpus} "
                            f"RealMemory={real_memory_mb} State=UNKNOWN" for n in nodes)
     return string.Template(CONF_TEMPLATE.read_text()).substitute(
         marker=f"{single.MARKER}{root}", cluster=CLUSTER_NAME, ctld_name=CTLD_NAME,
         ctld_addr=netns.HOST_ADDR, ctld_port=ports["ctld"], slurmd_port=ports["slurmd"],
         dbd_port=ports["dbd"], munge_socket=root / "munge" / "munge.socket", root=root,
-        node_lines=node_lines, partition=PARTITION, node_list=",".join(n.name for n in nodes))
+        node_lines=node_lines, partition=PARTITION, node_list=",".join(n.name for n in nodes),
+        min_job_age=settings.min_job_age, max_array_size=settings.max_array_size,
+        max_job_count=settings.max_job_count)
 
 
 class MultiNodeCluster:
     """Start and stop the ``n_nodes``-node test cluster whose state lives under ``state_dir``."""
 
     def __init__(self, state_dir: Path | str, n_nodes: int = 3, cpus_per_node: int = 2,
-                 real_memory_mb: int = 2048, install_etc_conf: bool = True) -> None:
+                 real_memory_mb: int = 2048, install_etc_conf: bool = True,
+                 settings: Settings | None = None) -> None:
         """``install_etc_conf=False`` leaves /etc/slurm alone (clients then need ``SLURM_CONF``,
-        which :meth:`env` sets); it lets the one-node test cluster own that file meanwhile."""
+        which :meth:`env` sets); it lets the one-node test cluster own that file meanwhile.
+        ``settings``, when given, replaces the other keyword arguments (site limits and all).
+        A cluster started elsewhere is reached with :meth:`attach`."""
         self.root = Path(state_dir).resolve()
-        meta = self.root / "cluster.json"
-        if meta.exists():  # stop() from another process must know how many nodes there were
-            n_nodes = int(json.loads(meta.read_text())["n_nodes"])
-        self.network = netns.Network(n_nodes)
-        self.cpus_per_node = cpus_per_node
-        self.real_memory_mb = real_memory_mb
-        self.install_etc_conf = install_etc_conf
+        self.settings = settings or Settings(n_nodes=n_nodes, cpus_per_node=cpus_per_node,
+                                             real_memory_mb=real_memory_mb,
+                                             install_etc_conf=install_etc_conf)
+        self.network = netns.Network(self.settings.n_nodes)
+        self.cpus_per_node = self.settings.cpus_per_node
+        self.real_memory_mb = self.settings.real_memory_mb
+        self.install_etc_conf = self.settings.install_etc_conf
         self.hosts = netns.HostsFile(self.root / "etc" / "hosts.orig")
         # the one-node harness's /etc/slurm/slurm.conf handling, on the same paths under root
         self._etc = single.SlurmCluster(self.root, install_etc_conf=install_etc_conf)
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.start_seconds: float | None = None
+        # seconds per phase of the last start: network, munge+mariadb, slurmdbd, slurmctld, slurmd
+        self.phase_seconds: dict[str, float] = {}
+        self._phase_began = 0.0
+
+    @classmethod
+    def attach(cls, state_dir: Path | str, **defaults: Any) -> MultiNodeCluster:
+        """The cluster whose state lives under ``state_dir``, as it was started (its
+        ``cluster.json``); ``defaults`` (the constructor's keywords) when there is none."""
+        root = Path(state_dir).resolve()
+        settings = Settings.load(root)
+        if settings is None:
+            return cls(root, **defaults)
+        return cls(root, settings=settings)
 
     @property
     def conf(self) -> Path:
@@ -188,16 +240,19 @@ class MultiNodeCluster:
             raise ClusterError("the multi-node test cluster needs root (namespaces, /etc/hosts)")
         if not binaries_present():
             raise ClusterError(f"packages missing; run {single.INSTALL_SCRIPT}")
-        began = time.monotonic()
+        began = self._phase_began = time.monotonic()
+        self.phase_seconds = {}
         self._remove_stale()
         if self.install_etc_conf:
             self._etc._claim_etc_conf()
         RECORD.write_text(json.dumps({"state_dir": str(self.root), "owner": os.getpid(),
-                                      "owner_start": _start_time(os.getpid())}))
+                                      "owner_start": _start_time(os.getpid()),
+                                      "detached": self.settings.detached}))
         try:
             conf, acct = self._write_state()
             self.network.create()
             self.hosts.install({CTLD_NAME: netns.HOST_ADDR, **self.node_addrs})
+            self._phase("network")
             if self.install_etc_conf:
                 self._etc._install_etc_conf(conf)
             self._start_daemons(acct, timeout_s)
@@ -211,7 +266,7 @@ class MultiNodeCluster:
                     *(f"{d}/{n}" for n in self.node_names for d in ("spool", "tmp"))):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o700)
-        (self.root / "cluster.json").write_text(json.dumps({"n_nodes": len(self.node_names)}))
+        self.settings.save(self.root)
         key = self.root / "munge" / "munge.key"
         if not key.exists():
             key.write_bytes(os.urandom(1024))
@@ -220,7 +275,7 @@ class MultiNodeCluster:
         acct = accounting.Accounting(self.root, ports["db"], ports["dbd"], netns.HOST_ADDR)
         acct.write_dbd_conf(self.root / "munge" / "munge.socket")
         conf = render_slurm_conf(self.root, self.network.nodes, ports, self.cpus_per_node,
-                                 self.real_memory_mb)
+                                 self.real_memory_mb, self.settings)
         self.conf.write_text(conf)
         return conf, acct
 
@@ -236,19 +291,38 @@ class MultiNodeCluster:
         self._spawn("mariadbd", acct.mariadbd_argv())
         self.wait_for(acct.db_ready, "MariaDB", timeout_s, ("mariadbd",))
         acct.create_db_user()
+        self._phase("munge+mariadb")
         self._spawn("slurmdbd", ["slurmdbd", "-D"])  # finds slurmdbd.conf beside SLURM_CONF
         self.wait_for(lambda: acct.dbd_ready(self.env()), "slurmdbd", timeout_s, ("slurmdbd",))
         acct.register(self.env(), CLUSTER_NAME, ACCOUNT)
-        self._spawn("slurmctld", ["unshare", "--uts", "sh", "-c",
-                                  f'hostname {CTLD_NAME} && exec "$@"', "sh",
-                                  "slurmctld", "-D", "-f", str(self.conf)])
-        self.wait_for(lambda: "UP" in self.run(["scontrol", "ping"]).stdout, "slurmctld ping",
-                      timeout_s, ("slurmctld",))
+        if self.settings.max_submit_jobs is not None:
+            acct.limit_user(self.env(), CLUSTER_NAME, MaxSubmitJobs=self.settings.max_submit_jobs)
+        self._phase("slurmdbd")
+        self._spawn_slurmctld(timeout_s)
+        self._phase("slurmctld")
+        # every slurmd at once (a Popen each), then one sinfo loop until all are idle
         for name in self.node_names:
             self._spawn_slurmd(name)
         self.wait_for(lambda: set(self.node_states().values()) == {"idle"},
                       f"nodes {','.join(self.node_names)} idle", timeout_s,
                       ("slurmctld", *(f"slurmd@{n}" for n in self.node_names)))
+        self._phase("slurmd")
+
+    def _phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phase_seconds[name] = now - self._phase_began
+        self._phase_began = now
+
+    def _spawn_slurmctld(self, timeout_s: float) -> None:
+        """slurmctld under its own hostname (recovers its saved state); wait for its ping."""
+        self._spawn("slurmctld", ["unshare", "--uts", "sh", "-c",
+                                  f'hostname {CTLD_NAME} && exec "$@"', "sh",
+                                  "slurmctld", "-D", "-f", str(self.conf)])
+        self.wait_for(self.ping, "slurmctld ping", timeout_s, ("slurmctld",))
+
+    def ping(self) -> bool:
+        """True when slurmctld answers ``scontrol ping``."""
+        return "UP" in self.run(["scontrol", "ping"]).stdout
 
     def _spawn_slurmd(self, name: str) -> None:
         argv = ["slurmd", "-D", "-N", name, "-f", str(self.conf)]
@@ -322,22 +396,103 @@ class MultiNodeCluster:
         """A node dies mid-job: SIGKILL its slurmd and every process of its namespace."""
         node = self.network.node(name)
         recorded = self._recorded_pids().get(f"slurmd@{name}")
+        killed: list[int] = []
         if recorded is not None and netns.comm(recorded) == "slurmd":
             netns.signal_pid(recorded, signal.SIGKILL)
-        killed: list[int] = netns.kill_netns_processes(node.netns)
+            killed.append(recorded)
+        killed += netns.kill_netns_processes(node.netns)
         proc = self._procs.pop(f"slurmd@{name}", None)
         if proc is not None:
             proc.wait(timeout=10)
         self._write_pids(drop=f"slurmd@{name}")
         return killed
 
-    def restart_node(self, name: str, timeout_s: float = WAIT_S) -> None:
-        """Start a killed node's slurmd again (if it is not running) and wait until it is idle."""
+    def slurmd_running(self, name: str) -> bool:
+        """True while node ``name``'s slurmd lives (started here or by another process)."""
         proc = self._procs.get(f"slurmd@{name}")
-        if proc is None or proc.poll() is not None:
+        if proc is not None:
+            return proc.poll() is None
+        pid = self._recorded_pids().get(f"slurmd@{name}")
+        return pid is not None and netns.comm(pid) == "slurmd"
+
+    def restart_node(self, name: str, timeout_s: float = WAIT_S) -> None:
+        """Start a killed node's slurmd again (if it is not running), resume it if it was set
+        DOWN or drained, and wait until it is idle (or busy with jobs again)."""
+        self.network.node(name)  # KeyError for a node that does not exist
+        if not self.slurmd_running(name):
+            self._proc_forget(f"slurmd@{name}")
             self._spawn_slurmd(name)
-        self.wait_for(lambda: self.node_states().get(name) == "idle", f"{name} idle", timeout_s,
-                      (f"slurmd@{name}",))
+        resumed = 0.0
+
+        def back() -> bool:
+            nonlocal resumed
+            state = self.node_states().get(name, "")
+            # "down"/"drained" without "*": slurmd answers, an admin (or set_down) holds it
+            if state.rstrip("*") != state or not state.startswith(("down", "drain")):
+                return state in ("idle", "mixed", "allocated")
+            if time.monotonic() - resumed > 5.0:
+                self.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"])
+                resumed = time.monotonic()
+            return False
+
+        self.wait_for(back, f"{name} idle", timeout_s, (f"slurmd@{name}",))
+
+    def _proc_forget(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            proc.wait(timeout=10)
+
+    def set_down(self, names: list[str], reason: str = "d5pipe sandbox: set down") -> None:
+        """``scontrol update State=DOWN``: the nodes' running jobs are killed (NODE_FAIL) and no
+        job is scheduled there until :meth:`restart_node` resumes them."""
+        for name in names:
+            self.network.node(name)
+        proc = self.run(["scontrol", "update", f"NodeName={','.join(names)}", "State=DOWN",
+                         f"Reason={reason}"])
+        if proc.returncode != 0:
+            raise ClusterError(f"scontrol update State=DOWN failed: {proc.stderr.strip()}")
+
+    # ------------------------------------------------------- daemon faults
+    def restart_controller(self, hard: bool = False, timeout_s: float = WAIT_S) -> float:
+        """Stop slurmctld (SIGTERM, or SIGKILL with ``hard``: no state saved at exit) and start
+        it again on its saved state; return the seconds until it answered ``scontrol ping``."""
+        began = time.monotonic()
+        pid = self._recorded_pids().get("slurmctld")
+        if pid is not None:
+            if hard:
+                netns.signal_pid(pid, signal.SIGKILL)
+            netns.terminate(pid, "slurmctld", 30.0, self._procs.get("slurmctld"))
+        self._procs.pop("slurmctld", None)
+        # slurmscriptd (slurmctld's helper) goes with it; wait so that the new one starts alone
+        self.wait_for(lambda: not [p for p in self.leftover_processes()
+                                   if netns.comm(p) in ("slurmctld", "slurmscriptd")],
+                      "the old slurmctld to exit", 30.0)
+        self._spawn_slurmctld(timeout_s)
+        return time.monotonic() - began
+
+    def stop_dbd(self, timeout_s: float = 30.0) -> None:
+        """Stop slurmdbd (slurmctld queues accounting records until it is back)."""
+        pid = self._recorded_pids().get("slurmdbd")
+        if pid is not None:
+            netns.terminate(pid, "slurmdbd", timeout_s, self._procs.get("slurmdbd"))
+        self._procs.pop("slurmdbd", None)
+        self._write_pids(drop="slurmdbd")
+
+    def start_dbd(self, timeout_s: float = WAIT_S) -> None:
+        """Start slurmdbd again (if it is not running) and wait until sacctmgr gets answers."""
+        pid = self._recorded_pids().get("slurmdbd")
+        if pid is None or netns.comm(pid) != "slurmdbd":
+            self._procs.pop("slurmdbd", None)
+            self._spawn("slurmdbd", ["slurmdbd", "-D"])
+        self.wait_for(lambda: accounting.Accounting.dbd_ready(self.env()), "slurmdbd",
+                      timeout_s, ("slurmdbd",))
+
+    def daemons(self) -> dict[str, int | None]:
+        """``{daemon: pid}`` of every daemon this cluster should run; None for one not running."""
+        pids = self._recorded_pids()
+        names = [*HOST_DAEMONS, *(f"slurmd@{n}" for n in self.node_names)]
+        return {name: pids[name] if name in pids and single._pid_alive(pids[name]) else None
+                for name in names}
 
     # ------------------------------------------------------------------ stop
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -353,13 +508,13 @@ class MultiNodeCluster:
                     self.run(["scancel", *ids])
             except subprocess.TimeoutExpired:
                 pass
-        for name in [n for n in pids if n.startswith("slurmd@")]:
-            netns.terminate(pids[name], name.split("@")[0], 5.0, self._procs.get(name))
+        slurmds = {pid: self._procs.get(name) for name, pid in pids.items()
+                   if name.startswith("slurmd@")}
+        netns.terminate_all(slurmds, "slurmd", 5.0)  # all at once: 128 nodes stop in seconds
         rec = _read_record()
         ours = rec is None or Path(rec["state_dir"]) == self.root
         if ours:  # the namespaces are not another live cluster's
-            for ns in self.namespaces:
-                netns.kill_netns_processes(ns)
+            netns.kill_netns_processes(self.namespaces)
         for name in reversed(HOST_DAEMONS):
             if name in pids:
                 netns.terminate(pids[name], name, timeout_s, self._procs.get(name))
@@ -386,15 +541,23 @@ class MultiNodeCluster:
         rec = _read_record()
         if rec is not None:
             owner = int(rec.get("owner", 0))
-            owner_alive = (owner > 0 and netns.comm(owner) is not None
-                           and _start_time(owner) == rec.get("owner_start"))
-            if Path(rec["state_dir"]) != self.root and owner_alive:
-                raise ClusterError(f"a multi-node test cluster under {rec['state_dir']} is in "
-                                   f"use by PID {owner}; stop it first: python {__file__} stop "
-                                   f"{rec['state_dir']}")
+            other = MultiNodeCluster.attach(rec["state_dir"], install_etc_conf=True)
+            if rec.get("detached"):  # a sandbox lives as long as its daemons
+                live = [n for n, p in other._recorded_pids().items() if single._pid_alive(p)]
+                in_use = f"in use ({', '.join(sorted(live)[:4])} running)" if live else ""
+                stop_cmd = f"python {SANDBOX_SCRIPT} down {rec['state_dir']}"
+            else:
+                alive = (owner > 0 and netns.comm(owner) is not None
+                         and _start_time(owner) == rec.get("owner_start"))
+                in_use = f"in use by PID {owner}" if alive else ""
+                stop_cmd = f"python {__file__} stop {rec['state_dir']}"
+            if Path(rec["state_dir"]) != self.root and in_use:
+                raise ClusterError(f"a multi-node SLURM cluster under {rec['state_dir']} is "
+                                   f"{in_use}; only one can run at a time; stop it first: "
+                                   f"{stop_cmd}")
             print(f"multinode cluster: stopping stale cluster under {rec['state_dir']}",
                   file=sys.stderr)
-            MultiNodeCluster(rec["state_dir"], install_etc_conf=True).stop()
+            other.stop()
             RECORD.unlink(missing_ok=True)
         netns.remove_stale()
 
@@ -404,7 +567,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in ("start", "stop"):
         print("usage: multinode_cluster.py start|stop STATE_DIR", file=sys.stderr)
         return 2
-    cluster = MultiNodeCluster(Path(argv[1]))
+    cluster = MultiNodeCluster.attach(Path(argv[1])) if argv[0] == "stop" else \
+        MultiNodeCluster(Path(argv[1]))
     if argv[0] == "start":
         cluster.start()
         nodes = " ".join(f"{n}={a}" for n, a in cluster.node_addrs.items())

@@ -22,6 +22,7 @@ NS_PREFIX = "d5n"
 VETH_PREFIX = "d5v"
 SUBNET = "10.77.0"
 HOST_ADDR = f"{SUBNET}.1"
+MAX_NODES = 244  # node K is SUBNET.(10+K): .11 .. .254 on the /24 (.255 is broadcast)
 NETNS_DIR = Path("/run/netns")
 HOSTS = Path("/etc/hosts")
 HOSTS_MARKER = "# d5pipe multinode test cluster"
@@ -63,9 +64,20 @@ class NetNode:
 
 def netns_pids(netns: str) -> list[int]:
     """PIDs of the live processes whose network namespace is ``netns`` (like ``ip netns pids``)."""
-    try:
-        ref = os.stat(NETNS_DIR / netns)
-    except OSError:
+    return netns_pids_many([netns])
+
+
+def netns_pids_many(namespaces: list[str]) -> list[int]:
+    """PIDs of the live processes in any of ``namespaces``: one pass over /proc for all of them
+    (128 namespaces one by one took seconds)."""
+    refs = set()
+    for netns in namespaces:
+        try:
+            st = os.stat(NETNS_DIR / netns)
+        except OSError:
+            continue
+        refs.add((st.st_ino, st.st_dev))
+    if not refs:
         return []
     found = []
     for entry in Path("/proc").iterdir():
@@ -73,21 +85,25 @@ def netns_pids(netns: str) -> list[int]:
             continue
         try:
             st = os.stat(entry / "ns" / "net")
+            if (st.st_ino, st.st_dev) not in refs:
+                continue
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if (st.st_ino, st.st_dev) == (ref.st_ino, ref.st_dev) and state != "Z":
+        if state != "Z":
             found.append(int(entry.name))
     return found
 
 
-def kill_netns_processes(netns: str, timeout_s: float = 30.0) -> list[int]:
-    """SIGKILL every process in ``netns`` until none is left (forks included); the killed PIDs."""
+def kill_netns_processes(netns: str | list[str], timeout_s: float = 30.0) -> list[int]:
+    """SIGKILL every process in ``netns`` (one name or several) until none is left (forks
+    included); the killed PIDs."""
+    names = [netns] if isinstance(netns, str) else netns
     killed: list[int] = []
     deadline = time.monotonic() + timeout_s
-    while pids := netns_pids(netns):
+    while pids := netns_pids_many(names):
         if time.monotonic() > deadline:
-            raise NetworkError(f"processes {pids} in namespace {netns} survive SIGKILL")
+            raise NetworkError(f"processes {pids} in namespaces {names} survive SIGKILL")
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -132,6 +148,29 @@ def terminate(pid: int, name: str, timeout_s: float,
         proc.wait(timeout=10)
 
 
+def terminate_all(pids: dict[int, subprocess.Popen[bytes] | None], name: str,
+                  timeout_s: float) -> None:
+    """:func:`terminate` for many processes at once: SIGTERM to all, one wait, SIGKILL to those
+    left (each ``pid`` maps to our own child, reaped here, or None: then only while it is still
+    ``name``)."""
+    live = {pid: proc for pid, proc in pids.items() if proc is not None or comm(pid) == name}
+    for pid in live:
+        signal_pid(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+
+    def running(pid: int, proc: subprocess.Popen[bytes] | None) -> bool:
+        return (proc is None or proc.poll() is None) and comm(pid) is not None
+
+    while any(running(p, c) for p, c in live.items()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, proc in live.items():
+        if running(pid, proc):
+            signal_pid(pid, signal.SIGKILL)
+    for proc in live.values():
+        if proc is not None:
+            proc.wait(timeout=10)
+
+
 def processes_referencing(text: str, names: frozenset[str]) -> list[int]:
     """Live processes called one of ``names`` whose open files or command line contain ``text``."""
     found = []
@@ -159,20 +198,28 @@ def _harness_namespaces() -> list[str]:
 
 def remove_stale() -> None:
     """Kill the processes in, and delete, every namespace, veth and bridge named by this harness."""
-    for ns in _harness_namespaces():
-        kill_netns_processes(ns)
-        _ip("netns", "del", ns, check=False)
-    for link in Path("/sys/class/net").iterdir():
-        if link.name.startswith(VETH_PREFIX) or link.name == BRIDGE:
-            _ip("link", "del", link.name, check=False)
+    namespaces = _harness_namespaces()
+    kill_netns_processes(namespaces)
+    _ip_batch([f"netns del {ns}" for ns in namespaces])
+    _ip_batch([f"link del {link.name}" for link in Path("/sys/class/net").iterdir()
+               if link.name.startswith(VETH_PREFIX) or link.name == BRIDGE])
+
+
+def _ip_batch(commands: list[str]) -> None:
+    """``ip -force -batch -``: many commands in one process, going on past failures (a link
+    already gone with its namespace)."""
+    if commands:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="\n".join(commands) + "\n",
+                       capture_output=True, text=True, timeout=120, check=False)
 
 
 class Network:
-    """The bridge and the namespaces of ``n_nodes`` nodes (``node1`` at ``10.77.0.11``, ...)."""
+    """The bridge and the namespaces of ``n_nodes`` nodes (``node1`` at ``10.77.0.11``, ...,
+    ``node244`` at ``10.77.0.254``)."""
 
     def __init__(self, n_nodes: int) -> None:
-        if not 1 <= n_nodes <= 200:
-            raise ValueError(f"n_nodes must be within 1..200, not {n_nodes}")
+        if not 1 <= n_nodes <= MAX_NODES:
+            raise ValueError(f"n_nodes must be within 1..{MAX_NODES}, not {n_nodes}")
         self.nodes: tuple[NetNode, ...] = tuple(
             NetNode(f"node{k}", f"{NS_PREFIX}{k}", f"{SUBNET}.{10 + k}", f"{VETH_PREFIX}{k}")
             for k in range(1, n_nodes + 1))
@@ -202,14 +249,12 @@ class Network:
 
     def destroy(self) -> None:
         """Kill what still runs in the namespaces; delete them, the veths and the bridge."""
-        for node in self.nodes:
-            kill_netns_processes(node.netns)
-            if (NETNS_DIR / node.netns).exists():
-                _ip("netns", "del", node.netns, check=False)
-            if _link_exists(node.veth_host):
-                _ip("link", "del", node.veth_host, check=False)
-        if _link_exists(BRIDGE):
-            _ip("link", "del", BRIDGE, check=False)
+        kill_netns_processes([node.netns for node in self.nodes])
+        _ip_batch([f"netns del {node.netns}" for node in self.nodes
+                   if (NETNS_DIR / node.netns).exists()])
+        # a namespace's deletion takes its veth pair along; whatever is left goes now
+        _ip_batch([f"link del {name}" for name in
+                   [*(node.veth_host for node in self.nodes), BRIDGE] if _link_exists(name)])
 
     def leftovers(self) -> list[str]:
         """Namespaces, veths and the bridge of this harness that still exist."""
