@@ -67,7 +67,7 @@ def user_code_for_ranks(monkeypatch: pytest.MonkeyPatch, prefix: str, path: Path
     monkeypatch.syspath_prepend(str(path))
 
 
-CLUSTER_FIXTURES = frozenset({"slurm_cluster", "multinode_cluster"})
+CLUSTER_FIXTURES = frozenset({"slurm_cluster", "multinode_cluster", "sandbox"})
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -75,8 +75,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test that uses a SLURM test cluster is marked ``slurm`` (``make test`` runs those in a
     process of their own, scripts/run_tests.sh: the clusters share /etc/slurm/slurm.conf and may
     not overlap), and the multi-node ones run last: the 3-node cluster takes /etc/slurm/slurm.conf
-    over from the one-node cluster, which is stopped then (see tests/multinode_fixture.py)."""
+    over from the one-node cluster, which is stopped then (see tests/multinode_fixture.py). Before
+    them, the tests of a module that starts a sandbox of its own (fixture ``sandbox``, e.g.
+    tests/test_slurm_scale.py): it too stops the one-node cluster, and only one multi-node cluster
+    runs at a time."""
     for item in items:
         if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("slurm") is None:
             item.add_marker(pytest.mark.slurm)
-    items.sort(key=lambda item: "multinode_cluster" in getattr(item, "fixturenames", ()))
+    def order(item: pytest.Item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return 2 if "multinode_cluster" in names else 1 if "sandbox" in names else 0
+
+    items.sort(key=order)
