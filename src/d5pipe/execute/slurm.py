@@ -83,6 +83,15 @@ def slurm_tool(argv: Sequence[str], timeout_s: float,
                           env=dict(env) if env is not None else None, check=False)
 
 
+def slurm_answer(argv: Sequence[str], timeout_s: float,
+                 env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
+    """:func:`slurm_tool`, with None also when the command does not answer within ``timeout_s``."""
+    try:
+        return slurm_tool(argv, timeout_s, env)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def _run_squeue(args: Sequence[str], timeout_s: float,
                 env: Mapping[str, str] | None) -> str:
     try:

@@ -15,11 +15,10 @@ from __future__ import annotations
 import getpass
 import math
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from d5pipe.execute.slurm import slurm_tool
+from d5pipe.execute.slurm import slurm_answer
 
 HEADROOM = 0.05
 """Share of ``MaxJobCount`` d5pipe leaves to other users and to jobs submitted by hand."""
@@ -83,17 +82,11 @@ def parse_max_submit(text: str) -> int | None:
 def read_limits(env: Mapping[str, str] | None = None, user: str | None = None,
                 timeout_s: float = 20.0) -> SiteLimits:
     """The site's limits: one ``scontrol show config`` and one ``sacctmgr show assoc``."""
-    try:
-        conf = slurm_tool(["scontrol", "show", "config"], timeout_s, env)
-    except subprocess.TimeoutExpired:
-        conf = None
+    conf = slurm_answer(["scontrol", "show", "config"], timeout_s, env)
     values = parse_config(conf.stdout) if conf is not None and conf.returncode == 0 else {}
     max_submit = None
-    try:
-        assoc = slurm_tool(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user or getpass.getuser()}",
-                            "format=MaxSubmit"], timeout_s, env)
-    except subprocess.TimeoutExpired:
-        assoc = None
+    assoc = slurm_answer(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user or getpass.getuser()}",
+                          "format=MaxSubmit"], timeout_s, env)
     if assoc is not None and assoc.returncode == 0:
         max_submit = parse_max_submit(assoc.stdout)
     return SiteLimits(max_array_size=values.get("MaxArraySize", DEFAULT_MAX_ARRAY_SIZE),

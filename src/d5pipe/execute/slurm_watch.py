@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.execute.slurm import query_jobs, slurm_tool
+from d5pipe.execute.slurm import query_jobs, slurm_answer
+from d5pipe.execute.slurm_limits import parse_config
 
 DEFAULT_INIT_S = 40.0
 """The plugin's default ``slurm-init-seconds-before-status-checks``."""
@@ -37,17 +37,9 @@ class StatusLost(D5PipeError):
     """SLURM stopped answering about a job of the run."""
 
 
-def _run(argv: Sequence[str], env: Mapping[str, str] | None, timeout_s: float) -> subprocess.CompletedProcess[str] | None:
-    """``argv`` run (:func:`d5pipe.execute.slurm.slurm_tool`); None when missing or not answering."""
-    try:
-        return slurm_tool(argv, timeout_s, env)
-    except subprocess.TimeoutExpired:
-        return None
-
-
 def sacct_works(env: Mapping[str, str] | None = None, timeout_s: float = 20.0) -> tuple[bool, str]:
     """Whether ``sacct`` answers on this cluster (and why not)."""
-    proc = _run(["sacct", "-n", "-X", "-P", "-o", "JobID", "-S", "now-1hours"], env, timeout_s)
+    proc = slurm_answer(["sacct", "-n", "-X", "-P", "-o", "JobID", "-S", "now-1hours"], timeout_s, env)
     if proc is None:
         return False, "sacct is missing or did not answer"
     text = (proc.stderr or "").strip()
@@ -58,11 +50,10 @@ def sacct_works(env: Mapping[str, str] | None = None, timeout_s: float = 20.0) -
 
 def min_job_age(env: Mapping[str, str] | None = None, timeout_s: float = 20.0) -> int | None:
     """``MinJobAge`` in seconds from ``scontrol show config`` (None when it cannot be read)."""
-    proc = _run(["scontrol", "show", "config"], env, timeout_s)
+    proc = slurm_answer(["scontrol", "show", "config"], timeout_s, env)
     if proc is None or proc.returncode != 0:
         return None
-    m = re.search(r"^MinJobAge\s*=\s*(\d+)", proc.stdout, re.M)
-    return int(m.group(1)) if m else None
+    return parse_config(proc.stdout).get("MinJobAge")
 
 
 def init_seconds(profiles: Sequence[Path]) -> float:
@@ -104,8 +95,6 @@ class SlurmWatch:
         self.poll_s, self.unknown_after_s = poll_s, unknown_after_s
         self.jobs: dict[str, str] = {}
         """Snakemake job ID -> SLURM job ID (``123`` or ``123_4`` for an array task)."""
-        self.arrays: list[str] = []
-        """SLURM IDs of submitted arrays (the driver throttles them)."""
         self._unknown_since: dict[str, float] = {}
         self._silent_since: float | None = None
         self._last = time.monotonic()
@@ -118,7 +107,6 @@ class SlurmWatch:
         m = SUBMITTED_ARRAY.search(line)
         if m:
             ids, base, lo = m.group(1).split(","), m.group(2), int(m.group(3))
-            self.arrays.append(base)
             for k, sid in enumerate(ids):
                 self.jobs[sid] = f"{base}_{lo + k}"
             return
@@ -135,7 +123,7 @@ class SlurmWatch:
         known = {i for i in ids if i in found or i.split("_")[0] in found}
         missing = [i for i in ids if i not in known]
         if missing:
-            proc = _run(["sacct", "-n", "-X", "-P", "-o", "JobID", "-j", ",".join(missing)], self.env, 20.0)
+            proc = slurm_answer(["sacct", "-n", "-X", "-P", "-o", "JobID", "-j", ",".join(missing)], 20.0, self.env)
             if proc is not None and proc.returncode == 0:
                 listed = {line.strip() for line in proc.stdout.splitlines()}
                 known |= {i for i in missing if i in listed or i.split("_")[0] in listed}
