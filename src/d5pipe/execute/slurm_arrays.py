@@ -66,8 +66,3 @@ def scheduler_args(executor: dict[str, Any], planned_jobs: int, jobs: int | None
         return limits
     room = scheduler_jobs(executor, planned_jobs, jobs)
     return ["--max-jobs-per-timespan", f"{room}/1s", "--resources", f"{SLOTS}={flight}", *limits]
-
-
-def needs_begin(executor: dict[str, Any]) -> bool:
-    """Whether array stages are submitted with ``--begin`` (the executor sets the throttle, then the start)."""
-    return arrays_on(executor)

@@ -31,14 +31,14 @@ from __future__ import annotations
 import getpass
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import snakemake_executor_plugin_slurm as plugin
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401 - the plugin's interface
 
-from d5pipe.execute.slurm import slurm_tool
+from d5pipe.execute.slurm import slurm_answer, slurm_tool
 from d5pipe.execute.slurm_limits import SiteLimits, read_limits
 from d5pipe.execute.snakemake_job import job_command
 
@@ -114,23 +114,19 @@ class Flight:
         self.view = QueueView()
         self.throttle: dict[str, int] = {}
         """Filling array -> the ArrayTaskThrottle set on it."""
-        self.queries = 0
         self._at = -float("inf")
         self.why = ""
         self._waiting_said = ""
 
     # ---------------------------------------------------------------- the queue
-    def refresh(self, force: bool = False) -> QueueView:
+    def refresh(self) -> QueueView:
         """The queue as of at most :attr:`poll_s` ago (one squeue when older)."""
         with self.lock:
-            if force or time.monotonic() - self._at >= self.poll_s:
+            if time.monotonic() - self._at >= self.poll_s:
                 text = self.query()
-                self.queries += 1
                 self._at = time.monotonic()
                 if text is not None:
                     self.view = parse_queue(text, self.name, self.user)
-                    self.throttle = {a: t for a, t in self.throttle.items() if a in self.view.pending
-                                     or a in self.view.running}
             return self.view
 
     def used(self, view: QueueView) -> int:
@@ -215,20 +211,14 @@ class Flight:
         return bool(self.throttle)
 
 
-def _scontrol_update(env: Mapping[str, str] | None) -> Callable[[list[str]], None]:
-    def update(args: list[str]) -> None:
-        slurm_tool(["scontrol", "update", *args], 20.0, env)
-    return update
+def scontrol_update(args: list[str]) -> None:
+    slurm_tool(["scontrol", "update", *args], 20.0)
 
 
-def _squeue(env: Mapping[str, str] | None) -> Callable[[], str | None]:
-    def query() -> str | None:
-        try:
-            proc = slurm_tool(["squeue", "-h", "-r", "-t", "all", "-o", QUEUE_FORMAT], 30.0, env)
-        except Exception:  # noqa: BLE001 - no answer this round: keep the last view
-            return None
-        return proc.stdout if proc is not None and proc.returncode == 0 else None
-    return query
+def squeue_all() -> str | None:
+    """Every job and array task slurmctld holds (:data:`QUEUE_FORMAT`); None when squeue does not answer."""
+    proc = slurm_answer(["squeue", "-h", "-r", "-t", "all", "-o", QUEUE_FORMAT], 30.0)
+    return proc.stdout if proc is not None and proc.returncode == 0 else None
 
 
 def share_limits(limits: SiteLimits) -> None:
@@ -252,8 +242,8 @@ class Executor(plugin.Executor):
         config: dict[str, Any] = dict(getattr(self.workflow, "config", {}) or {})
         from d5pipe.execute.slurm_arrays import FLIGHT_KEY, POLL_KEY, THROTTLE_KEY
 
-        self.flight = Flight(self.site_limits, int(config.get(FLIGHT_KEY, 100)), self.run_uuid, _squeue(None),
-                             _scontrol_update(None), poll_s=float(config.get(POLL_KEY, POLL_S)),
+        self.flight = Flight(self.site_limits, int(config.get(FLIGHT_KEY, 100)), self.run_uuid, squeue_all,
+                             scontrol_update, poll_s=float(config.get(POLL_KEY, POLL_S)),
                              array_cap=int(config.get(THROTTLE_KEY, 0)), say=self.logger.info)
         self.logger.info(f"d5pipe: SLURM site limits: {self.site_limits.describe()}; arrays of at most "
                          f"{self.max_array_size} tasks; at most {self.flight.limit} tasks of the run in flight")

@@ -137,7 +137,7 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     sooner, and a job that is not an array task takes one slot of
     :data:`~d5pipe.execute.slurm_arrays.SLOTS` (d5pipe.execute.slurm_arrays).
     """
-    from d5pipe.execute.slurm_arrays import SLOTS, arrays_on, needs_begin
+    from d5pipe.execute.slurm_arrays import SLOTS, arrays_on
 
     ex = executor_config(run_dir)
     if ex.get("name") != "slurm":
@@ -149,7 +149,7 @@ def stage_resources(run_dir: str | Path, stage: str) -> dict[str, Any]:
     if placed:
         partition = str(merged_resources(ex, stage).get("partition") or "")
         out["slurm_extra"] = lambda wildcards: shard_nodelist(run_dir, stage, str(wildcards.shard), partition)
-    elif array_job(stage, placed) and needs_begin(ex):
+    elif array_job(stage, placed) and arrays_on(ex):
         out["slurm_extra"] = f"--begin=now+{THROTTLE_GRACE_S}"
     if arrays_on(ex) and not array_job(stage, placed):
         out[SLOTS] = 1
