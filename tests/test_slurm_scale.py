@@ -18,7 +18,6 @@ the test sees each ``sbatch``'s arguments and exit code.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmarks import bench_slurm_scale as bench
 
 from d5pipe.rundir.layout import RunDir
 
@@ -58,19 +58,6 @@ sweep:
     operators.size: {list(range(1, LEVEL0_SHARDS + 1))}
     train.lr: {[round(0.01 * (k + 1), 3) for k in range(LEVEL2_SHARDS)]}
 """
-
-
-def _load(name: str, path: Path) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-bench = _load("d5pipe_bench_slurm_scale", ROOT / "benchmarks" / "bench_slurm_scale.py")
 
 
 @pytest.fixture(scope="module")
