@@ -62,6 +62,7 @@ test-fast: install-test
 	$(VENV)/bin/pytest -q -m "not slurm and not mpi and not browser"
 
 bench: install-test
+	$(PIP) install -q -e '.[bench]'
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
 
 # ruff and mypy over the code; Snakemake's linter over the workflow of a planned tiny run.

@@ -226,7 +226,8 @@ def snakemake_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[
     argv = [sys.executable, "-m", "snakemake", "--executor", "slurm", "--jobs", str(args.jobs), "--config",
             f"shards={shards}", "--latency-wait", "5", "--slurm-init-seconds-before-status-checks", "10"]
     res = run_timed(argv, {**env, **THREAD_ENV, "D5_CALLS_LOG": str(log)}, d, args.timeout)
-    return {"rc": res["rc"], "wall_s": res["wall_s"], "calls": call_summary(read_calls(log), res["wall_s"])}
+    return {"rc": res["rc"], "wall_s": res["wall_s"], "calls": call_summary(read_calls(log), res["wall_s"]),
+            "tail": res["out"][-800:] if res["rc"] != 0 else ""}
 
 
 HYDRA_APP = """
@@ -338,6 +339,8 @@ def main() -> int:
                     print(f"  peer {peer}: exit {p['rc']}, wall {p['wall_s']:.0f} s, scheduler queries "
                           f"{pc['queries']} ({pc['queries_per_min']}/min), sbatch {pc['sbatch']}, rejected "
                           f"{pc['rejected']}")
+                    if p.get("tail"):
+                        print(f"    why: {p['tail'].strip().splitlines()[-1]}")
         if len(rows) >= 2:
             first, last = rows[0]["d5pipe"], rows[-1]["d5pipe"]
             ratio = last["overhead_per_shard_s"] / first["overhead_per_shard_s"] if first["overhead_per_shard_s"] > 0 else float("nan")

@@ -28,6 +28,7 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import threading
 import time
@@ -293,6 +294,13 @@ class Executor(plugin.Executor):
             self.flight.submitted(None, 1)
         finally:
             self.flight.lock.release()
+
+    async def sleep(self) -> None:
+        """The plugin's pause between status rounds (up to a minute), ended early once Snakemake
+        shuts the executor down: the run ends when its last job does, not a status round later."""
+        end = time.monotonic() + float(self.next_seconds_between_status_checks or 0)
+        while self.wait and time.monotonic() < end:
+            await asyncio.sleep(min(0.5, max(0.0, end - time.monotonic())))
 
     def cancel(self) -> None:
         self.flight.stopped.set()
