@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +31,14 @@ def test_limits_are_read_from_scontrol_and_sacctmgr_text() -> None:
 
 
 def test_arrays_never_use_an_index_at_the_limit_and_fit_what_may_be_submitted() -> None:
-    """MaxArraySize caps the index: a default site takes indices 0..1000, so chunks of 1000 numbered
-    from 1; a chunk is never larger than what the site lets one user submit at once."""
+    """MaxArraySize caps the index: a default site takes indices 0..1000, so chunks of at most 1000
+    numbered from 1, and of at most what one call carries (TASKS_PER_CALL, ~770); a chunk is never
+    larger than what the site lets one user submit at once."""
+    from d5pipe.execute.slurm_limits import TASKS_PER_CALL
+
     default = submission_plan(2000, SiteLimits(), 1000)
-    assert (default.chunk, default.arrays, default.waves) == (1000, 2, 1)
+    assert (default.chunk, default.arrays, default.waves) == (TASKS_PER_CALL, 3, 1)
+    assert submission_plan(2000, SiteLimits(), 500).chunk == 500
     low = SiteLimits(max_array_size=11, max_job_count=40, max_submit_jobs=30)
     plan = submission_plan(150, low, 1000)
     assert (plan.chunk, plan.arrays) == (10, 15) and plan.waves == 5  # 3 arrays of 10 fit under 30
@@ -152,3 +157,28 @@ def test_the_queue_view_counts_the_run_the_user_and_the_controller(state: str, p
     assert view.controller_jobs == 5 and view.user_active == 3 and view.singles == 1
     assert view.pending.get("7", 0) == pending and view.running.get("7", 0) == 1 - pending
     assert view.filling == ("7" if pending else None)
+
+
+def test_an_array_call_of_script_commands_stays_under_the_kernels_argument_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin sends every task's command in one ``sh -c`` argument (and again in each task's
+    command line): over 128 KiB, its fallback lost the commands and every task ran task 1's shard."""
+    import base64
+    import json
+    import subprocess
+    import zlib
+
+    from d5pipe.execute.slurm_executor import job_script
+    from d5pipe.execute.slurm_limits import TASKS_PER_CALL
+
+    monkeypatch.chdir(tmp_path)  # jobs start in the run directory; the scripts' paths are relative to it
+    rng = random.Random(7)
+    calls = [job_script(f"echo shard s{i:05d} {rng.getrandbits(64):x}")
+             for i in range(1, TASKS_PER_CALL + 1)]
+    payload = base64.b64encode(json.dumps(
+        {str(i): zlib.compress(c.encode(), level=9).hex() for i, c in enumerate(calls, start=1)}).encode())
+    assert 500 < TASKS_PER_CALL and len(calls[0]) + len(payload) < 128 * 1024 - 4096
+    out = subprocess.run(calls[41].split() + ["--slurm-jobstep-array-execs=x"], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out[:2] == ["shard", "s00042"] and out[-1] == "--slurm-jobstep-array-execs=x"
+    assert len(set(calls)) == len(calls) and job_script("echo s1") == job_script("echo s1")  # one script per command

@@ -1,5 +1,6 @@
 """``d5pipe status DIR``: finished / failed / skipped / pending points of a run, and, under the
-SLURM executor, the run's pending / running / failed SLURM jobs (from squeue)."""
+SLURM executor, the run's pending / running / failed SLURM jobs (from squeue) and what happened to
+the run (nodes down, controller or accounting outages, requeued jobs: d5pipe.results.slurm_incidents)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def main(args: argparse.Namespace) -> int:
         if driver is not None:
             print(driver)
         print("\n".join(slurm_status_lines(rd.root)))
+        from d5pipe.results.slurm_incidents import incident_lines, live_incidents
+
+        print("\n".join(incident_lines(live_incidents(rd))))
     if args.junit is not None:
         from d5pipe.results.junit import write_junit
 

@@ -17,6 +17,13 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
   under the limit. Array stages are submitted with ``--begin=now+N``
   (d5pipe.execute.snakefile_api.THROTTLE_GRACE_S); the throttle is set first, then the begin time
   is moved to now.
+* **Arrays of any size the site allows.** The plugin sends every task's Snakemake command line,
+  compressed, in the array's one ``sbatch`` call and in the command line of every task; a command
+  line over the kernel's 128 KiB argument limit makes it fall back to a script that loses the
+  tasks' commands (every task of the array then ran the first task's shard). Here a job's command
+  is a script of its own (``.snakemake/d5j/<hash>``, written once), its command line ``sh`` of
+  that script, and a chunk is cut so the call stays under
+  d5pipe.execute.slurm_limits.WRAP_BUDGET bytes (``SiteLimits.array_chunk``).
 * **A bounded load on the scheduler.** The limits are read once per run (one ``scontrol show
   config``, one ``sacctmgr``) and the plugin's own probes answer from them (it ran ``scontrol show
   config`` at import, at start and in every status round). What this executor knows of the queue
@@ -30,18 +37,22 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import hashlib
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import snakemake_executor_plugin_slurm as plugin
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401 - the plugin's interface
 
 from d5pipe.execute.slurm import slurm_answer, slurm_tool
-from d5pipe.execute.slurm_limits import SiteLimits, read_limits
+from d5pipe.execute.slurm_limits import JOB_SCRIPTS, SiteLimits, read_limits, script_call
 from d5pipe.execute.snakemake_job import job_command
+from d5pipe.rundir.layout import RunDir
+from d5pipe.rundir.slurm_events import Outage, record
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings", "Flight", "QueueView", "parse_queue"]
 
@@ -50,6 +61,19 @@ ACTIVE = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDE
 """squeue states of a job that still counts towards ``MaxSubmitJobs`` and the run's limit."""
 QUEUE_FORMAT = "%F|%K|%T|%j|%u"
 POLL_S = 10.0
+
+
+def job_script(command: str, where: Path = JOB_SCRIPTS) -> str:
+    """``sh <script>``: ``command`` written once to a script named by its hash, which passes on
+    the arguments it is given (the plugin appends the array's task commands to the first one)."""
+    digest = hashlib.sha256(command.encode()).hexdigest()[:16]
+    path = where / digest
+    if not path.exists():
+        from d5pipe.core.atomic import write_text
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, f'{command} "$@"\n', durable=False)
+    return script_call(digest, where)
 
 
 @dataclass
@@ -105,9 +129,10 @@ class Flight:
 
     def __init__(self, limits: SiteLimits, limit: int, name: str, query: Callable[[], str | None],
                  update: Callable[[list[str]], None], poll_s: float = POLL_S, user: str | None = None,
-                 array_cap: int = 0, say: Callable[[str], None] = lambda _m: None) -> None:
+                 array_cap: int = 0, say: Callable[[str], None] = lambda _m: None,
+                 waited: Callable[[int, str, float], None] = lambda _n, _why, _s: None) -> None:
         self.limits, self.limit, self.name = limits, max(1, int(limit)), name
-        self.query, self.update, self.poll_s, self.say = query, update, float(poll_s), say
+        self.query, self.update, self.poll_s, self.say, self.waited = query, update, float(poll_s), say, waited
         self.user = user or getpass.getuser()
         self.array_cap = int(array_cap)
         self.lock = threading.RLock()
@@ -164,13 +189,18 @@ class Flight:
         return False
 
     def admit(self, tasks: int, array: bool) -> bool:
-        """Wait until ``tasks`` may be submitted (:meth:`admit_now`); False once stopped."""
+        """Wait until ``tasks`` may be submitted (:meth:`admit_now`); False once stopped. A wait
+        is told to ``waited`` (tasks, the first reason, seconds) once it ends."""
+        t0, first = time.monotonic(), ""
         while not self.admit_now(tasks, array):
+            first = first or self.why
             if self.why != self._waiting_said:
                 self.say(f"d5pipe: waiting to submit {tasks} task(s): {self.why}")
                 self._waiting_said = self.why
             if self.stopped.wait(self.poll_s):
                 return False
+        if first:
+            self.waited(tasks, first, time.monotonic() - t0)
         return True
 
     def submitted(self, array_id: str | None, tasks: int) -> None:
@@ -243,9 +273,22 @@ class Executor(plugin.Executor):
         config: dict[str, Any] = dict(getattr(self.workflow, "config", {}) or {})
         from d5pipe.execute.slurm_arrays import FLIGHT_KEY, POLL_KEY, THROTTLE_KEY
 
-        self.flight = Flight(self.site_limits, int(config.get(FLIGHT_KEY, 100)), self.run_uuid, squeue_all,
+        self.events = RunDir.of(".").slurm_events_log  # Snakemake runs in the run directory
+        controller = Outage(self.events, "controller", "slurmctld (squeue)")
+        self.status_outage = Outage(self.events, "status", "the job status query")
+
+        def query() -> str | None:
+            text = squeue_all()
+            controller.saw(text is not None)
+            return text
+
+        def waited(tasks: int, why: str, seconds: float) -> None:
+            record(self.events, "wait", "waited", f"{tasks} task(s) waited {seconds:.0f} s to be submitted: {why}",
+                   waited_s=round(seconds, 1), tasks=tasks)
+
+        self.flight = Flight(self.site_limits, int(config.get(FLIGHT_KEY, 100)), self.run_uuid, query,
                              scontrol_update, poll_s=float(config.get(POLL_KEY, POLL_S)),
-                             array_cap=int(config.get(THROTTLE_KEY, 0)), say=self.logger.info)
+                             array_cap=int(config.get(THROTTLE_KEY, 0)), say=self.logger.info, waited=waited)
         self.logger.info(f"d5pipe: SLURM site limits: {self.site_limits.describe()}; arrays of at most "
                          f"{self.max_array_size} tasks; at most {self.flight.limit} tasks of the run in flight")
         self._collected = threading.local()
@@ -261,8 +304,9 @@ class Executor(plugin.Executor):
                     self.logger.warning(f"d5pipe: could not raise an array's throttle: {exc}")
 
     def format_job_exec(self, job: Any) -> str:
-        """The plugin's job command, run by d5pipe.execute.snakemake_job (no SLURM plugin loaded)."""
-        return job_command(str(super().format_job_exec(job)))
+        """The plugin's job command, run by d5pipe.execute.snakemake_job (no SLURM plugin loaded),
+        as ``sh`` of a script that holds it (:func:`job_script`)."""
+        return job_script(job_command(str(super().format_job_exec(job))))
 
     def _report_job_submission_threadsafe(self, job_info: Any) -> None:
         ids = getattr(self._collected, "ids", None)
@@ -294,6 +338,15 @@ class Executor(plugin.Executor):
             self.flight.submitted(None, 1)
         finally:
             self.flight.lock.release()
+
+    async def check_active_jobs(self, active_jobs: list[Any]) -> Any:
+        """The plugin's status round (it keeps a job active while its query fails); an outage of
+        the query and its end go to the run's SLURM event log."""
+        calls, failures = self._status_query_calls, self._status_query_failures
+        async for job in super().check_active_jobs(active_jobs):
+            yield job
+        if (calls, failures) != (self._status_query_calls, self._status_query_failures):
+            self.status_outage.saw(self._status_query_calls > calls)
 
     async def sleep(self) -> None:
         """The plugin's pause between status rounds (up to a minute), ended early once Snakemake

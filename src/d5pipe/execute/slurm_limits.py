@@ -12,11 +12,15 @@ one. :func:`submission_plan` says how many arrays and waves a sweep of ``shards`
 
 from __future__ import annotations
 
+import base64
 import getpass
+import json
 import math
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from d5pipe.execute.slurm import slurm_answer
 
@@ -25,6 +29,31 @@ HEADROOM = 0.05
 DEFAULT_MAX_ARRAY_SIZE = 1001
 DEFAULT_MAX_JOB_COUNT = 10000
 DEFAULT_MIN_JOB_AGE = 300
+
+
+JOB_SCRIPTS = Path(".snakemake") / "d5j"
+"""Where each job's command is written (relative to the run directory, where every job starts)."""
+WRAP_BUDGET = 96 * 1024
+"""Bytes the array's task commands may take in one call: under Linux's 128 KiB for one argument
+(``MAX_ARG_STRLEN``), which the ``sbatch`` call (one ``sh -c`` argument) and each task's
+``--slurm-jobstep-array-execs`` must both fit."""
+
+
+def tasks_per_call(command: str, budget: int = WRAP_BUDGET) -> int:
+    """How many tasks with commands like ``command`` fit in one array call: the plugin sends each
+    as ``"<index>": "<zlib hex>"`` in base64'd JSON."""
+    entry = json.dumps({"100000": zlib.compress(command.encode(), level=9).hex()})
+    per_task = len(base64.b64encode(entry.encode()))
+    return max(1, budget // per_task)
+
+
+def script_call(digest: str, where: Path = JOB_SCRIPTS) -> str:
+    """A job's command line in the array call: ``sh`` of its script (d5pipe.execute.slurm_executor.job_script)."""
+    return f"sh {where / digest}"
+
+
+TASKS_PER_CALL = tasks_per_call(script_call("9f86d081884c7d65"))
+"""Tasks of one array call, with each task's command ``sh`` of its script."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +81,9 @@ class SiteLimits:
         return min(self.job_room, self.max_submit_jobs) if self.max_submit_jobs else self.job_room
 
     def array_chunk(self, array_limit: int) -> int:
-        """Tasks per array: ``executor.array_limit``, at most ``MaxArraySize - 1`` (indices 1..N)
-        and at most what may be submitted at once."""
-        return max(1, min(int(array_limit), self.max_array_size - 1, self.submit_room))
+        """Tasks per array: ``executor.array_limit``, at most ``MaxArraySize - 1`` (indices 1..N),
+        at most what may be submitted at once and at most :data:`TASKS_PER_CALL`."""
+        return max(1, min(int(array_limit), self.max_array_size - 1, self.submit_room, TASKS_PER_CALL))
 
     def describe(self) -> str:
         submit = self.max_submit_jobs if self.max_submit_jobs else "unlimited"

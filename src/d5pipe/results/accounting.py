@@ -3,7 +3,8 @@
 For every SLURM job named in the points' provenance (``provenance.slurm_job_id``), ``sacct``
 gives its state, elapsed time, CPU time, peak resident memory and nodes. :func:`job_accounting`
 returns one row per job with CPU efficiency (CPU time / (elapsed x allocated CPUs)) and memory
-efficiency (MaxRSS / requested memory); finalize joins it onto the points' rows of
+efficiency (MaxRSS / requested memory), and every attempt of the job (``sacct --duplicates``: a job
+requeued after its node failed, or by ``scontrol requeue``, ran more than once); finalize joins it onto the points' rows of
 ``results.parquet`` (``slurm_*`` columns) and writes it as ``accounting.parquet``; the report
 shows it as the efficiency table. Without accounting (no slurmdbd) it is empty and says why.
 """
@@ -22,7 +23,9 @@ FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "TotalCPU", "MaxRSS", "Req
           "NodeList")
 COLUMNS = ("slurm_job_id", "slurm_state", "slurm_elapsed_s", "slurm_cpu_s", "slurm_maxrss_mb",
            "slurm_req_mem_mb", "slurm_alloc_cpus", "slurm_nodes", "slurm_cpu_efficiency",
-           "slurm_mem_efficiency")
+           "slurm_mem_efficiency", "slurm_attempts", "slurm_history")
+"""``slurm_attempts``: how often the job started; ``slurm_history``: each earlier attempt's end
+state and node, ``"NODE_FAIL on node3; REQUEUED on node7"`` (empty for a job that ran once)."""
 
 
 def _seconds(text: str) -> float:
@@ -58,8 +61,13 @@ def parse_sacct(text: str) -> pd.DataFrame:
         rec = dict(zip(FIELDS, parts, strict=True))
         raw = rec["JobIDRaw"]
         job = raw.split(".", 1)[0]
-        row = rows.setdefault(job, {"slurm_job_id": job, "slurm_maxrss_mb": 0.0})
-        if "." not in raw:  # the allocation line
+        row = rows.setdefault(job, {"slurm_job_id": job, "slurm_maxrss_mb": 0.0, "slurm_attempts": 0,
+                                    "slurm_history": ""})
+        if "." not in raw:  # the allocation line: one per attempt with --duplicates, the last one last
+            if row["slurm_attempts"]:
+                earlier = f"{row['slurm_state']} on {row['slurm_nodes'] or 'no node'}"
+                row["slurm_history"] = f"{row['slurm_history']}; {earlier}" if row["slurm_history"] else earlier
+            row["slurm_attempts"] += 1
             row.update(slurm_state=rec["State"].split()[0], slurm_elapsed_s=float(rec["ElapsedRaw"] or 0),
                        slurm_cpu_s=_seconds(rec["TotalCPU"]), slurm_req_mem_mb=_megabytes(rec["ReqMem"]),
                        slurm_alloc_cpus=int(rec["AllocCPUS"] or 0), slurm_nodes=rec["NodeList"])
@@ -78,18 +86,18 @@ def parse_sacct(text: str) -> pd.DataFrame:
     return df[list(COLUMNS)]
 
 
-def _sacct(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str] | str:
-    """``sacct <args>`` (``SLURM_CONF`` from ``D5PIPE_SLURM_CONF`` unless set), or why it did not run."""
-    exe = shutil.which("sacct")
+def _sacct(args: list[str], timeout_s: float, tool: str = "sacct") -> subprocess.CompletedProcess[str] | str:
+    """``sacct <args>`` (or ``tool``; ``SLURM_CONF`` from ``D5PIPE_SLURM_CONF`` unless set), or why it did not run."""
+    exe = shutil.which(tool)
     if exe is None:
-        return "sacct is not installed here"
+        return f"{tool} is not installed here"
     env = dict(os.environ)
     if "D5PIPE_SLURM_CONF" in env:
         env.setdefault("SLURM_CONF", env["D5PIPE_SLURM_CONF"])
     try:
         return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
     except subprocess.TimeoutExpired:
-        return f"sacct did not answer within {timeout_s:g} s"
+        return f"{tool} did not answer within {timeout_s:g} s"
 
 
 def run_job_ids(run_dir: str, since: str, timeout_s: float = 60.0) -> set[str]:
@@ -112,10 +120,27 @@ def job_accounting(job_ids: Iterable[str], timeout_s: float = 60.0) -> tuple[pd.
     ids = sorted({str(j) for j in job_ids if j})
     if not ids:
         return pd.DataFrame(columns=list(COLUMNS)), "no SLURM jobs (a local run)"
-    proc = _sacct(["-n", "-P", "-o", ",".join(FIELDS), "-j", ",".join(ids)], timeout_s)
+    proc = _sacct(["-n", "-P", "--duplicates", "-o", ",".join(FIELDS), "-j", ",".join(ids)], timeout_s)
     if isinstance(proc, str):
         return pd.DataFrame(columns=list(COLUMNS)), proc
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
         return pd.DataFrame(columns=list(COLUMNS)), f"sacct failed: {first} (no accounting on this cluster?)"
     return parse_sacct(proc.stdout), ""
+
+
+EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "Reason")
+
+
+def node_events(since: str, timeout_s: float = 30.0) -> tuple[list[dict[str, str]], str]:
+    """The nodes that went down, drained or failed since ``since`` (``sacctmgr show event``: one
+    row per episode, ``TimeEnd`` empty while it lasts) and, when it cannot say, why."""
+    proc = _sacct(["-n", "-P", "show", "event", f"start={since}", f"format={','.join(EVENT_FIELDS)}"],
+                  timeout_s, tool="sacctmgr")
+    if isinstance(proc, str):
+        return [], proc
+    if proc.returncode != 0:
+        return [], f"sacctmgr failed: {(proc.stderr.strip().splitlines() or ['?'])[0]}"
+    rows = [dict(zip(EVENT_FIELDS, line.split("|"), strict=True)) for line in proc.stdout.splitlines()
+            if line.count("|") == len(EVENT_FIELDS) - 1]
+    return [r for r in rows if r["NodeName"]], ""  # cluster-wide events (no node) say nothing here

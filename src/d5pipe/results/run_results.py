@@ -9,7 +9,7 @@ each point's verdict (d5pipe.results.verdicts, computed once), the side-by-side 
 (d5pipe.results.comparisons) as rows of the variants' points, and the run's verdict. It returns
 one :class:`RunResults`; :func:`write_results` writes ``results.parquet``,
 ``summary_<stage>.parquet`` (with the verdicts), ``warnings.parquet``, ``curves.parquet``,
-``comparisons.parquet``, ``accounting.parquet`` and ``verdict.json`` from it, each once. The
+``comparisons.parquet``, ``accounting.parquet``, ``slurm_events.parquet`` and ``verdict.json`` from it, each once. The
 report, ``d5pipe report``, ``d5pipe status`` and ``--junit`` take that value; a reader of a
 finished run's ``results.parquet`` goes through d5pipe.results.columns.load_results. A changed
 ``recipe.acceptance`` changes verdicts on the next pass without re-measuring anything."""
@@ -52,6 +52,8 @@ class RunResults:
     """(stage, point_id, metric) -> the raw samples of the record, or None."""
     accounting: pd.DataFrame | None = None
     """The SLURM accounting of the run's jobs, else None."""
+    incidents: pd.DataFrame | None = None
+    """What happened to the run on SLURM (d5pipe.results.slurm_incidents), else None."""
 
 
 def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
@@ -84,6 +86,10 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
         raise D5PipeError(f"{rd.root}: no point records and no plan (is it a d5pipe run directory?)")
     df = with_checks(with_derived(to_frame(table)), config)
     df, acct = with_accounting(df, rd, query=accounting)
+    if acct is not None:
+        from d5pipe.results.slurm_incidents import incidents
+
+        happened = incidents(rd, acct, query=accounting)
     verdicts = point_verdicts(df)
     df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
     samples = cols.sample_source()
@@ -92,7 +98,7 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
         run_dir=rd, frame=with_comparison_rows(df, pairs), verdicts=verdicts, verdict=run_verdict(verdicts),
         warnings=pd.DataFrame(cols.warnings, columns=["stage", "point_id", "warning"], dtype=object),
         curves=pd.DataFrame(cols.curves, columns=["stage", "point_id", "series", "step", "value"]),
-        comparisons=pairs, samples=samples, accounting=acct)
+        comparisons=pairs, samples=samples, accounting=acct, incidents=happened if acct is not None else None)
 
 
 def with_accounting(df: pd.DataFrame, rd: RunDir, query: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -105,8 +111,9 @@ def with_accounting(df: pd.DataFrame, rd: RunDir, query: bool) -> tuple[pd.DataF
     if "slurm_job_id" not in df.columns or df["slurm_job_id"].isna().all():
         return df, None
     if query:
-        since = str(rd.manifest.get("created") or "now-7days")[:19]
-        acct, why = job_accounting({*df["slurm_job_id"].dropna().unique(), *run_job_ids(str(rd.root), since)})
+        from d5pipe.results.slurm_incidents import run_since
+
+        acct, why = job_accounting({*df["slurm_job_id"].dropna().unique(), *run_job_ids(str(rd.root), run_since(rd))})
         acct = acct.assign(note=why)
     elif rd.side_table("accounting").is_file():
         acct = pd.read_parquet(rd.side_table("accounting"))
@@ -182,5 +189,7 @@ def write_results(res: RunResults) -> Path:
     write_frame(res.comparisons, rd.side_table("comparisons"))
     if res.accounting is not None:
         write_frame(res.accounting, rd.side_table("accounting"))
+    if res.incidents is not None:
+        write_frame(res.incidents, rd.side_table("slurm_events"))
     write_json(rd.verdict_path, {"schema_version": 1, **asdict(res.verdict)})
     return rd.results_path

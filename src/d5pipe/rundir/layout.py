@@ -15,6 +15,7 @@ Layout (``RUN`` = the run directory)::
     RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
     RUN/env/<env_hash>.json            the environment record of each distinct job environment
     RUN/logs/<rule>/...                Snakemake job logs
+    RUN/logs/slurm_events.jsonl        what the SLURM driver saw (d5pipe.rundir.slurm_events)
     RUN/results.parquet (+ summary_<stage>, warnings, curves, comparisons), RUN/report.html, RUN/report.md,
     RUN/verdict.json                   the run's verdict (what d5pipe run/status exit with)
     RUN/CHECKSUMS.sha256               the seal that makes the directory a bundle
@@ -129,8 +130,12 @@ class RunDir:
         return self.root / REPRODUCE_FILE
 
 
+    @property
+    def slurm_events_log(self) -> Path:
+        return self.root / "logs" / "slurm_events.jsonl"
+
     def side_table(self, name: str) -> Path:
-        """``warnings``, ``curves``, ``comparisons``, ``accounting`` or ``summary_<stage>`` next to
+        """``warnings``, ``curves``, ``comparisons``, ``accounting``, ``slurm_events`` or ``summary_<stage>`` next to
         results.parquet."""
         return self.root / f"{name}.parquet"
 
