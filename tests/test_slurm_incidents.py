@@ -84,10 +84,13 @@ def test_incidents_of_a_run_read_back_without_asking_slurm(tmp_path: Path) -> No
     Outage(rd.slurm_events_log, "controller", "slurmctld (squeue)").saw(False)
     acct = parse_sacct(REQUEUED)
     pd.DataFrame([{"t": 5.0, "kind": "node", "text": "node3 DOWN"}]).to_parquet(rd.side_table("slurm_events"))
+    (tmp_path / "shards" / "level0").mkdir(parents=True)
+    (tmp_path / "shards" / "level0" / "s00001.attempts").write_text("p1\np2\np1\n")
     table = incidents(rd, acct, query=False)
-    assert list(table["kind"]) == ["requeue", "job", "node", "controller"]
+    assert list(table["kind"]) == ["requeue", "job", "restart", "node", "controller"]
+    assert "1 point(s) started more than once" in table["text"][2] and "level0/p1 (2x)" in table["text"][2]
     lines = incident_lines(table, limit=2)
-    assert lines[0] == "slurm: 4 incident(s)" and lines[-1].strip().startswith("... 2 more")
+    assert lines[0] == "slurm: 5 incident(s)" and lines[-1].strip().startswith("... 3 more")
     assert "job 41 ran 3 times: NODE_FAIL on node3; REQUEUED on node7; then COMPLETED on node9" in lines[1]
     assert incident_lines(incidents(RunDir(tmp_path / "none"), None, query=False)) == [
         "slurm: no node, controller, accounting or job incident"]

@@ -19,6 +19,7 @@ the test sees each ``sbatch``'s arguments and exit code.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -77,7 +78,8 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def _faults(cluster: Any, run_dir: Path, stop: threading.Event, did: list[str]) -> None:
-    """Once 20 level-0 records exist: two nodes DOWN, then one running array task requeued."""
+    """Once 20 level-0 records exist: two nodes DOWN, slurmctld restarted, then one running array
+    task requeued."""
     records = run_dir / "points" / "level0"
     while not stop.is_set() and len(list(records.glob("*.json"))) < 20:
         time.sleep(1)
@@ -85,6 +87,8 @@ def _faults(cluster: Any, run_dir: Path, stop: threading.Event, did: list[str]) 
         return
     cluster.set_down(["node15", "node16"], reason="test: 10% of nodes down")
     did.append("down")
+    cluster.restart_controller()
+    did.append("controller restarted")
     deadline = time.monotonic() + 120
     while not stop.is_set() and time.monotonic() < deadline:
         out = cluster.run(["squeue", "-h", "-r", "-t", "R", "-o", "%i"]).stdout.split()
@@ -165,6 +169,12 @@ def test_a_sweep_wider_than_the_site_allows_runs_in_chunked_arrays_and_waves_thr
     for path in (run_dir / "shards").glob("*/*.attempts"):
         started.update(line.strip() for line in path.read_text().splitlines() if line.strip())
     assert set(started) == planned and max(started.values()) <= 2, started.most_common(3)
+
+    status = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "status", str(run_dir)], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, check=False).stdout
+    happened = status[status.index("slurm: "):]  # what happened, from sacctmgr's events and sacct --duplicates
+    assert "node15 DOWN" in happened and "node16 DOWN" in happened, status
+    assert re.search(r"ran \d+ times: [^\n]*REQUEUED on node", happened), status  # the task requeued by hand
 
     intervals = _sacct_intervals(sandbox, run_dir)
     assert len(intervals) >= LEVEL0_SHARDS + LEVEL2_SHARDS

@@ -21,7 +21,6 @@ import socket
 import sys
 import time
 import traceback
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,13 +118,6 @@ def _crash_record(spec: dict[str, Any], stage: str, pt: dict[str, Any], cause: s
                   extra={"failure": cause}, env_hash=env_hash, provenance=prov)
 
 
-def _read_attempts(path: Path) -> Counter[str]:
-    try:
-        return Counter(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-    except FileNotFoundError:
-        return Counter()
-
-
 def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None) -> dict[str, str]:
     """Run every unfinished point of ``plan/<stage>/<shard>.json``; return point_id -> status."""
     rd = RunDir.of(run_dir)
@@ -142,7 +134,7 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
     written: list[Path] = []
     todo: list[int] = []
     n = len(points)
-    attempts = _read_attempts(rd.attempts(stage, shard))
+    attempts = rd.started(stage, shard)
     for k, pt in enumerate(points):
         pid = pt["point_id"]
         done = done_record(rd.record(stage, pid))

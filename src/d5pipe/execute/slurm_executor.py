@@ -266,6 +266,8 @@ class Executor(plugin.Executor):
     """The plugin's executor with d5pipe's limits (module docstring)."""
 
     def __post_init__(self, test_mode: bool = False) -> None:
+        self.events = RunDir.of(".").slurm_events_log  # Snakemake runs in the run directory
+        self.status_outage = Outage(self.events, "status", "the job status query")  # before the status loop asks
         self.site_limits = read_limits()
         share_limits(self.site_limits)
         super().__post_init__(test_mode)
@@ -273,9 +275,7 @@ class Executor(plugin.Executor):
         config: dict[str, Any] = dict(getattr(self.workflow, "config", {}) or {})
         from d5pipe.execute.slurm_arrays import FLIGHT_KEY, POLL_KEY, THROTTLE_KEY
 
-        self.events = RunDir.of(".").slurm_events_log  # Snakemake runs in the run directory
         controller = Outage(self.events, "controller", "slurmctld (squeue)")
-        self.status_outage = Outage(self.events, "status", "the job status query")
 
         def query() -> str | None:
             text = squeue_all()
@@ -342,11 +342,15 @@ class Executor(plugin.Executor):
     async def check_active_jobs(self, active_jobs: list[Any]) -> Any:
         """The plugin's status round (it keeps a job active while its query fails); an outage of
         the query and its end go to the run's SLURM event log."""
-        calls, failures = self._status_query_calls, self._status_query_failures
+        def counts() -> tuple[int, int]:  # the plugin sets them in __post_init__, after its status loop started
+            return getattr(self, "_status_query_calls", 0), getattr(self, "_status_query_failures", 0)
+
+        before = counts()
         async for job in super().check_active_jobs(active_jobs):
             yield job
-        if (calls, failures) != (self._status_query_calls, self._status_query_failures):
-            self.status_outage.saw(self._status_query_calls > calls)
+        after = counts()
+        if after != before:
+            self.status_outage.saw(after[0] > before[0])
 
     async def sleep(self) -> None:
         """The plugin's pause between status rounds (up to a minute), ended early once Snakemake

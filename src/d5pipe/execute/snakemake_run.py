@@ -177,8 +177,10 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     console = Console(rd, verbose, sys.stdout)
     proc = started if started is not None and started.poll() is None else start_snakemake()
     env = snakemake_env()
-    watch = SlurmWatch(env) if slurm else None
+    watch = SlurmWatch(env, poll_s=60.0) if slurm else None
+    # one look every tenth of the stall limit (30 s by default): the run's load on slurmctld stays flat
     dog = Watchdog(rd, lambda: run_jobs(rd.root, since=since, env=env), stall_s=watchdog_s,
+                   poll_s=max(1.0, min(30.0, watchdog_s / 10)),
                    waiting_for=lambda: list(watch.jobs.copy().values()) if watch else []) if slurm else None
     _give_args(proc, cmd)
     reaper = _start_reaper(rd, since, proc.pid) if slurm else None

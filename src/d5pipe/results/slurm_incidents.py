@@ -8,7 +8,8 @@ Three sources, each read once per pass:
 * ``sacctmgr show event`` since the run was created (d5pipe.results.accounting.node_events): nodes
   that went down, drained or failed, when, for how long and why;
 * the jobs' accounting (``sacct --duplicates``): jobs that ran more than once (requeued after
-  their node failed, or by ``scontrol requeue``) and jobs that ended without completing.
+  their node failed, or by ``scontrol requeue``) and jobs that ended without completing;
+* the shards' start logs (``RunDir.restarted_points``): points that started more than once.
 
 :func:`incidents` gives one row per incident (``t`` Unix seconds, ``kind``, ``text``), oldest
 first; :func:`incident_lines` says them in at most ``limit`` lines.
@@ -129,6 +130,11 @@ def incidents(rd: RunDir, acct: pd.DataFrame | None, query: bool) -> pd.DataFram
     from d5pipe.results.accounting import node_events
 
     rows = driver_rows(read(rd.slurm_events_log)) + job_rows(acct)
+    again = rd.restarted_points()
+    if again:
+        named = ", ".join(f"{p} ({n}x)" for p, n in list(again.items())[:5])
+        rows.append({"t": 0.0, "kind": "restart", "text": f"{len(again)} point(s) started more than once (a job "
+                                                          f"killed, requeued or run twice): {named}"})
     stored = rd.side_table("slurm_events")
     if query:
         since = run_since(rd)

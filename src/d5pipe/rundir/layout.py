@@ -32,6 +32,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -148,6 +149,24 @@ class RunDir:
     def attempts(self, stage: str, shard: str) -> Path:
         """Append-only log of the points a shard started (``shards/<stage>/<shard>.attempts``)."""
         return self.root / "shards" / stage / f"{shard}.attempts"
+
+    def started(self, stage: str, shard: str) -> Counter[str]:
+        """How often the shard started each of its points (:meth:`attempts`; none when it never ran)."""
+        try:
+            text = self.attempts(stage, shard).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return Counter()
+        return Counter(line.strip() for line in text.splitlines() if line.strip())
+
+    def restarted_points(self) -> dict[str, int]:
+        """``stage/point_id`` -> starts, of every point of the run that started more than once (a
+        killed or requeued job's point started again, or a job ran twice)."""
+        out: dict[str, int] = {}
+        for path in sorted((self.root / "shards").glob("*/*.attempts")):
+            for pid, n in self.started(path.parent.name, path.stem).items():
+                if n > 1:
+                    out[f"{path.parent.name}/{pid}"] = n
+        return out
 
     def record(self, stage: str, point_id: str) -> Path:
         return self.points_dir / stage / f"{point_id}.json"
