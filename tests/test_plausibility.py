@@ -74,6 +74,7 @@ def test_soft_warnings_never_change_a_verdict_and_appear_once_per_point() -> Non
         row("c", "time_per_step_s", 0.01, kind="timing", unit="s"),
         row("c", "step_iqr", 0.004, kind="info", unit="s"),
         row("c", "oversubscribed", 1.0, kind="info", text="true"),
+        row("c", "shared_host", 1.0, kind="info", text="true"),
     ])
     out = with_checks(df, {})
     found = plaus(out)
@@ -85,6 +86,7 @@ def test_soft_warnings_never_change_a_verdict_and_appear_once_per_point() -> Non
         ("level0", "b", "plausibility:several_environments"),
         ("level3", "c", "plausibility:high_variation"),
         ("level3", "c", "plausibility:oversubscribed"),
+        ("level3", "c", "plausibility:shared_host"),
     ]
     assert set(found["text"]) == {"warn"} and set(found["kind"]) == {"info"}
     hv = found[(found["point_id"] == "a") & (found["metric"] == "plausibility:high_variation")]
@@ -137,3 +139,18 @@ def test_a_percentage_of_peak_above_100_beyond_its_ci_is_a_named_warning(tmp_pat
     assert "pct_peak_flops = 3328%" in fast["error"] and "not an upper bound" in fast["error"]
     v = point_verdicts(with_checks(df, {})).set_index("point_id")
     assert v.loc["fast", "verdict"] == v.loc["ok", "verdict"]  # a warning, never a verdict change
+
+
+def test_nodes_that_are_one_machine_are_named_so() -> None:
+    """The SLURM sandbox's nodes are namespaces of one host: same boot ID, CPU sets that overlap."""
+    from d5pipe.levels.level3.point import shared_host
+
+    def rank(host: str, boot: str, cpus: list[int]) -> dict[str, Any]:
+        return {"hostname": host, "boot_id": boot, "cpus": cpus}
+
+    sandbox = [rank("node1", "b1", [0, 1]), rank("node2", "b1", [0, 1])]
+    assert shared_host(sandbox) == "the 2 nodes report one kernel boot ID and their ranks' CPU sets overlap: " \
+                                   "they share one host"
+    assert shared_host([rank("node1", "b1", [0]), rank("node2", "b1", [1])]).endswith("boot ID: they share one host")
+    assert shared_host([rank("node1", "b1", [0]), rank("node2", "b2", [0])]) == ""  # two machines
+    assert shared_host([rank("node1", "b1", [0]), rank("node1", "b1", [1])]) == ""  # one node: nothing to say

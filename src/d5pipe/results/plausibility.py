@@ -15,6 +15,9 @@ Hard -- kind ``verdict``, text ``fail``, so the point's verdict is ``fail`` (d5p
 Soft -- kind ``info``, text ``warn``; they never change a verdict:
 
 * ``oversubscribed``: metric ``oversubscribed`` is 1 (more ranks x threads than cores);
+* ``shared_host``: metric ``shared_host`` is 1: the point's "nodes" are one machine (one kernel
+  boot ID; the ranks' CPU sets may overlap), as on the SLURM sandbox: scaling across them
+  measures contention on that machine, not a cluster;
 * ``target_missed``: metric ``target_met`` is 0 (the timer stopped before its CI target);
 * ``high_variation``: a time's IQR / median exceeds
   :data:`d5pipe.measure.stats.HIGH_VARIATION_IQR_RATIO` (10%), from the ``*iqr`` row its
@@ -55,6 +58,7 @@ DESCRIPTIONS: dict[str, str] = {
     "superlinear_speedup": "speedup above the rank count beyond its 95% CI (parallel efficiency > 1): "
                            "a hard failure, the point fails",
     "oversubscribed": "more ranks x threads than cores: timings include time-slicing",
+    "shared_host": "the point's nodes share one host: scaling across them measures contention, not a cluster",
     "target_missed": "the timer stopped (budget or sample cap) before its CI target",
     "high_variation": f"IQR above {HIGH_VARIATION_IQR_RATIO:.0%} of the median",
     "several_environments": "the points of one table come from more than one environment",
@@ -91,6 +95,12 @@ def _flag(df: pd.DataFrame, metric: str, value: float) -> list[tuple[str, str]]:
 def oversubscribed(df: pd.DataFrame) -> list[Finding]:
     return [Finding(s, p, "oversubscribed", "oversubscribed = 1: more ranks x threads than cores", 1.0)
             for s, p in _flag(df, "oversubscribed", 1.0)]
+
+
+def shared_host(df: pd.DataFrame) -> list[Finding]:
+    return [Finding(s, p, "shared_host", "shared_host = 1: the nodes report one kernel boot ID (one machine); "
+                    "the scaling figures measure contention on it, not a cluster", 1.0)
+            for s, p in _flag(df, "shared_host", 1.0)]
 
 
 def target_missed(df: pd.DataFrame) -> list[Finding]:
@@ -230,7 +240,7 @@ def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
 def findings(df: pd.DataFrame, config: dict[str, Any] | None = None) -> list[Finding]:
     """Every plausibility finding of ``df`` (hard first)."""
     config = config or {}
-    return [*superlinear_speedup(df, config), *oversubscribed(df), *target_missed(df),
+    return [*superlinear_speedup(df, config), *oversubscribed(df), *shared_host(df), *target_missed(df),
             *high_variation(df), *several_environments(df), *above_bound(df), *outlier_repetitions(df)]
 
 

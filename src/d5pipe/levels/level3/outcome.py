@@ -107,7 +107,8 @@ def _common(outcome: PointOutcome, launch: dict[str, Any]) -> None:
     per_host = launch.get("ranks_per_host") or {}
     outcome.metrics += [Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"),
                         Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"),
-                        Metric("nodes", len(hosts), "", "info")]
+                        Metric("nodes", len(hosts), "", "info"),
+                        Metric("shared_host", bool(launch.get("shared_host")), "", "info")]
     if per_host:
         outcome.metrics.append(Metric("ranks_per_node", max(per_host.values()), "", "info"))
     outcome.extra.update(nodelist=hosts, launch=launch)

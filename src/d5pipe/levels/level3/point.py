@@ -223,6 +223,22 @@ def run_point(ctx: PointContext) -> PointOutcome:
     return result
 
 
+def shared_host(rank_results: list[dict[str, Any]]) -> str:
+    """Why the ranks' nodes are not separate machines ("" when they are, or on one node): the
+    nodes report one kernel boot ID, and the CPU sets of ranks on different nodes overlap."""
+    hosts = {str(r["hostname"]) for r in rank_results}
+    boots = {str(r.get("boot_id") or "") for r in rank_results} - {""}
+    if len(hosts) < 2 or len(boots) != 1:
+        return ""
+    cpus: dict[str, set[int]] = {}
+    for r in rank_results:
+        cpus.setdefault(str(r["hostname"]), set()).update(int(c) for c in r.get("cpus") or [])
+    sets = list(cpus.values())
+    overlap = any(a & b for i, a in enumerate(sets) for b in sets[i + 1:])
+    return (f"the {len(hosts)} nodes report one kernel boot ID" +
+            (" and their ranks' CPU sets overlap" if overlap else "") + ": they share one host")
+
+
 def _launch_info(plan: LaunchPlan, rank_results: list[dict[str, Any]], reused: bool, retries: list[str],
                  launch_s: float) -> dict[str, Any]:
     """How the point's ranks were launched and placed (the record's ``launch``)."""
@@ -235,6 +251,7 @@ def _launch_info(plan: LaunchPlan, rank_results: list[dict[str, Any]], reused: b
         "threads_per_rank": plan.threads_per_rank,
         "hosts": hosts,
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
+        "shared_host": shared_host(rank_results),
         "ranks_reused": reused,
         "launch_retries": retries,
         "launch_s": launch_s,

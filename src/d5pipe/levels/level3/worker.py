@@ -132,11 +132,21 @@ def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> No
         backend=backend.name,
         experiment=spec["experiment"],
         hostname=socket.gethostname(),
+        boot_id=_boot_id(),
+        cpus=sorted(os.sched_getaffinity(0)),
         pid=os.getpid(),
         threads=torch.get_num_threads(),
         wall_s=time.time() - started,
     )
     write_json(out_dir / f"rank{backend.rank}.json", result)
+
+
+def _boot_id() -> str:
+    """The kernel's boot ID: "nodes" that report the same one are one machine."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
 
 
 def _next_spec(session: Path, index: int) -> dict[str, Any] | None:
