@@ -8,6 +8,7 @@ array's ArrayTaskThrottle allows and finishes running ones in random order, and 
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from pathlib import Path
@@ -168,12 +169,12 @@ def test_an_array_call_of_script_commands_stays_under_the_kernels_argument_limit
     import subprocess
     import zlib
 
-    from d5pipe.execute.slurm_executor import job_script
+    from d5pipe.execute.slurm_executor import job_script, snakemake_body
     from d5pipe.execute.slurm_limits import TASKS_PER_CALL
 
     monkeypatch.chdir(tmp_path)  # jobs start in the run directory; the scripts' paths are relative to it
     rng = random.Random(7)
-    calls = [job_script(f"echo shard s{i:05d} {rng.getrandbits(64):x}")
+    calls = [job_script(snakemake_body(f"echo shard s{i:05d} {rng.getrandbits(64):x}"))
              for i in range(1, TASKS_PER_CALL + 1)]
     payload = base64.b64encode(json.dumps(
         {str(i): zlib.compress(c.encode(), level=9).hex() for i, c in enumerate(calls, start=1)}).encode())
@@ -181,4 +182,38 @@ def test_an_array_call_of_script_commands_stays_under_the_kernels_argument_limit
     out = subprocess.run(calls[41].split() + ["--slurm-jobstep-array-execs=x"], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out[:2] == ["shard", "s00042"] and out[-1] == "--slurm-jobstep-array-execs=x"
-    assert len(set(calls)) == len(calls) and job_script("echo s1") == job_script("echo s1")  # one script per command
+    assert len(set(calls)) == len(calls) and job_script("s1") == job_script("s1")  # one script per command
+
+
+def test_every_task_of_an_array_runs_its_own_rule_command_without_snakemake(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array call as the plugin builds it (the first task's command, then the others' in a
+    payload); each task, by its SLURM_ARRAY_TASK_ID, runs its own shell rule's command directly."""
+    import base64
+    import json
+    import subprocess
+    import zlib
+    from types import SimpleNamespace
+
+    from d5pipe.execute.slurm_executor import direct_body, job_script, rule_shell
+
+    monkeypatch.chdir(tmp_path)
+    jobs = [SimpleNamespace(is_group=lambda: False, is_shell=True, output=[f"shards/s{i}.json"],
+                            log=[f"logs/level0/s{i}.log"], shellcmd=f"echo task {i} > shards/s{i}.json")
+            for i in (1, 2, 3)]
+    calls = [job_script(direct_body(*rule_shell(j))) for j in jobs]  # type: ignore[misc]
+    payload = base64.b64encode(json.dumps(
+        {str(i): zlib.compress(c.encode()).hex() for i, c in enumerate(calls, start=1) if i > 1}).encode()).decode()
+    wrap = f"{calls[0]} --slurm-jobstep-array-execs={payload}"
+    import d5pipe
+
+    src = str(Path(d5pipe.__file__).resolve().parents[1])  # the d5pipe under test, wherever the task starts
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    for index in ("1", "2", "3"):
+        subprocess.run(["sh", "-c", wrap], env={**env, "SLURM_ARRAY_TASK_ID": index}, check=True)
+    assert [(tmp_path / "shards" / f"s{i}.json").read_text().strip() for i in (1, 2, 3)] == \
+        ["task 1", "task 2", "task 3"]
+    assert (tmp_path / "logs" / "level0").is_dir()  # the rule's log folder, made as Snakemake would
+    script_rule = SimpleNamespace(is_group=lambda: False, is_shell=False, shellcmd=None, output=[], log=[])
+    assert rule_shell(script_rule) is None  # runs in a Snakemake of its own
+    assert subprocess.run(["sh", "-c", job_script(direct_body("exit 3", []))]).returncode == 3
