@@ -16,7 +16,7 @@ For each sweep size S (shards; ``--points-per-shard`` P trivial level-0 points e
   on the run directory); the driver's peak RSS and CPU seconds (``wait4``: ``d5pipe run`` and every
   process it waited for, Snakemake included; the jobs run under slurmd and are not in it);
 * every point's count of executions (``shards/<stage>/*.attempts``): must be exactly 1.
-* ``--peers``: at the largest S, the same S shards of the same P points as plain Snakemake with
+* ``--peers``: at the largest S (or ``--peers-at``), the same S shards of the same P points as plain Snakemake with
   snakemake-executor-plugin-slurm, one SLURM job per shard (what a user of the plugin writes), and
   Hydra's submitit launcher (one array of the whole sweep) where ``hydra_plugins.hydra_submitit_launcher``
   is installed: wall time, scheduler calls per minute and rejected submissions, side by side.
@@ -295,6 +295,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=256, help="tasks in flight (d5pipe --jobs, the peers' --jobs)")
     ap.add_argument("--poll-s", type=float, default=10.0)
     ap.add_argument("--peers", action="store_true")
+    ap.add_argument("--peers-at", type=int, default=0, help="the sweep size the peers run at (default: the largest)")
     ap.add_argument("--slurm-conf", type=Path)
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--keep", action="store_true")
@@ -312,7 +313,7 @@ def main() -> int:
     try:
         for shards in sizes:
             row = {"d5pipe": d5pipe_sweep(shards, args, work, env, slots)}
-            if args.peers and shards == max(sizes):
+            if args.peers and shards == (args.peers_at or max(sizes)):
                 row["snakemake"] = snakemake_peer(shards, args, work, env)
                 row["submitit"] = submitit_peer(shards, args, work, env)
             rows.append(row)
