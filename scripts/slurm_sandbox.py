@@ -171,6 +171,8 @@ def _node(cluster: Any, name: str) -> str:
 def _env_lines(cluster: Any) -> list[str]:
     n = len(cluster.node_names)
     return [f"export SLURM_CONF={cluster.conf}",
+            "# the nodes share one kernel: Open MPI (Horovod, mpi4py) must talk TCP over the bridge",
+            "export OMPI_MCA_btl=self,tcp",
             f"# partition: {mn.PARTITION} (the default; account {mn.ACCOUNT}); nodes "
             f"node[1-{n}]; d5pipe: --executor slurm "
             f"executor.resources.default.partition={mn.PARTITION}"]

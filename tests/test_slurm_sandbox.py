@@ -78,7 +78,7 @@ def test_sixteen_nodes_with_site_limits_survive_every_fault_and_go_away(tmp_path
         exports = _ok(sandbox("env", state))
         match = re.search(r"^export SLURM_CONF=(\S+)$", exports, re.M)
         assert match and Path(match.group(1)) == state / "etc" / "slurm.conf"
-        assert "partition: debug" in exports
+        assert "partition: debug" in exports and "export OMPI_MCA_btl=self,tcp" in exports
         env = {**os.environ, "SLURM_CONF": match.group(1)}
 
         def slurm(*argv: str) -> subprocess.CompletedProcess[str]:
