@@ -177,6 +177,8 @@ class Flight:
         self.view = QueueView()
         self.throttle: dict[str, int] = {}
         """Filling array -> the ArrayTaskThrottle set on it."""
+        self.sizes: dict[str, int] = {}
+        """Array -> its tasks."""
         self._at = -float("inf")
         self.why = ""
         self._waiting_said = ""
@@ -250,6 +252,7 @@ class Flight:
             return
         free = self.limit - self.used(view)
         view.pending[array_id] = tasks
+        self.sizes[array_id] = tasks
         throttle = min(tasks, free, self.array_cap or tasks)
         if throttle < tasks:
             self.update([f"JobId={array_id}", f"ArrayTaskThrottle={throttle}"])
@@ -275,8 +278,11 @@ class Flight:
                 self.throttle[filling] = new
 
     def busy(self) -> bool:
-        """Whether a throttle may still rise (a filling array is known)."""
-        return bool(self.throttle)
+        """Whether a throttle may still rise: a filling array is known whose throttle is below what
+        it could have (its tasks, the run's limit, ``array_cap``). One array that already holds the
+        whole limit needs no look at the queue until the next submission."""
+        return any(t < min(self.sizes.get(a, t), self.limit, self.array_cap or self.limit)
+                   for a, t in self.throttle.items())
 
 
 def scontrol_update(args: list[str]) -> None:
