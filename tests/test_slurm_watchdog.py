@@ -118,3 +118,21 @@ def test_progress_or_an_unanswering_squeue_restarts_the_quiet_clock(tmp_path: Pa
     for _ in range(5):  # nothing pending: never a stall
         clock.t += 100
         assert done.check() is None
+
+
+def test_array_tasks_not_started_yet_are_known_to_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """squeue prints an array's tasks not started yet as one ``751_[434-500%20]`` line: a task
+    among them is queued, not lost (at 500 shards under --jobs 20 a task waited past the watch's
+    600 s and the run was stopped as if SLURM had lost it)."""
+    import d5pipe.execute.slurm_watch as watch_module
+    from d5pipe.execute.slurm import array_tasks
+    from d5pipe.execute.slurm_watch import SlurmWatch
+
+    assert array_tasks("751_[434-436%20]") == {"751_434", "751_435", "751_436"}
+    assert array_tasks("751_[1,3-4]") == {"751_1", "751_3", "751_4"} and array_tasks("751_9") == {"751_9"}
+    queue = [SlurmJob("751_[434-500%20]", "PENDING", "r", "", "", "30:00", "0:00", "JobArrayTaskLimit"),
+             SlurmJob("751_415", "RUNNING", "r", "", "node3", "30:00", "0:05", "None")]
+    monkeypatch.setattr(watch_module, "query_jobs", lambda **_kw: queue)
+    monkeypatch.setattr(watch_module, "slurm_answer", lambda *_a, **_kw: None)  # sacct lists no pending task
+    watch = SlurmWatch(None, poll_s=0.0)
+    assert watch._known(["751_432", "751_434", "751_415", "751_501"]) == {"751_434", "751_415"}

@@ -116,6 +116,20 @@ def parse_squeue(text: str) -> list[SlurmJob]:
     return jobs
 
 
+def array_tasks(job_id: str) -> set[str]:
+    """The task IDs a squeue job ID stands for: ``751_[434-500%20]`` (an array's tasks not started
+    yet, as squeue prints them without ``-r``) -> 751_434 ... 751_500; any other ID -> itself."""
+    base, _, rest = job_id.partition("_[")
+    if not rest:
+        return {job_id}
+    out: set[str] = set()
+    for part in rest.split("]", 1)[0].split("%", 1)[0].split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi.isdigit() or not hi):
+            out.update(f"{base}_{i}" for i in range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def query_jobs(name: str | None = None, job_ids: Sequence[str] = (), timeout_s: float = 10.0,
                env: Mapping[str, str] | None = None) -> list[SlurmJob]:
     """The jobs ``squeue`` still knows (running and, for ``MinJobAge`` seconds, finished).

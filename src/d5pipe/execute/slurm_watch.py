@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.execute.slurm import query_jobs, slurm_answer
+from d5pipe.execute.slurm import array_tasks, query_jobs, slurm_answer
 from d5pipe.execute.slurm_limits import parse_config
 
 DEFAULT_INIT_S = 40.0
@@ -116,8 +116,8 @@ class SlurmWatch:
 
     def _known(self, ids: list[str]) -> set[str] | None:
         try:
-            found = {j.job_id for j in query_jobs(job_ids=sorted({i.split("_")[0] for i in ids}),
-                                                  timeout_s=20.0, env=self.env)}
+            queued = query_jobs(job_ids=sorted({i.split("_")[0] for i in ids}), timeout_s=20.0, env=self.env)
+            found = set().union(*(array_tasks(j.job_id) for j in queued))  # pending tasks come as 751_[434-500%20]
         except D5PipeError:
             return None
         known = {i for i in ids if i in found or i.split("_")[0] in found}
