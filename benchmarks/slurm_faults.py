@@ -121,7 +121,7 @@ def main() -> int:
             str(run_dir), "--executor", "slurm", "--jobs", str(args.jobs), "executor.resources.default.runtime_min=30",
             "executor.resources.default.mem_mb=200", "executor.retries=1", "executor.poll_s=10"]
     total = args.shards * args.points_per_shard
-    stop, did = threading.Event(), []
+    stop, did = threading.Event(), list[str]()
     thread = threading.Thread(target=faults, args=(state, env, run_dir, total, args.nodes, args, stop, did),
                               daemon=True)
     rows: list[dict[str, Any]] = []

@@ -182,7 +182,7 @@ def test_an_array_call_of_script_commands_stays_under_the_kernels_argument_limit
     import subprocess
     import zlib
 
-    from d5pipe.execute.slurm_executor import job_script, snakemake_body
+    from d5pipe.execute.slurm_job_scripts import job_script, snakemake_body
     from d5pipe.execute.slurm_limits import TASKS_PER_CALL
 
     monkeypatch.chdir(tmp_path)  # jobs start in the run directory; the scripts' paths are relative to it
@@ -208,7 +208,7 @@ def test_every_task_of_an_array_runs_its_own_rule_command_without_snakemake(
     import zlib
     from types import SimpleNamespace
 
-    from d5pipe.execute.slurm_executor import direct_body, job_script, rule_shell
+    from d5pipe.execute.slurm_job_scripts import direct_body, job_script, rule_shell
 
     monkeypatch.chdir(tmp_path)
     jobs = [SimpleNamespace(is_group=lambda: False, is_shell=True, output=[f"shards/s{i}.json"],

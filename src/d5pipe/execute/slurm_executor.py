@@ -32,7 +32,7 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
 * **No Snakemake inside a shard's job.** The plugin's array task ran three Snakemake processes
   (the array's first job's, to read the payload; the task's own; and one under ``srun -n1`` that
   runs the rule): each builds the DAG, and they cost more than a short shard itself. A shell
-  rule's job script runs the rule's command directly (:func:`direct_body`; an array task's
+  rule's job script runs the rule's command directly (d5pipe.execute.slurm_job_scripts.direct_body; an array task's
   command comes from d5pipe.execute.slurm_task); the driver's Snakemake, in its default mode,
   checks the outputs and records the metadata and incomplete markers itself. Other jobs (the
   dataset's script rule) run ``python -m d5pipe.execute.snakemake_job``, which loads only
@@ -43,23 +43,18 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import hashlib
-import os
-import shlex
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import snakemake_executor_plugin_slurm as plugin
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401 - the plugin's interface
 
 from d5pipe.execute.slurm import slurm_answer, slurm_tool
-from d5pipe.execute.slurm_limits import JOB_SCRIPTS, SiteLimits, read_limits, script_call
-from d5pipe.execute.slurm_task import EXECS
+from d5pipe.execute.slurm_job_scripts import direct_body, job_script, rule_shell, snakemake_body
+from d5pipe.execute.slurm_limits import SiteLimits, read_limits
 from d5pipe.execute.snakemake_job import job_command
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.slurm_events import Outage, record
@@ -71,46 +66,6 @@ ACTIVE = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDE
 """squeue states of a job that still counts towards ``MaxSubmitJobs`` and the run's limit."""
 QUEUE_FORMAT = "%F|%K|%T|%j|%u"
 POLL_S = 10.0
-
-
-def job_script(body: str, where: Path = JOB_SCRIPTS) -> str:
-    """``sh <script>``: ``body`` written once to a script named by its hash."""
-    digest = hashlib.sha256(body.encode()).hexdigest()[:16]
-    path = where / digest
-    if not path.exists():
-        from d5pipe.core.atomic import write_text
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, body, durable=False)
-    return script_call(digest, where)
-
-
-def snakemake_body(command: str) -> str:
-    """A script that runs a job's Snakemake command with the arguments it is given (the plugin
-    appends the array's task commands to the first task's)."""
-    return f'{command} "$@"\n'
-
-
-def direct_body(shell: str, dirs: list[str], python: str = sys.executable) -> str:
-    """A script that runs a shell rule's command itself: given the array's task commands, it
-    hands them to d5pipe.execute.slurm_task (which runs this task's); else it makes the rule's
-    output and log folders and runs the command under bash, as Snakemake would."""
-    made = f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}\n" if dirs else ""
-    return (f'case "$1" in {EXECS}*) exec {shlex.quote(python)} -m d5pipe.execute.slurm_task "$0" "$1";; esac\n'
-            f"{made}exec bash -c {shlex.quote('set -euo pipefail; ' + shell)}\n")
-
-
-def rule_shell(job: Any) -> tuple[str, list[str]] | None:
-    """A single shell rule's command and its output and log folders; None for anything else
-    (a script rule, a group job), which runs in a Snakemake of its own."""
-    is_group = getattr(job, "is_group", None)
-    if (is_group is not None and is_group()) or not getattr(job, "is_shell", False):
-        return None
-    shell = job.shellcmd
-    if not shell:
-        return None
-    dirs = sorted({os.path.dirname(str(f)) for f in [*job.output, *job.log]} - {""})
-    return str(shell), dirs
 
 
 @dataclass
@@ -347,8 +302,8 @@ class Executor(plugin.Executor):
                     self.logger.warning(f"d5pipe: could not raise an array's throttle: {exc}")
 
     def format_job_exec(self, job: Any) -> str:
-        """``sh`` of the job's script (:func:`job_script`): a shell rule's command run directly
-        (:func:`direct_body`), else the plugin's job command run by d5pipe.execute.snakemake_job
+        """``sh`` of the job's script (d5pipe.execute.slurm_job_scripts): a shell rule's command run directly
+        (``direct_body``), else the plugin's job command run by d5pipe.execute.snakemake_job
         (no SLURM plugin loaded)."""
         direct = rule_shell(job)
         if direct is not None:

@@ -48,7 +48,7 @@ def tasks_per_call(command: str, budget: int = WRAP_BUDGET) -> int:
 
 
 def script_call(digest: str, where: Path = JOB_SCRIPTS) -> str:
-    """A job's command line in the array call: ``sh`` of its script (d5pipe.execute.slurm_executor.job_script)."""
+    """A job's command line in the array call: ``sh`` of its script (d5pipe.execute.slurm_job_scripts.job_script)."""
     return f"sh {where / digest}"
 
 
