@@ -11,6 +11,8 @@ from d5pipe.levels.level0.frameworks import DEFAULT, NAMES
 BUILTIN_OPERATORS: tuple[str, ...] = DEFAULT.builtins
 """Names of the built-in operators (d5pipe.levels.level0.operators defines them): PyTorch's, the
 default framework's, which has every one."""
+BUILTIN_TARGET = "d5pipe.levels.level0.operators.builtin_spec"
+"""The registered target of the built-in operators (``name`` its argument; d5pipe.levels.targets)."""
 DTYPES: tuple[str, ...] = DEFAULT.dtypes
 IMPLS: tuple[str, ...] = DEFAULT.impls
 LAYOUTS: tuple[str, ...] = DEFAULT.layouts
