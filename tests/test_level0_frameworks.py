@@ -21,7 +21,8 @@ from d5pipe.levels.level0.frameworks import FRAMEWORKS, NAMES, docs_table
 from d5pipe.levels.level0.point import run_point
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS, BUILTIN_TARGET, OperatorsConf
 from d5pipe.levels.level0.validate import check_framework
-from tests.conftest import PLUGIN_FIXTURES, ROOT, TEST_CONF, d5pipe as cli
+from tests.conftest import PLUGIN_FIXTURES, ROOT, TEST_CONF
+from tests.conftest import d5pipe as cli
 
 QUICK_TIMER = {"warmup_s": 0.005, "warmup_max_iters": 2, "min_block_s": 0.001, "budget_s": 0.02,
                "min_samples": 3, "max_samples": 10, "target_ci_pct": 50.0}

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -97,7 +97,8 @@ class JaxEngine:
                      "jit": True, "x64": "float64 points only, restored after each"}
 
     def session(self, dtype: str) -> AbstractContextManager[Any]:
-        return self._jax.enable_x64(dtype == "float64")
+        """x64 mode for a float64 point only; any other runs as a user's program would, untouched."""
+        return self._jax.enable_x64(True) if dtype == "float64" else nullcontext()
 
     def builtin(self, name: str) -> NativeOp | None:
         return self._ops.get(name)
