@@ -35,7 +35,7 @@ from typing import Any
 from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, iter_targets, target_path
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.config_checks import section as _section
-from d5pipe.levels.level0.schema import BUILTIN_OPERATORS
+from d5pipe.levels.level0.schema import BUILTIN_OPERATORS, BUILTIN_TARGET
 from d5pipe.levels.level1.schema import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
 from d5pipe.levels.level2.schema import FRAMEWORKS, OPTIMIZERS, SAMPLERS, SCHEDULES
@@ -175,7 +175,7 @@ def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dic
     """The registered target of built-in ``name`` with its arguments from ``section`` (a section
     already filled with its schema defaults)."""
     if slot_name == "operator":
-        return {TARGET_KEY: "d5pipe.levels.level0.operators.builtin_spec", "name": name}
+        return {TARGET_KEY: BUILTIN_TARGET, "name": name}
     if slot_name in ("model", "model_reference"):
         if name in ZOO_NAMES:
             return {TARGET_KEY: f"d5pipe.levels.zoo.{name}"}

@@ -5,7 +5,8 @@ factor -- every other sweep axis of the stage has the same value (missing equals
 level declares its factors, their baselines and the time metrics compared (``factors`` of its
 ``stage.py``; :data:`FACTORS`). Today:
 
-* L0 ``operators.impl`` against ``eager``, on ``time``;
+* L0 ``operators.impl`` against ``eager``, on ``time``; and ``operators.framework`` against
+  ``torch``, on ``time``, with each side's ``err_l2``;
 * L1 ``level1.impl`` against ``eager``, on ``inference_latency`` and ``fwd_bwd_time``; and
   ``level1.runtime`` against ``torch`` (PyTorch eager), on ``inference_latency``;
 * L2 ``train.optimizer`` against the first value of its sweep (``sgd`` when that is unknown),

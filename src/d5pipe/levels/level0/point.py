@@ -19,13 +19,13 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.device import DTYPES, require_device, synchronize
 from d5pipe.levels.level0.correctness import check_backward, check_forward
+from d5pipe.levels.level0.framework_point import run_framework_point
+from d5pipe.levels.level0.frameworks import FRAMEWORKS
 from d5pipe.levels.level0.operators import complete
+from d5pipe.levels.level0.point_metrics import build_inputs, timed_metrics, verdict_metrics
 from d5pipe.levels.level0.registry import resolve_operator
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
-from d5pipe.levels.verify import ErrorReport
-from d5pipe.measure.ceilings import NARROW, REFRESH_NEAR, machine_ceilings, roofline
-from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
 
 UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel")
@@ -49,28 +49,6 @@ def effective_impl_layout(spec: OperatorSpec, impl: str, layout: str) -> tuple[s
 def _is_unsupported(err: BaseException) -> bool:
     text = str(err).lower()
     return any(marker in text for marker in UNSUPPORTED_MARKERS)
-
-
-def build_inputs(
-    spec: OperatorSpec, conf: OperatorsConf, dtype: torch.dtype, layout: str, seed: int
-) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Generator]:
-    """Seeded inputs in the point's dtype/device/layout, and the float64 reference inputs."""
-    gen = torch.Generator().manual_seed(seed % 2**63)
-    assert spec.make_inputs is not None  # operators.complete() filled it in
-    base = spec.make_inputs(conf.size, conf.batch, gen)
-    rounded = [t.to(dtype) for t in base]
-    ref_inputs = [t.to(torch.float64) for t in rounded]
-    inputs = spec.layouts[layout]([t.to(conf.device) for t in rounded])
-    return inputs, ref_inputs, gen
-
-
-def _verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric]:
-    return [
-        Metric(name, report.verdict(), "", "verdict"),
-        Metric(f"{prefix}err_l2", report.err_l2, "", "numerical"),
-        Metric(f"{prefix}err_max_abs", report.err_max_abs, "", "numerical"),
-        Metric(f"{prefix}err_max_rel", report.err_max_rel, "", "numerical"),
-    ]
 
 
 def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], timer_cfg: Any,
@@ -101,56 +79,6 @@ def _backward_metrics(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor
             *both.summary.to_metrics("time_fwd_bwd", "s", "time_fwd_bwd", prefix="fwd_bwd_")]
 
 
-def _low(rate: Metric) -> float:
-    """The lower CI bound of a rate (its value where it has no CI)."""
-    return float(rate.ci_low if rate.ci_low is not None else rate.value or 0.0)
-
-
-def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: float, nbytes: float,
-                     gflops_m: Metric, gbps_m: Metric, extra: dict[str, Any]) -> list[Metric]:
-    """The point against the machine's ceilings (d5pipe.measure.ceilings): ``peak_gflops`` (FLOP
-    ceiling of its dtype) and ``pct_peak_flops``; ``peak_gbps`` (bandwidth of its working set's
-    memory level) and ``pct_peak_bw``; ``bound_gflops`` (roofline: min of the two) and
-    ``pct_of_bound`` (of the bandwidth bound for a point without FLOPs).
-
-    A ceiling the point beats beyond its CI (lower CI bound of the rate above it) is named in the
-    record's ``roofline.suspect`` and in a warning: it did not bound this point."""
-    gflops, gbps = float(gflops_m.value or 0.0), float(gbps_m.value or 0.0)  # rates are floats
-    ceilings = machine_ceilings(device, (dtype,), memo=ctx.cache)
-    b = roofline(ceilings, dtype, flops, nbytes)
-    high = float(gflops_m.ci_high if gflops_m.ci_high is not None else gflops)
-    refreshed = flops > 0 and high >= REFRESH_NEAR * b.flop_ceiling_gflops > 0
-    if refreshed:  # close to the ceiling: time its fastest kernels again, now (only raises it)
-        ceilings = machine_ceilings(device, (dtype,), memo=ctx.cache,
-                                    refresh=(dtype, torch.float32) if dtype in NARROW else (dtype,))
-        b = roofline(ceilings, dtype, flops, nbytes)
-    out: list[Metric] = []
-    if b.flop_ceiling_gflops > 0:
-        out += [Metric("peak_gflops", b.flop_ceiling_gflops, "GFLOP/s", "info"),
-                Metric("pct_peak_flops", 100 * gflops / b.flop_ceiling_gflops, "%", "info")]
-    if b.gbps > 0:
-        out += [Metric("peak_gbps", b.gbps, "GB/s", "info"), Metric("pct_peak_bw", 100 * gbps / b.gbps, "%", "info")]
-    if flops > 0 and b.gflops > 0:
-        out += [Metric("bound_gflops", b.gflops, "GFLOP/s", "info"),
-                Metric("pct_of_bound", 100 * gflops / b.gflops, "%", "info")]
-    elif b.gbps > 0:
-        out.append(Metric("pct_of_bound", 100 * gbps / b.gbps, "%", "info"))
-    out.append(Metric("memory_level", b.level, "", "info"))
-    extra["roofline"] = {"memory_level": b.level, "limited_by": b.limited_by, "flop_ceiling": b.via,
-                         "working_set_bytes": nbytes, "ceilings": ceilings.key,
-                         "ceilings_measured_s": ceilings.seconds, "ceiling_refreshed": refreshed}
-    suspect = []
-    if flops > 0 and 0 < b.flop_ceiling_gflops < _low(gflops_m):
-        suspect.append(f"flops {b.via} ({b.flop_ceiling_gflops:.4g} GFLOP/s)")
-    if 0 < b.gbps < _low(gbps_m):
-        suspect.append(f"bandwidth {b.level} ({b.gbps:.4g} GB/s)")
-    if suspect:
-        extra["roofline"]["suspect"] = suspect
-        extra["warnings"].append("faster than the measured ceiling(s) " + ", ".join(suspect)
-                                 + " beyond its CI: marked suspect (remeasure with `d5pipe peaks --remeasure`)")
-    return out
-
-
 def _check_metrics(conf: OperatorsConf, fn: Callable[..., torch.Tensor], reference: Callable[..., torch.Tensor],
                    inputs: list[torch.Tensor], ref_inputs: list[torch.Tensor], dtype: torch.dtype,
                    gen: torch.Generator, extra: dict[str, Any]) -> list[Metric]:
@@ -160,7 +88,7 @@ def _check_metrics(conf: OperatorsConf, fn: Callable[..., torch.Tensor], referen
     metrics: list[Metric] = []
     if conf.check_correctness:
         fwd = check_forward(fn, reference, inputs, ref_inputs, dtype, tol)
-        metrics += _verdict_metrics("", "correctness", fwd)
+        metrics += verdict_metrics("", "correctness", fwd)
         extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
         if fwd.note:
             extra["correctness_note"] = fwd.note
@@ -172,36 +100,45 @@ def _check_metrics(conf: OperatorsConf, fn: Callable[..., torch.Tensor], referen
                 raise
             extra["warnings"].append(f"grad_check not run: backward unsupported here ({err})")
         else:
-            metrics += _verdict_metrics("grad_", "grad_check", bwd)
+            metrics += verdict_metrics("grad_", "grad_check", bwd)
             if bwd.note:
                 extra["grad_check_note"] = bwd.note
     return metrics
 
 
-def _skip_if_unsupported(spec: OperatorSpec, conf: OperatorsConf, inputs: list[torch.Tensor]) -> None:
+def _skip_if_unsupported(forward: Callable[..., torch.Tensor], name: str, conf: OperatorsConf,
+                         inputs: list[torch.Tensor]) -> None:
     """One call: a point whose operator does not run in its dtype on its device is skipped."""
     try:
-        spec.forward(*inputs)
+        forward(*inputs)
         synchronize(torch.device(conf.device))
     except (RuntimeError, NotImplementedError) as err:
         if _is_unsupported(err):
-            raise PointSkipped(f"{spec.name} in {conf.dtype} on {conf.device}: {err}") from err
+            raise PointSkipped(f"{name} in {conf.dtype} on {conf.device}: {err}") from err
         raise
 
 
 def run_point(ctx: PointContext) -> PointOutcome:
-    """Measure one operator point (see docs of d5pipe.levels.level0)."""
+    """Measure one operator point (see docs of d5pipe.levels.level0); a framework other than
+    PyTorch (``operators.framework``) runs through its engine (d5pipe.levels.level0.framework_point)."""
     conf = conf_from_dict(OperatorsConf, "operators", ctx.config.get("operators"))
+    framework = FRAMEWORKS[conf.framework]
+    if framework.engine is not None:
+        return run_framework_point(ctx, conf, framework)
     require_device(conf.device, "operators.device")
     dtype = DTYPES[conf.dtype]
     spec = complete(resolve_operator(dataclasses.asdict(conf)))
     assert spec.reference is not None and spec.flops is not None and spec.min_bytes is not None
+    if spec.forward is None:
+        raise PointSkipped(f"operator {spec.name!r} has no PyTorch implementation (it gives "
+                           f"{', '.join(sorted(spec.frameworks)) or 'none'})")
+    forward = spec.forward
     reference = spec.reference
     impl, layout = effective_impl_layout(spec, conf.impl, conf.layout)
     torch.manual_seed(ctx.seed % 2**63)
     inputs, ref_inputs, gen = build_inputs(spec, conf, dtype, layout, ctx.seed)
 
-    _skip_if_unsupported(spec, conf, inputs)
+    _skip_if_unsupported(forward, spec.name, conf, inputs)
 
     extra: dict[str, Any] = {
         "warnings": [],
@@ -212,38 +149,20 @@ def run_point(ctx: PointContext) -> PointOutcome:
         "description": spec.description,
     }
     metrics: list[Metric] = []
-    fn: Callable[..., torch.Tensor] = spec.forward
+    fn: Callable[..., torch.Tensor] = forward
     if impl == "compile":
         # Fresh dynamo caches per point: compiled builtins share one wrapper code object, so
         # entries from earlier points would hit the recompile limit and silently run eager.
         # fullgraph=True: a graph break fails the point instead of timing a partly eager function.
         torch._dynamo.reset()
-        fn = torch.compile(spec.forward, dynamic=False, fullgraph=True)
+        fn = torch.compile(forward, dynamic=False, fullgraph=True)
         t0 = time.perf_counter()
         fn(*inputs)  # compiles; kept out of the timing below
         synchronize(torch.device(conf.device))
         metrics.append(Metric("compile_s", time.perf_counter() - t0, "s", "info"))
 
     m = measure(lambda: fn(*inputs), ctx.config.get("timer"), conf.device)
-    extra["timer"] = m.info()
-    extra["warnings"].extend(m.warnings)
-    flops = spec.flops(conf.size, conf.batch)
-    nbytes = spec.min_bytes(conf.size, conf.batch, torch.tensor([], dtype=dtype).element_size())
-    metrics += m.summary.to_metrics("time", "s", "time")
-    gflops = rate_metric("gflops", flops / 1e9, m.summary, "GFLOP/s", "time")
-    gbps = rate_metric("gbps", nbytes / 1e9, m.summary, "GB/s", "time")
-    metrics += [
-        gflops,
-        gbps,
-        Metric("target_met", m.target_met, "", "info"),
-        Metric("flops", flops, "FLOP", "deterministic"),
-        Metric("bytes", nbytes, "B", "deterministic"),
-    ]
-
-    if conf.peak:
-        metrics += roofline_metrics(ctx, conf.device, dtype, flops, nbytes, gflops, gbps, extra)
-    if spec.compare_to:
-        metrics.append(Metric("compare_to", spec.compare_to, "", "info"))
+    metrics += timed_metrics(ctx, conf, spec, dtype, m, extra)
     if conf.time_backward:
         metrics += _backward_metrics(fn, inputs, ctx.config.get("timer"), conf.device, ctx.seed, extra)
 

@@ -5,21 +5,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from d5pipe.core.fields import at_least, choice
+from d5pipe.core.fields import at_least, choice, later
+from d5pipe.levels.level0.frameworks import DEFAULT, NAMES
 
-BUILTIN_OPERATORS: tuple[str, ...] = (
-    "matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum",
-)
-"""Names of the built-in operators (d5pipe.levels.level0.operators defines them)."""
-DTYPES: tuple[str, ...] = ("float64", "float32", "bfloat16", "float16")
-IMPLS: tuple[str, ...] = ("eager", "compile", "channels_last")
-LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last", "transposed")
+BUILTIN_OPERATORS: tuple[str, ...] = DEFAULT.builtins
+"""Names of the built-in operators (d5pipe.levels.level0.operators defines them): PyTorch's, the
+default framework's, which has every one."""
+BUILTIN_TARGET = "d5pipe.levels.level0.operators.builtin_spec"
+"""The registered target of the built-in operators (``name`` its argument; d5pipe.levels.targets)."""
+DTYPES: tuple[str, ...] = DEFAULT.dtypes
+IMPLS: tuple[str, ...] = DEFAULT.impls
+LAYOUTS: tuple[str, ...] = DEFAULT.layouts
 
 
 @dataclass
 class OperatorsConf:
     op: str = "matmul"
     """Built-in (:data:`BUILTIN_OPERATORS`) or a key of ``custom``."""
+    framework: str = later(DEFAULT.name, choices=NAMES)
+    """What runs the operator (d5pipe.levels.level0.frameworks; docs/plugins.md has the table):
+    ``torch`` (level 0 as it always ran), ``jax``, ``tensorflow``, ``onnxruntime``. The same seeded
+    inputs, float64 reference, checks and timer on each; compared side by side against ``torch``."""
     size: int = at_least(128, 1)
     """Operator-specific problem size (e.g. n for an n x n x n matmul; see d5pipe.levels.level0.operators)."""
     batch: int = at_least(1, 1)

@@ -4,12 +4,18 @@ Custom operators (config ``operators.custom``) are instances of :class:`Operator
 custom operator that re-implements a built-in names it in ``compare_to`` (``"matmul"``): the
 point reports it (metric ``compare_to``) so the two can be paired, and when the spec gives no
 ``reference`` (or no ``make_inputs``/``flops``/``min_bytes``) the built-in's is used.
+
+A user operator for other frameworks (``operators.framework``) gives its implementation there in
+``frameworks``: ``{"jax": fn, ...}``, each ``fn`` a function of that framework's arrays in
+PyTorch's layout (d5pipe.levels.level0.frameworks; ONNX Runtime's builds a graph). On a framework
+it does not name the point is skipped, never run on another.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -34,8 +40,9 @@ class OperatorSpec:
     name: str
     make_inputs: Callable[[int, int, torch.Generator], Inputs] | None
     """``make_inputs(size, batch, gen)``; None: the ``compare_to`` built-in's."""
-    forward: Callable[..., torch.Tensor]
-    """The implementation under test (eager; level 0 wraps it in ``torch.compile`` for impl=compile)."""
+    forward: Callable[..., torch.Tensor] | None
+    """The PyTorch implementation under test (eager; level 0 wraps it in ``torch.compile`` for
+    impl=compile); None: the operator has none (a PyTorch point of it is skipped)."""
     reference: Callable[..., torch.Tensor] | None
     """A float64 reference, differentiable by autograd, written independently where practical;
     None: the ``compare_to`` built-in's."""
@@ -48,3 +55,5 @@ class OperatorSpec:
     description: str = ""
     compare_to: str = ""
     """The built-in operator this one re-implements (``matmul``), or empty."""
+    frameworks: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    """Implementations in other frameworks, by ``operators.framework`` name (module docstring)."""

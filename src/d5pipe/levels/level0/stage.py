@@ -9,6 +9,7 @@ from typing import Any
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level0 import validate
+from d5pipe.levels.level0.frameworks import DEFAULT
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.stage import Factor, Level, point_runner
 
@@ -32,10 +33,14 @@ LEVEL = Level(
     name="level0", title="L0 operators", sections=("operators", "timer", "placement"),
     schemas={"operators": OperatorsConf}, check_point=validate.check_point, cost=cost,
     runner=point_runner("d5pipe.levels.level0.point"),
-    used_targets=validate.used_targets, check_targets=validate.check_targets, factors=(Factor("operators.impl", "eager", ("time",), "implementations"),),
+    used_targets=validate.used_targets, check_targets=validate.check_targets,
+    # a framework's speed is read with its forward error against the float64 reference beside it
+    factors=(Factor("operators.impl", "eager", ("time",), "implementations"),
+             Factor("operators.framework", DEFAULT.name, ("time",), "frameworks", quality="err_l2")),
     uncompared_note=uncompared,
     cost_reads=("operators.impl", "timer"),
-    check_reads=("operators.op", "operators.custom", "operators.allowed_prefixes", "operators.device", "timer"),
+    check_reads=("operators.op", "operators.custom", "operators.allowed_prefixes", "operators.device",
+                 "operators.framework", "operators.impl", "operators.layout", "timer"),
     # a point is a fraction of a second: ten processes cost little, and two runs measured apart need
     # them to find a 25% slowdown on a shared VM (benchmarks/bench_compare_power.py: 30/30 with ten,
     # 13/30 with three)

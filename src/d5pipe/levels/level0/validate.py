@@ -1,4 +1,5 @@
-"""Level 0 checks before any job (torch-free): operator names, custom targets, device.
+"""Level 0 checks before any job (torch-free): operator names, custom targets, device, and what
+the point's framework takes (its declaration: d5pipe.levels.level0.frameworks).
 
 ``check_point`` runs per planned point (d5pipe.plan.build); the registry checks the same targets
 again before it imports them (d5pipe.levels.level0.registry).
@@ -6,13 +7,15 @@ again before it imports them (d5pipe.levels.level0.registry).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 from d5pipe.core.allowlist import check_deprecated_prefixes
+from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, section
+from d5pipe.levels.level0.frameworks import FRAMEWORKS, NAMES, installed, missing_package
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
@@ -25,8 +28,30 @@ SLOTS: tuple[str, ...] = ("operator",)
 def check_point(cfg: Mapping[str, Any]) -> None:
     """One level-0 point's resolved config (sections ``operators`` and ``timer``)."""
     check_targets(cfg)
-    check_device_name(setting(section(cfg, "operators"), OperatorsConf, "device"), "operators.device")
+    operators = section(cfg, "operators")
+    check_device_name(setting(operators, OperatorsConf, "device"), "operators.device")
+    check_framework(operators)
     check_timer(dict(section(cfg, "timer")))
+
+
+def check_framework(operators: Mapping[str, Any], is_installed: Callable[[str], bool] = installed) -> None:
+    """``operators.framework``: a declared framework whose packages are installed here, and the
+    ``impl``, ``layout`` and device kind it takes (one line naming the key otherwise)."""
+    name = setting(operators, OperatorsConf, "framework")
+    framework = FRAMEWORKS.get(name)
+    if framework is None:
+        raise D5PipeError(f"config error: key 'operators.framework': unknown value {name!r} (known: {', '.join(NAMES)})")
+    missing = missing_package(framework, is_installed)
+    if missing is not None:
+        raise D5PipeError(f"config error: key 'operators.framework': {name!r} needs the Python package {missing!r}, "
+                          "which is not installed here (pip install 'd5pipe[frameworks]'; make install does)")
+    device = str(setting(operators, OperatorsConf, "device")).split(":")[0]
+    for key, value, allowed in (("impl", setting(operators, OperatorsConf, "impl"), framework.impls),
+                                ("layout", setting(operators, OperatorsConf, "layout"), framework.layouts),
+                                ("device", device, framework.devices)):
+        if value not in allowed:
+            raise D5PipeError(f"config error: key 'operators.{key}': {value!r} does not apply to "
+                              f"operators.framework={name} (it takes {', '.join(allowed)})")
 
 
 used_targets = partial(_used, slots=SLOTS)

@@ -1,0 +1,140 @@
+"""A level-0 point on a framework other than PyTorch (``operators.framework``; the frameworks and
+their engines: d5pipe.levels.level0.frameworks).
+
+The same point as PyTorch's (d5pipe.levels.level0.point), as far as the framework allows: the
+inputs made once by the seeded ``make_inputs`` and rounded to the point's dtype, converted to the
+framework's arrays (its dtype and layout) before anything is timed; the same timer
+(d5pipe.measure.timer) around a call that returns only when its result is computed (the
+declaration's ``sync``, recorded); the same rates and roofline; the output and, where the
+framework differentiates, the gradients of every input for the same seeded upstream gradient,
+against the same float64 reference through the same verification (d5pipe.levels.level0.correctness,
+d5pipe.levels.verify). A first call that compiles (``jax.jit``, an ONNX Runtime session) is
+``compile_s``, apart. What a framework lacks -- the operator, the dtype, the package -- skips the
+point with the reason; nothing falls back to another framework. Backward timings (``time_bwd``,
+``time_fwd_bwd``) are PyTorch's only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from d5pipe.core.outcome import Metric, PointOutcome
+from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.device import DTYPES
+from d5pipe.levels.level0.correctness import forward_report, gradients_report, reference_gradients
+from d5pipe.levels.level0.frameworks import missing_package
+from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, Prepared
+from d5pipe.levels.level0.operators import complete
+from d5pipe.levels.level0.point_metrics import build_inputs, timed_metrics, verdict_metrics
+from d5pipe.levels.level0.registry import resolve_operator
+from d5pipe.levels.level0.schema import BUILTIN_OPERATORS, OperatorsConf
+from d5pipe.levels.level0.spec import OperatorSpec
+from d5pipe.measure.timer import measure
+
+UNSUPPORTED_MARKERS = ("could not find device for node", "no registered", "not_implemented", "not supported",
+                       "unsupported")
+"""Substrings of what a framework raises when it has no kernel for an operator in a dtype."""
+
+
+def engine_of(ctx: PointContext, framework: Framework) -> Engine:
+    """The framework's engine, made once per shard process (it imports the framework)."""
+    key = f"operators.framework={framework.name}"
+    if key not in ctx.cache:
+        missing = missing_package(framework)
+        if missing is not None:
+            raise PointSkipped(f"{key}: the Python package {missing!r} is not installed here")
+        assert framework.engine is not None
+        ctx.cache[key] = framework.engine(torch.get_num_threads())
+    engine: Engine = ctx.cache[key]
+    return engine
+
+
+def native_op(conf: OperatorsConf, spec: OperatorSpec, framework: Framework, engine: Engine) -> NativeOp:
+    """The operator in the framework: its own form of a built-in, or the user's implementation."""
+    if conf.op in BUILTIN_OPERATORS:
+        op = engine.builtin(conf.op)
+        if op is None:
+            raise PointSkipped(f"operators.framework={framework.name} has no built-in {conf.op!r}")
+        return op
+    fn = spec.frameworks.get(framework.name)
+    if fn is None:
+        given = ["torch"] * (spec.forward is not None) + sorted(spec.frameworks)
+        raise PointSkipped(f"operator {spec.name!r} gives no {framework.name} implementation "
+                           f"(it gives: {', '.join(given) or 'none'})")
+    return NativeOp(fn, form="the user's operator")
+
+
+def _prepare(engine: Engine, op: NativeOp, arrays: list[Any], conf: OperatorsConf, framework: Framework) -> Prepared:
+    """The operator ready to time, after one call; a missing kernel skips the point."""
+    try:
+        prepared = engine.prepare(op, arrays, conf.dtype)
+        prepared.call()
+    except PointSkipped:
+        raise
+    except Exception as err:  # noqa: BLE001 - each framework raises its own types
+        if any(marker in str(err).lower() for marker in UNSUPPORTED_MARKERS):
+            raise PointSkipped(f"{conf.op} in {conf.dtype} on {framework.name}: {str(err).splitlines()[0]}") from err
+        raise
+    return prepared
+
+
+def _checks(conf: OperatorsConf, spec: OperatorSpec, framework: Framework, prepared: Prepared,
+            ref_inputs: list[torch.Tensor], dtype: torch.dtype, gen: torch.Generator,
+            extra: dict[str, Any]) -> list[Metric]:
+    """The forward check and, where the framework differentiates, the gradient check."""
+    assert spec.reference is not None
+    tol = (conf.tol_l2, conf.tol_max_rel)
+    metrics: list[Metric] = []
+    if not (conf.check_correctness or conf.check_backward):
+        return metrics
+    out = torch.from_numpy(prepared.output())
+    if conf.check_correctness:
+        fwd = forward_report(out, spec.reference, ref_inputs, dtype, tol)
+        metrics += verdict_metrics("", "correctness", fwd)
+        extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
+        if fwd.note:
+            extra["correctness_note"] = fwd.note
+    if conf.check_backward and not framework.differentiates:
+        extra["notes"].append(f"{framework.name} runs forward only: no gradient check")
+    elif conf.check_backward:
+        ref_out, upstream, ref_grads = reference_gradients(spec.reference, ref_inputs, dtype, gen)
+        grads: list[torch.Tensor | None] = []
+        if tuple(out.shape) == tuple(ref_out.shape):
+            grads = [None if g is None else torch.from_numpy(g)
+                     for g in prepared.gradients(upstream.to(torch.float64).numpy())]
+        bwd = gradients_report(out.shape, ref_out, grads, ref_grads, dtype, tol)
+        metrics += verdict_metrics("grad_", "grad_check", bwd)
+        if bwd.note:
+            extra["grad_check_note"] = bwd.note
+    return metrics
+
+
+def run_framework_point(ctx: PointContext, conf: OperatorsConf, framework: Framework) -> PointOutcome:
+    """Measure one operator point on ``framework`` (module docstring)."""
+    if conf.dtype not in framework.dtypes:
+        raise PointSkipped(f"operators.framework={framework.name} computes in {', '.join(framework.dtypes)}, "
+                           f"not {conf.dtype}")
+    engine = engine_of(ctx, framework)
+    dtype = DTYPES[conf.dtype]
+    spec = complete(resolve_operator(dataclasses.asdict(conf)))
+    op = native_op(conf, spec, framework, engine)
+    torch.manual_seed(ctx.seed % 2**63)
+    _, ref_inputs, gen = build_inputs(spec, conf, dtype, "contiguous", ctx.seed)
+    extra: dict[str, Any] = {
+        "warnings": [], "notes": [], "threads": torch.get_num_threads(), "impl": conf.impl, "layout": conf.layout,
+        "shapes": [list(t.shape) for t in ref_inputs], "description": spec.description,
+        "framework": {"name": framework.name, "version": engine.version, "form": op.form, "sync": framework.sync,
+                      "gradient": framework.gradient or "none (forward only)", "told": engine.told},
+    }
+    if conf.time_backward:
+        extra["notes"].append("time_bwd and time_fwd_bwd are measured on torch only")
+    with engine.session(conf.dtype):
+        prepared = _prepare(engine, op, [t.numpy() for t in ref_inputs], conf, framework)
+        metrics = [Metric("compile_s", prepared.compile_s, "s", "info")] if prepared.compile_s else []
+        m = measure(prepared.call, ctx.config.get("timer"), "cpu")
+        metrics += timed_metrics(ctx, conf, spec, dtype, m, extra)
+        metrics += _checks(conf, spec, framework, prepared, ref_inputs, dtype, gen, extra)
+    return PointOutcome(metrics=metrics, samples={"time": list(m.samples)}, extra=extra)

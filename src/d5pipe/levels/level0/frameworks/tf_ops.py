@@ -1,0 +1,114 @@
+"""TensorFlow for level 0: each operator as TensorFlow's own eager ops (``tf.nn``, ``tf.linalg``),
+convolution NHWC/HWIO (the only layout of TensorFlow's CPU convolutions), oneDNN as TensorFlow's
+default leaves it; each call ended by ``.numpy()`` on its result (eager CPU ops return computed
+tensors; reading the result makes the wait explicit). Gradients by ``tf.GradientTape``.
+
+Threads: the intra-op pool is set to the point's threads and the inter-op pool to 1 before
+TensorFlow's runtime starts; what it runs with is recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+
+from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
+
+NHWC, HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
+
+
+def builtins(tf: Any) -> dict[str, NativeOp]:
+    """The built-in operators in TensorFlow's own idiom."""
+
+    def layer_norm(x: Any, w: Any, b: Any) -> Any:  # as keras.layers.LayerNormalization computes it
+        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
+        return tf.nn.batch_normalization(x, mean, var, b, w, 1e-5)
+
+    def sdpa(q: Any, k: Any, v: Any) -> Any:  # as keras.layers.MultiHeadAttention computes it
+        scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(q.shape[-1]))
+        return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+
+    return {
+        "matmul": NativeOp(tf.linalg.matmul, form="tf.linalg.matmul"),
+        "bmm": NativeOp(tf.linalg.matmul, form="tf.linalg.matmul"),
+        "conv2d": NativeOp(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), (NHWC, HWIO), NHWC,
+                           "tf.nn.conv2d NHWC/HWIO, SAME"),
+        "sdpa": NativeOp(sdpa, form="tf.matmul, tf.nn.softmax, tf.matmul (keras MultiHeadAttention's)"),
+        "layer_norm": NativeOp(layer_norm, form="tf.nn.moments + tf.nn.batch_normalization (keras LayerNormalization's)"),
+        "softmax": NativeOp(lambda x: tf.nn.softmax(x, axis=-1), form="tf.nn.softmax"),
+        "gelu": NativeOp(lambda x: tf.nn.gelu(x, approximate=False), form="tf.nn.gelu(approximate=False)"),
+        "sum": NativeOp(lambda x: tf.reduce_sum(x, axis=-1), form="tf.reduce_sum"),
+    }
+
+
+class TfPrepared:
+    """One operator on its eager tensors."""
+
+    compile_s = 0.0
+
+    def __init__(self, tf: Any, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> None:
+        self._tf, self._op, self._dtype = tf, op, getattr(tf, dtype)
+        self._xs = [tf.constant(to_layout(a, lay).astype(self._dtype.as_numpy_dtype))
+                    for a, lay in zip(inputs, input_layouts(op, len(inputs)), strict=True)]
+
+    def call(self) -> None:
+        self._op.fn(*self._xs).numpy()
+
+    def output(self) -> np.ndarray:
+        return from_layout(self._op.fn(*self._xs).numpy(), self._op.output)
+
+    def gradients(self, upstream: np.ndarray) -> list[np.ndarray | None]:
+        tf = self._tf
+        with tf.GradientTape() as tape:
+            tape.watch(self._xs)
+            out = self._op.fn(*self._xs)
+        up = tf.constant(to_layout(upstream, self._op.output).astype(out.dtype.as_numpy_dtype))
+        grads = tape.gradient(out, self._xs, output_gradients=up)
+        layouts = input_layouts(self._op, len(self._xs))
+        return [None if g is None else from_layout(g.numpy(), lay) for g, lay in zip(grads, layouts, strict=True)]
+
+
+class TfEngine:
+    """TensorFlow on the CPU with the point's threads."""
+
+    def __init__(self, threads: int) -> None:
+        import tensorflow as tf
+
+        self._tf = tf
+        threading = tf.config.threading
+        try:
+            threading.set_intra_op_parallelism_threads(threads)
+            threading.set_inter_op_parallelism_threads(1)
+            note = "set before the runtime started"
+        except RuntimeError as err:  # the runtime was started by an earlier user of this process
+            note = f"left as they were: {err}"
+        self._ops = builtins(tf)
+        self.version = str(tf.__version__)
+        self.told = {"intra_op_threads": threading.get_intra_op_parallelism_threads(),
+                     "inter_op_threads": threading.get_inter_op_parallelism_threads(), "threads": note,
+                     "eager": True}
+
+    def session(self, dtype: str) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def builtin(self, name: str) -> NativeOp | None:
+        return self._ops.get(name)
+
+    def prepare(self, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> TfPrepared:
+        return TfPrepared(self._tf, op, inputs, dtype)
+
+
+ENGINE: Callable[[int], TfEngine] = TfEngine
+
+FRAMEWORK = Framework(
+    name="tensorflow", title="TensorFlow (eager)", packages=("tensorflow",), differentiates=True,
+    dtypes=("float64", "float32", "bfloat16", "float16"),
+    builtins=("matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum"),
+    sync=".numpy() on each call's result", gradient="tf.GradientTape", engine=ENGINE,
+    notes=("eager ops, oneDNN as TensorFlow defaults", "convolution NHWC/HWIO"),
+)
+"""The declaration of ``operators.framework: tensorflow``."""
