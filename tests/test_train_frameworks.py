@@ -61,7 +61,16 @@ def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt:
         assert steps.compile_s >= 0 and len(steps.step_s) == K
         assert steps.told["dtype"] == dtype and steps.told["threads"] == 1
         assert steps.versions
-    assert steps.told["TF_ENABLE_ONEDNN_OPTS"] == "0" and steps.told["intra_op_threads"] == 1
+        if fw.name != "torch":  # each in its own preferred layout
+            assert steps.told["layout"].startswith("NHWC"), steps.told
+        if fw.name == "jax":  # the float64 check's x64 mode is its own: the float32 run after it is told off
+            assert steps.told["jax_enable_x64"] == (dtype == "float64")
+    import jax
+    import keras
+
+    assert not jax.config.jax_enable_x64 and keras.config.floatx() == "float32"  # no switch left behind
+    assert steps.told["intra_op_threads"] == 1
+    assert steps.told["onednn"] == (os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")  # TensorFlow's default
 
 
 def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -> None:
