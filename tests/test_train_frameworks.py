@@ -73,6 +73,35 @@ def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt:
     assert steps.told["onednn"] == (os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")  # TensorFlow's default
 
 
+class LayoutMix(torch.nn.Module):
+    """Layers a channels-last build takes natively (a biased convolution, max pooling, a mean keeping
+    its dims) and ones it hands to torch's layout (group norm, a mean keeping C and W, 4-D flatten)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv, self.bn, self.relu = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()
+        self.pool, self.gn, self.flat = nn.MaxPool2d(3, 2, 1), nn.GroupNorm(2, 4), nn.Flatten()
+        self.head, self.side = nn.Linear(4 * 4 * 4, 10), nn.Linear(4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.gn(self.pool(self.relu(self.bn(self.conv(x)))))
+        z = y + y.mean(dim=(2, 3), keepdim=True)
+        return self.head(self.flat(z)) + self.side(self.flat(y.mean(dim=2)))
+
+
+def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> None:
+    torch.manual_seed(5)
+    model = LayoutMix()
+    graph = trace(model)
+    w0 = initial_weights(model, graph)
+    opt = OPTIMIZERS[0]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=1)
+    for fw in (JaxFramework("float64"), TensorFlowFramework("float64")):
+        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=1), ref, w0, graph, "float64")
+        assert agreement.passed, (fw.name, agreement.why())
+
+
 def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -> None:
     model, w0 = network
     graph = trace(model)
