@@ -74,18 +74,20 @@ def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt:
 
 
 class LayoutMix(torch.nn.Module):
-    """Layers a channels-last build takes natively (a biased convolution, max pooling, a mean keeping
-    its dims) and ones it hands to torch's layout (group norm, a mean keeping C and W, 4-D flatten)."""
+    """Layers a channels-last build takes natively (a biased convolution, a padded strided one, max
+    pooling, a mean keeping its dims) and ones it hands to torch's layout (group norm, a mean keeping
+    C and W, 4-D flatten)."""
 
     def __init__(self) -> None:
         super().__init__()
         nn = torch.nn
         self.conv, self.bn, self.relu = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()
+        self.down = nn.Conv2d(4, 4, 3, stride=2, padding=1, bias=False)
         self.pool, self.gn, self.flat = nn.MaxPool2d(3, 2, 1), nn.GroupNorm(2, 4), nn.Flatten()
-        self.head, self.side = nn.Linear(4 * 4 * 4, 10), nn.Linear(4 * 4, 10)
+        self.head, self.side = nn.Linear(4 * 2 * 2, 10), nn.Linear(4 * 2, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.gn(self.pool(self.relu(self.bn(self.conv(x)))))
+        y = self.gn(self.pool(self.down(self.relu(self.bn(self.conv(x))))))
         z = y + y.mean(dim=(2, 3), keepdim=True)
         return self.head(self.flat(z)) + self.side(self.flat(y.mean(dim=2)))
 
