@@ -161,6 +161,23 @@ def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, c
     assert "Training frameworks side by side" in report and "off_by_one" in report
 
 
+@pytest.mark.slow
+def test_the_native_peer_benchmark_runs_and_prints_a_ratio_per_framework() -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_native_frameworks.py"
+    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    for name in ("torch", "jax", "tensorflow"):  # d5pipe step, native step, ratio; d5pipe's float64 check passed
+        assert re.search(rf"^{name} +[0-9.]+s +[0-9.]+s +[0-9.]+ .* pass \(", r.stdout, re.M), r.stdout
+    note = subprocess.run([sys.executable, str(script), "--model", "vit_b16"], capture_output=True, text=True,
+                          timeout=300)
+    assert note.returncode == 0 and "vit_b16: not measured. Missing: " in note.stdout, note.stdout + note.stderr
+
+
 def test_the_framework_loop_refuses_what_it_would_not_apply_before_any_job() -> None:
     from d5pipe.core.errors import D5PipeError
     from d5pipe.levels.level2.validate import check_point
