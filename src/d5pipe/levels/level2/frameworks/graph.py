@@ -47,6 +47,13 @@ class Graph:
     def kinds(self) -> list[str]:
         return sorted({layer.kind for layer in self.layers})
 
+    def hwio(self, weights: dict[str, Any], back: bool = False) -> dict[str, Any]:
+        """``weights`` (numpy) with the convolutions' torch OIHW as HWIO, the layout of a channels-last
+        framework's convolutions (``back``: HWIO as OIHW); the others as they are."""
+        convs = {layer.params["weight"] for layer in self.layers if layer.kind == "conv2d"}
+        perm = (3, 2, 0, 1) if back else (2, 3, 1, 0)
+        return {n: np.ascontiguousarray(np.transpose(w, perm)) if n in convs else w for n, w in weights.items()}
+
 
 def _pair(v: Any) -> tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
@@ -163,8 +170,9 @@ def interpret(graph: Graph, ops: dict[str, Any], params: dict[str, Any], x: Any,
               keep_stats: Any) -> Any:
     """The graph's output for ``x``: each layer by ``ops[kind](layer, its params, *inputs)``; for a
     batch norm, ``keep_stats(layer, ops["batch_stats"](...))`` gets its batch's mean and unbiased
-    variance (the framework keeps its running statistics with :func:`running_update`)."""
-    env = {graph.input: x}
+    variance (the framework keeps its running statistics with :func:`running_update`); ``ops["input"]``,
+    if given, takes the batch first (:func:`channels_last`)."""
+    env = {graph.input: ops["input"](x) if "input" in ops else x}
     for layer in graph.layers:
         p = {role: params[name] for role, name in layer.params.items()}
         args = [env[i] for i in layer.inputs]
@@ -186,20 +194,13 @@ CHANNELS_LAST = ("conv2d", "batch_norm", "batch_stats", "max_pool2d")
 """Kinds a channels-last framework writes for NHWC values itself (see :func:`channels_last`)."""
 
 
-def hwio_weights(graph: Graph, weights: dict[str, Any], back: bool = False) -> dict[str, Any]:
-    """``weights`` (numpy) with the convolutions' torch OIHW as HWIO, the layout of a channels-last
-    framework's convolutions (``back``: HWIO as OIHW); the others as they are."""
-    convs = {layer.params["weight"] for layer in graph.layers if layer.kind == "conv2d"}
-    perm = (3, 2, 0, 1) if back else (2, 3, 1, 0)
-    return {n: np.ascontiguousarray(np.transpose(w, perm)) if n in convs else w for n, w in weights.items()}
-
-
 def channels_last(ops: dict[str, Any], transpose: Any) -> dict[str, Any]:
     """``ops`` for a network whose 4-D values are held channels-last (NHWC, the layout TensorFlow's
-    and XLA's CPU convolutions take): the kinds of :data:`CHANNELS_LAST` are written for NHWC by the
-    framework, ``relu``, ``identity`` and ``add`` (of equal ranks) take any layout, ``mean`` reduces
-    the NHWC axes of torch's dims; any other kind sees its 4-D inputs channels-first as torch lays
-    them out (``transpose(x, perm)``), and its 4-D output goes back to NHWC."""
+    and XLA's CPU convolutions take; ``input`` transposes a 4-D batch, inside the step): the kinds
+    of :data:`CHANNELS_LAST` are written for NHWC by the framework, ``relu``, ``identity`` and
+    ``add`` (of equal ranks) take any layout, ``mean`` reduces the NHWC axes of torch's dims; any
+    other kind sees its 4-D inputs channels-first as torch lays them out (``transpose(x, perm)``),
+    and its 4-D output goes back to NHWC."""
     def torch_layout(op: Any) -> Any:
         def run(layer: Layer, p: dict[str, Any], *xs: Any) -> Any:
             out = op(layer, p, *(transpose(x, TO_NCHW) if x.ndim == 4 else x for x in xs))
@@ -218,7 +219,8 @@ def channels_last(ops: dict[str, Any], transpose: Any) -> dict[str, Any]:
         return a + b if a.ndim == b.ndim else torch_layout(ops["add"])(layer, p, a, b)
 
     native = (*CHANNELS_LAST, "relu", "identity")
-    return {k: op if k in native else torch_layout(op) for k, op in ops.items()} | {"mean": mean, "add": add}
+    return {k: op if k in native else torch_layout(op) for k, op in ops.items()} | {
+        "mean": mean, "add": add, "input": lambda x: transpose(x, TO_NHWC) if x.ndim == 4 else x}
 
 
 def running_update(old: Any, batch: Any, momentum: float) -> Any:

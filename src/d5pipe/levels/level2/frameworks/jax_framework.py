@@ -22,16 +22,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
-from d5pipe.levels.level2.frameworks.graph import (
-    TO_NHWC,
-    Graph,
-    Layer,
-    channels_last,
-    check_ops,
-    hwio_weights,
-    interpret,
-    running_update,
-)
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
 
 
 def _import_jax(threads: int) -> Any:
@@ -144,55 +135,50 @@ class JaxFramework:
         jax = _import_jax(threads)
         self._x64 = jax.enable_x64(self.dtype == "float64")
         with self._x64, jax.default_matmul_precision("highest"):
-            return self._prepare(jax, graph, weights, optimizer, example, threads)
+            import optax
+            from jax import lax
+            from jax import numpy as jnp
 
-    def _prepare(self, jax: Any, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
-                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
-        import optax
-        from jax import lax
-        from jax import numpy as jnp
+            ops = _ops(jnp, lax)
+            check_ops(graph, ops, "jax")
 
-        ops = _ops(jnp, lax)
-        check_ops(graph, ops, "jax")
+            def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
+                new = dict(buffers)
 
-        def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
-            new = dict(buffers)
+                def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
+                    for role, batch in zip(("mean", "var"), stats):
+                        name = layer.buffers[role]
+                        new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
 
-            def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
-                for role, batch in zip(("mean", "var"), stats):
-                    name = layer.buffers[role]
-                    new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
+                return interpret(graph, ops, params, x, keep), new
 
-            x = jnp.transpose(x, TO_NHWC) if x.ndim == 4 else x  # the batch channels-last, inside the step
-            return interpret(graph, ops, params, x, keep), new
+            def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
+                logits, new = forward(params, buffers, x)
+                logp = jax.nn.log_softmax(logits)
+                return -jnp.take_along_axis(logp, y[:, None], axis=1).mean(), new
 
-        def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
-            logits, new = forward(params, buffers, x)
-            logp = jax.nn.log_softmax(logits)
-            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean(), new
+            tx, named = optax_optimizer(optax, optimizer)
 
-        tx, named = optax_optimizer(optax, optimizer)
+            def train_step(params: Any, buffers: Any, state: Any, x: Any, y: Any) -> Any:
+                (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
+                updates, state = tx.update(grads, state, params)
+                return optax.apply_updates(params, updates), buffers, state, loss
 
-        def train_step(params: Any, buffers: Any, state: Any, x: Any, y: Any) -> Any:
-            (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
-            updates, state = tx.update(grads, state, params)
-            return optax.apply_updates(params, updates), buffers, state, loss
-
-        self.graph = graph
-        self.params = {n: jnp.asarray(w) for n, w in hwio_weights(
-            graph, {n: np.asarray(weights[n], dtype=self.dtype) for n in graph.shapes}).items()}
-        self.buffers = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.buffer_shapes}
-        self.state = tx.init(self.params)
-        x, y = example
-        t0 = time.perf_counter()
-        self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
-            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
-        self.compile_s = time.perf_counter() - t0
-        return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
-                "jax_enable_x64": bool(jax.config.jax_enable_x64), "matmul_precision": "highest",
-                "layout": "NHWC: the batch transposed at the start of the step; convolution weights HWIO, "
-                          "converted once here", "optimizer": named, "compiler": "jax.jit (XLA)",
-                "devices": [str(d) for d in jax.devices()]}
+            self.graph = graph
+            self.params = {n: jnp.asarray(w) for n, w in graph.hwio(
+                {n: np.asarray(weights[n], dtype=self.dtype) for n in graph.shapes}).items()}
+            self.buffers = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.buffer_shapes}
+            self.state = tx.init(self.params)
+            x, y = example
+            t0 = time.perf_counter()
+            self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
+                self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
+            self.compile_s = time.perf_counter() - t0
+            return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
+                    "jax_enable_x64": bool(jax.config.jax_enable_x64), "matmul_precision": "highest",
+                    "layout": "NHWC: the batch transposed at the start of the step; convolution weights HWIO, "
+                              "converted once here", "optimizer": named, "compiler": "jax.jit (XLA)",
+                    "devices": [str(d) for d in jax.devices()]}
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         # numpy in, as a plain loop hands it over (jnp.asarray would dispatch a conversion of its own)
@@ -202,5 +188,5 @@ class JaxFramework:
             return float(loss)  # waits for the executable, which writes the loss and the update together
 
     def weights(self) -> dict[str, np.ndarray]:
-        return hwio_weights(self.graph, {n: np.asarray(w, dtype=np.float64)
-                                         for n, w in {**self.params, **self.buffers}.items()}, back=True)
+        return self.graph.hwio({n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()},
+                               back=True)

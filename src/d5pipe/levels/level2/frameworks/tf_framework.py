@@ -25,16 +25,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import (
-    TO_NHWC,
-    Graph,
-    Layer,
-    channels_last,
-    check_ops,
-    hwio_weights,
-    interpret,
-    running_update,
-)
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
 
 
 def _import_tf(threads: int) -> Any:
@@ -163,7 +154,7 @@ class TensorFlowFramework:
         ops = _ops(tf)
         check_ops(graph, ops, "tensorflow")
         names = list(graph.shapes)
-        start = hwio_weights(graph, {n: np.asarray(weights[n], dtype=self.dtype) for n in names})
+        start = graph.hwio({n: np.asarray(weights[n], dtype=self.dtype) for n in names})
         self.vars = [keras.Variable(start[n], dtype=self.dtype, name=f"p{i}") for i, n in enumerate(names)]
         self.buffers = {n: tf.Variable(np.asarray(weights[n], dtype=self.dtype), trainable=False)
                         for n in graph.buffer_shapes}
@@ -180,8 +171,7 @@ class TensorFlowFramework:
                 buf = self.buffers[layer.buffers[role]]
                 buf.assign(running_update(buf, tf.stop_gradient(batch), layer.attrs["momentum"]))
 
-        def forward(x: Any) -> Any:  # the batch channels-last, inside the step
-            x = tf.transpose(x, TO_NHWC) if x.ndim == 4 else x
+        def forward(x: Any) -> Any:
             return interpret(graph, ops, dict(zip(names, (v.value for v in self.vars))), x, keep)
 
         @tf.function(jit_compile=False, reduce_retracing=True)
@@ -219,5 +209,5 @@ class TensorFlowFramework:
 
     def weights(self) -> dict[str, np.ndarray]:
         out = {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in zip(self.names, self.vars)}
-        return hwio_weights(self.graph, out, back=True) | {n: np.asarray(v.numpy(), dtype=np.float64)
-                                                           for n, v in self.buffers.items()}
+        return self.graph.hwio(out, back=True) | {n: np.asarray(v.numpy(), dtype=np.float64)
+                                                  for n, v in self.buffers.items()}
