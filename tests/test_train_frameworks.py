@@ -61,7 +61,47 @@ def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt:
         assert steps.compile_s >= 0 and len(steps.step_s) == K
         assert steps.told["dtype"] == dtype and steps.told["threads"] == 1
         assert steps.versions
-    assert steps.told["TF_ENABLE_ONEDNN_OPTS"] == "0" and steps.told["intra_op_threads"] == 1
+        if fw.name != "torch":  # each in its own preferred layout
+            assert steps.told["layout"].startswith("NHWC"), steps.told
+        if fw.name == "jax":  # the float64 check's x64 mode is its own: the float32 run after it is told off
+            assert steps.told["jax_enable_x64"] == (dtype == "float64")
+    import jax
+    import keras
+
+    assert not jax.config.jax_enable_x64 and keras.config.floatx() == "float32"  # no switch left behind
+    assert steps.told["intra_op_threads"] == 1
+    assert steps.told["onednn"] == (os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")  # TensorFlow's default
+
+
+class LayoutMix(torch.nn.Module):
+    """Layers a channels-last build takes natively (a biased convolution, a padded strided one, max
+    pooling, a mean keeping its dims) and ones it hands to torch's layout (group norm, a mean keeping
+    C and W, 4-D flatten)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv, self.bn, self.relu = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()
+        self.down = nn.Conv2d(4, 4, 3, stride=2, padding=1, bias=False)
+        self.pool, self.gn, self.flat = nn.MaxPool2d(3, 2, 1), nn.GroupNorm(2, 4), nn.Flatten()
+        self.head, self.side = nn.Linear(4 * 2 * 2, 10), nn.Linear(4 * 2, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.gn(self.pool(self.down(self.relu(self.bn(self.conv(x))))))
+        z = y + y.mean(dim=(2, 3), keepdim=True)
+        return self.head(self.flat(z)) + self.side(self.flat(y.mean(dim=2)))
+
+
+def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> None:
+    torch.manual_seed(5)
+    model = LayoutMix()
+    graph = trace(model)
+    w0 = initial_weights(model, graph)
+    opt = OPTIMIZERS[0]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=1)
+    for fw in (JaxFramework("float64"), TensorFlowFramework("float64")):
+        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=1), ref, w0, graph, "float64")
+        assert agreement.passed, (fw.name, agreement.why())
 
 
 def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -> None:
@@ -119,6 +159,23 @@ def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, c
     assert "failed a check" in pairs.loc["off_by_one", "method"] and pd.isna(pairs.loc["off_by_one", "speedup"])
     report = (out / "report.md").read_text()
     assert "Training frameworks side by side" in report and "off_by_one" in report
+
+
+@pytest.mark.slow
+def test_the_native_peer_benchmark_runs_and_prints_a_ratio_per_framework() -> None:
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "benchmarks" / "bench_native_frameworks.py"
+    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    for name in ("torch", "jax", "tensorflow"):  # d5pipe step, native step, ratio; d5pipe's float64 check passed
+        assert re.search(rf"^{name} +[0-9.]+s +[0-9.]+s +[0-9.]+ .* pass \(", r.stdout, re.M), r.stdout
+    note = subprocess.run([sys.executable, str(script), "--model", "vit_b16"], capture_output=True, text=True,
+                          timeout=300)
+    assert note.returncode == 0 and "vit_b16: not measured. Missing: " in note.stdout, note.stdout + note.stderr
 
 
 def test_the_framework_loop_refuses_what_it_would_not_apply_before_any_job() -> None:

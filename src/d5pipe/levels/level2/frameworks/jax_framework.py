@@ -1,6 +1,9 @@
 """JAX (XLA) as a training framework: the traced :class:`~.graph.Graph` built as a pure function of
 the parameters, the step (loss, gradients, optax update) compiled once with ``jax.jit`` for the
-example batch's shapes -- that compile is :meth:`JaxFramework.prepare`'s, never a step's.
+example batch's shapes -- that compile is :meth:`JaxFramework.prepare`'s, never a step's. Built
+channels-last, as XLA's CPU convolutions run fastest (:func:`~.graph.channels_last`; convolution
+weights HWIO from ``prepare`` on, the batch transposed at the start of the step); a float64 run
+switches jax's x64 mode on for its own calls only.
 
 Threads: XLA's CPU thread pools are sized when jax is first imported, from ``XLA_FLAGS``; unless
 the environment sets it, d5pipe sets ``intra_op_parallelism_threads`` to the point's threads (and
@@ -19,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer, check_ops, interpret, running_update
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
 
 
 def _import_jax(threads: int) -> Any:
@@ -28,7 +31,6 @@ def _import_jax(threads: int) -> Any:
         os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
     import jax
 
-    jax.config.update("jax_default_matmul_precision", "highest")
     return jax
 
 
@@ -37,13 +39,13 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
         out = x @ p["weight"].T
         return out + p["bias"] if "bias" in p else out
 
-    def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+    def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # NHWC, the weight HWIO
         a = layer.attrs
         out = lax.conv_general_dilated(x, p["weight"], window_strides=a["stride"],
                                        padding=[(a["padding"][0],) * 2, (a["padding"][1],) * 2],
                                        rhs_dilation=a["dilation"], feature_group_count=a["groups"],
-                                       dimension_numbers=("NCHW", "OIHW", "NCHW"))
-        return out + p["bias"][None, :, None, None] if "bias" in p else out
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return out + p["bias"] if "bias" in p else out
 
     def affine(x: Any, p: dict[str, Any], shape: tuple[int, ...]) -> Any:
         if "weight" in p:
@@ -56,12 +58,12 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
         return (x - mean) / jnp.sqrt(var + eps)
 
     def batch_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # training mode: batch statistics
-        return affine(normalize(x, (0, 2, 3), layer.attrs["eps"]), p, (1, -1, 1, 1))
+        return affine(normalize(x, (0, 1, 2), layer.attrs["eps"]), p, (-1,))
 
     def batch_stats(layer: Layer, p: dict[str, Any], x: Any) -> tuple[Any, Any]:  # for the running statistics
-        mean = x.mean(axis=(0, 2, 3))
-        n = x.size // x.shape[1]
-        return mean, ((x - mean[None, :, None, None]) ** 2).sum(axis=(0, 2, 3)) / (n - 1)
+        mean = x.mean(axis=(0, 1, 2))
+        n = x.size // x.shape[3]
+        return mean, ((x - mean) ** 2).sum(axis=(0, 1, 2)) / (n - 1)
 
     def group_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         n, c = x.shape[:2]
@@ -75,21 +77,21 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
 
     def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
         (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
-        return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, kh, kw), (1, 1, sh, sw),
-                                 ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        return lax.reduce_window(x, -jnp.inf, lax.max, (1, kh, kw, 1), (1, sh, sw, 1),
+                                 ((0, 0), (ph, ph), (pw, pw), (0, 0)))
 
     def flatten(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         start, end = layer.attrs["start"] % x.ndim, layer.attrs["end"] % x.ndim
         return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
 
-    return {
+    return channels_last({
         "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "batch_stats": batch_stats, "group_norm": group_norm,
         "layer_norm": layer_norm, "flatten": flatten, "max_pool2d": max_pool2d,
         "relu": lambda layer, p, x: jnp.maximum(x, 0),
         "add": lambda layer, p, a, b: a + b,
         "identity": lambda layer, p, x: x,
         "mean": lambda layer, p, x: x.mean(axis=layer.attrs["dims"], keepdims=layer.attrs["keepdim"]),
-    }
+    }, jnp.transpose)
 
 
 def optax_optimizer(optax: Any, spec: OptimizerSpec) -> tuple[Any, str]:
@@ -111,7 +113,7 @@ def optax_optimizer(optax: Any, spec: OptimizerSpec) -> tuple[Any, str]:
 
 
 class JaxFramework:
-    """``dtype``: float32, or float64 (jax's x64 mode, switched on for the process)."""
+    """``dtype``: float32, or float64 (jax's x64 mode, on inside this framework's calls only)."""
 
     name = "jax"
 
@@ -127,55 +129,64 @@ class JaxFramework:
 
     def prepare(self, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
+        """Under jax's x64 mode for float64 only, and matmuls at full precision: both process-wide
+        switches, pinned here and in :meth:`step` and restored on leaving, so nothing later in the
+        process (a float32 run after the float64 check) runs under them."""
         jax = _import_jax(threads)
-        if self.dtype == "float64":
-            jax.config.update("jax_enable_x64", True)
-        import optax
-        from jax import lax
-        from jax import numpy as jnp
+        self._x64 = jax.enable_x64(self.dtype == "float64")
+        with self._x64, jax.default_matmul_precision("highest"):
+            import optax
+            from jax import lax
+            from jax import numpy as jnp
 
-        ops = _ops(jnp, lax)
-        check_ops(graph, ops, "jax")
+            ops = _ops(jnp, lax)
+            check_ops(graph, ops, "jax")
 
-        def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
-            new = dict(buffers)
+            def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
+                new = dict(buffers)
 
-            def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
-                for role, batch in zip(("mean", "var"), stats):
-                    name = layer.buffers[role]
-                    new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
+                def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
+                    for role, batch in zip(("mean", "var"), stats):
+                        name = layer.buffers[role]
+                        new[name] = running_update(buffers[name], lax.stop_gradient(batch), layer.attrs["momentum"])
 
-            return interpret(graph, ops, params, x, keep), new
+                return interpret(graph, ops, params, x, keep), new
 
-        def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
-            logits, new = forward(params, buffers, x)
-            logp = jax.nn.log_softmax(logits)
-            return -jnp.take_along_axis(logp, y[:, None], axis=1).mean(), new
+            def loss_fn(params: dict[str, Any], buffers: dict[str, Any], x: Any, y: Any) -> Any:
+                logits, new = forward(params, buffers, x)
+                logp = jax.nn.log_softmax(logits)
+                return -jnp.take_along_axis(logp, y[:, None], axis=1).mean(), new
 
-        tx, named = optax_optimizer(optax, optimizer)
+            tx, named = optax_optimizer(optax, optimizer)
 
-        def train_step(params: Any, buffers: Any, state: Any, x: Any, y: Any) -> Any:
-            (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
-            updates, state = tx.update(grads, state, params)
-            return optax.apply_updates(params, updates), buffers, state, loss
+            def train_step(params: Any, buffers: Any, state: Any, x: Any, y: Any) -> Any:
+                (loss, buffers), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, buffers, x, y)
+                updates, state = tx.update(grads, state, params)
+                return optax.apply_updates(params, updates), buffers, state, loss
 
-        self.params = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.shapes}
-        self.buffers = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.buffer_shapes}
-        self.state = tx.init(self.params)
-        x, y = example
-        t0 = time.perf_counter()
-        self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
-            self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
-        self.compile_s = time.perf_counter() - t0
-        return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
-                "matmul_precision": "highest", "optimizer": named, "compiler": "jax.jit (XLA)",
-                "devices": [str(d) for d in jax.devices()]}
+            self.graph = graph
+            self.params = {n: jnp.asarray(w) for n, w in graph.hwio(
+                {n: np.asarray(weights[n], dtype=self.dtype) for n in graph.shapes}).items()}
+            self.buffers = {n: jnp.asarray(np.asarray(weights[n], dtype=self.dtype)) for n in graph.buffer_shapes}
+            self.state = tx.init(self.params)
+            x, y = example
+            t0 = time.perf_counter()
+            self.compiled_step = jax.jit(train_step, donate_argnums=(0, 1, 2)).lower(
+                self.params, self.buffers, self.state, jnp.asarray(x, self.dtype), jnp.asarray(y, jnp.int32)).compile()
+            self.compile_s = time.perf_counter() - t0
+            return {"threads": threads, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "dtype": self.dtype,
+                    "jax_enable_x64": bool(jax.config.jax_enable_x64), "matmul_precision": "highest",
+                    "layout": "NHWC: the batch transposed at the start of the step; convolution weights HWIO, "
+                              "converted once here", "optimizer": named, "compiler": "jax.jit (XLA)",
+                    "devices": [str(d) for d in jax.devices()]}
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         # numpy in, as a plain loop hands it over (jnp.asarray would dispatch a conversion of its own)
-        self.params, self.buffers, self.state, loss = self.compiled_step(
-            self.params, self.buffers, self.state, x.astype(self.dtype, copy=False), y.astype(np.int32))
-        return float(loss)  # waits for the executable, which writes the loss and the update together
+        with self._x64:
+            self.params, self.buffers, self.state, loss = self.compiled_step(
+                self.params, self.buffers, self.state, x.astype(self.dtype, copy=False), y.astype(np.int32))
+            return float(loss)  # waits for the executable, which writes the loss and the update together
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()}
+        return self.graph.hwio({n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()},
+                               back=True)

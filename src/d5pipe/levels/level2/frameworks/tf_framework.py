@@ -1,14 +1,17 @@
 """TensorFlow as a training framework: the traced :class:`~.graph.Graph` built from TensorFlow ops,
 the step (loss, ``tf.GradientTape``, a ``keras.optimizers`` update) one ``tf.function`` graph.
 
-Pinned before TensorFlow starts and recorded: the intra- and inter-op thread pools
-(``tf.config.threading``), and ``TF_ENABLE_ONEDNN_OPTS`` (oneDNN's fused kernels round otherwise;
-d5pipe sets 0 unless the environment says). TensorFlow's CPU convolutions take NHWC: each
-convolution transposes its input and output around ``tf.nn.conv2d`` (part of the step's time).
+Built as TensorFlow runs fastest on a CPU: channels-last (:func:`~.graph.channels_last`; the
+convolution weights HWIO from :meth:`~TensorFlowFramework.prepare` on, the batch transposed once at
+the start of the step), with TensorFlow's performance defaults -- oneDNN's kernels on unless the
+environment sets ``TF_ENABLE_ONEDNN_OPTS=0`` (read once per process; a float64 check needs no
+switch: oneDNN has no float64 kernels). Pinned before TensorFlow starts and recorded: the intra- and
+inter-op thread pools (``tf.config.threading``); recorded: whether oneDNN runs.
 Conventions that differ from torch's, and how the spec is met: torch's SGD decay joins the
 gradient (keras's ``weight_decay`` is decoupled), so d5pipe adds ``weight_decay * w`` to the
 gradient for ``sgd`` and ``adam``; keras keeps the learning rate and momentum in its float type,
-which d5pipe sets to the run's dtype (``keras.config.set_floatx``); keras's Adam puts epsilon inside the bias correction
+which d5pipe sets to the run's dtype while it builds the optimizer (``keras.config.set_floatx``,
+restored after); keras's Adam puts epsilon inside the bias correction
 (``eps * sqrt(1 - beta2^t)`` in torch's terms) -- left as keras has it, and recorded.
 """
 
@@ -22,11 +25,10 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer, check_ops, interpret, running_update
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
 
 
 def _import_tf(threads: int) -> Any:
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
@@ -38,21 +40,32 @@ def _import_tf(threads: int) -> Any:
     return tf
 
 
+def _onednn() -> bool:
+    """Whether TensorFlow runs its oneDNN kernels (read once per process, from TF_ENABLE_ONEDNN_OPTS)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
     def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         out = tf.matmul(x, p["weight"], transpose_b=True)
         return out + p["bias"] if "bias" in p else out
 
-    def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+    def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # NHWC, the weight HWIO
         a = layer.attrs
         if a["groups"] != 1:
             raise UnsupportedNetwork("tensorflow: grouped convolutions are not translated")
-        (ph, pw) = a["padding"]
-        out = tf.nn.conv2d(tf.transpose(x, (0, 2, 3, 1)), tf.transpose(p["weight"], (2, 3, 1, 0)),
-                           strides=(1, *a["stride"], 1), padding=[[0, 0], [ph, ph], [pw, pw], [0, 0]],
-                           dilations=(1, *a["dilation"], 1))
-        out = tf.transpose(out, (0, 3, 1, 2))
-        return out + tf.reshape(p["bias"], (1, -1, 1, 1)) if "bias" in p else out
+        (ph, pw), (dh, dw) = a["padding"], a["dilation"]
+        kh, kw = p["weight"].shape[:2]
+        # padding=[[..]] in tf.nn.conv2d takes a slow kernel (ResNet-50 1.6x slower): "SAME" where it pads as
+        # torch does (stride 1, odd kernel), else tf.pad and "VALID"
+        same = a["stride"] == (1, 1) and (2 * ph, 2 * pw) == (dh * (kh - 1), dw * (kw - 1))
+        if (ph or pw) and not same:
+            x = tf.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]])
+        out = tf.nn.conv2d(x, p["weight"], strides=(1, *a["stride"], 1), padding="SAME" if same else "VALID",
+                           dilations=(1, dh, dw, 1))
+        return out + p["bias"] if "bias" in p else out
 
     def affine(x: Any, p: dict[str, Any], shape: tuple[int, ...]) -> Any:
         if "weight" in p:
@@ -76,29 +89,32 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
 
     def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
         (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
-        padded = tf.pad(tf.transpose(x, (0, 2, 3, 1)), [[0, 0], [ph, ph], [pw, pw], [0, 0]],
-                        constant_values=float("-inf"))
-        return tf.transpose(tf.nn.max_pool2d(padded, (kh, kw), (sh, sw), "VALID"), (0, 3, 1, 2))
+        padded = tf.pad(x, [[0, 0], [ph, ph], [pw, pw], [0, 0]], constant_values=float("-inf"))
+        return tf.nn.max_pool2d(padded, (kh, kw), (sh, sw), "VALID")
 
     def flatten(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         nd = len(x.shape)
         start, end = layer.attrs["start"] % nd, layer.attrs["end"] % nd
         return tf.reshape(x, (*tf.unstack(tf.shape(x)[:start]), -1, *x.shape[end + 1:]))
 
+    def batch_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # training mode: batch statistics
+        mean, var = tf.nn.moments(x, axes=[0, 1, 2])  # biased, as torch normalises; one pass, as keras's
+        return tf.nn.batch_normalization(x, mean, var, p.get("bias"), p.get("weight"), layer.attrs["eps"])
+
     def batch_stats(layer: Layer, p: dict[str, Any], x: Any) -> tuple[Any, Any]:  # for the running statistics
-        mean, var = tf.nn.moments(x, axes=[0, 2, 3])
-        n = tf.cast(tf.size(x) // tf.shape(x)[1], x.dtype)
+        mean, var = tf.nn.moments(x, axes=[0, 1, 2])  # the same moments as the batch norm's
+        n = tf.cast(tf.size(x) // tf.shape(x)[3], x.dtype)
         return mean, var * n / (n - 1)
 
-    return {
+    return channels_last({
         "linear": linear, "conv2d": conv2d, "group_norm": group_norm, "layer_norm": layer_norm, "flatten": flatten,
         "batch_stats": batch_stats, "max_pool2d": max_pool2d,
-        "batch_norm": lambda layer, p, x: affine(normalize(x, [0, 2, 3], layer.attrs["eps"]), p, (1, -1, 1, 1)),
+        "batch_norm": batch_norm,
         "relu": lambda layer, p, x: tf.nn.relu(x),
         "add": lambda layer, p, a, b: a + b,
         "identity": lambda layer, p, x: x,
         "mean": lambda layer, p, x: tf.reduce_mean(x, axis=list(layer.attrs["dims"]), keepdims=layer.attrs["keepdim"]),
-    }
+    }, tf.transpose)
 
 
 def keras_optimizer(keras: Any, spec: OptimizerSpec) -> tuple[Any, bool, str]:
@@ -138,14 +154,16 @@ class TensorFlowFramework:
         ops = _ops(tf)
         check_ops(graph, ops, "tensorflow")
         names = list(graph.shapes)
-        self.vars = [keras.Variable(np.asarray(weights[n], dtype=self.dtype), dtype=self.dtype, name=f"p{i}")
-                     for i, n in enumerate(names)]
+        start = graph.hwio({n: np.asarray(weights[n], dtype=self.dtype) for n in names})
+        self.vars = [keras.Variable(start[n], dtype=self.dtype, name=f"p{i}") for i, n in enumerate(names)]
         self.buffers = {n: tf.Variable(np.asarray(weights[n], dtype=self.dtype), trainable=False)
                         for n in graph.buffer_shapes}
-        self.names = names
+        self.names, self.graph = names, graph
+        floatx = keras.config.floatx()
         keras.config.set_floatx(self.dtype)  # the optimizer's learning rate and momentum variables in the point's dtype
         opt, coupled, named = keras_optimizer(keras, optimizer)
         opt.build(self.vars)
+        keras.config.set_floatx(floatx)  # a process-wide switch: nothing later in the process sees the point's
         decay = optimizer.weight_decay if coupled else 0.0
 
         def keep(layer: Layer, stats: tuple[Any, Any]) -> None:
@@ -177,7 +195,9 @@ class TensorFlowFramework:
             v.assign(s)
         return {"threads": threads, "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                 "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-                "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""), "dtype": self.dtype,
+                "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", ""), "onednn": _onednn(),
+                "layout": "NHWC: the batch transposed at the start of the step; convolution weights HWIO, "
+                          "converted once here", "dtype": self.dtype,
                 "optimizer": named, "compiler": "tf.function (graph, jit_compile=False)"}
 
     def tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
@@ -189,4 +209,5 @@ class TensorFlowFramework:
 
     def weights(self) -> dict[str, np.ndarray]:
         out = {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in zip(self.names, self.vars)}
-        return out | {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in self.buffers.items()}
+        return self.graph.hwio(out, back=True) | {n: np.asarray(v.numpy(), dtype=np.float64)
+                                                  for n, v in self.buffers.items()}

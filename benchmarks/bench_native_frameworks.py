@@ -1,0 +1,271 @@
+"""d5pipe's training step on each framework against the same network written in that framework's
+own idiom, independent of d5pipe's translation (issue #59).
+
+d5pipe's side is a level-2 framework point's path (d5pipe.levels.level2.framework_point): the
+model traced once, the float64 check against PyTorch's float64 reference on the first
+``--check-steps`` batches (in the same process, before the timed run, as the point runs it), then
+the float32 framework prepared and ``framework.step(x, y)`` timed on the numpy batch. The native
+side is what a user of that framework writes:
+
+* ``torch``: a bare loop over d5pipe's ResNet-50 module (``torch.optim.SGD``, ``cross_entropy``,
+  ``loss.item()``); ``compile``: the same loop over ``torch.compile`` of that module;
+* ``jax`` / ``tensorflow``: Keras 3's ``keras.applications.ResNet50`` (``weights=None``, logits
+  out, ``SparseCategoricalCrossentropy(from_logits=True)``, ``keras.optimizers.SGD``) on that
+  backend, ``train_on_batch`` on NHWC batches (the backend is chosen per process by
+  ``KERAS_BACKEND``). Keras's ResNet-50 is v1 (stride in the first 1x1 convolution, biased
+  convolutions) where d5pipe's is torchvision's v1.5: the two differ by about 5% in FLOPs.
+
+Both sides: the same batch (4), 224x224 images, 1000 classes, SGD momentum 0.9 (lr 0.01), float32,
+the same thread pins (torch ``set_num_threads``; TensorFlow's intra/inter-op pools; XLA_FLAGS as
+d5pipe's JAX framework sets them, handed to the native JAX side too; ``OMP_NUM_THREADS``), the same
+generated batches, warm-up steps, then ``--steps`` steps each timed on ``perf_counter_ns`` (the loss
+fetched, so the step is done). Each side of each framework runs in a fresh process per round; the
+rounds interleave the sides in time (a random order of frameworks and of the two sides per round,
+Abedi & Brecht). Printed per framework and thread count: the median step both ways and the ratio
+d5pipe / native -- the median of the per-round ratios of the two processes' median steps, with its
+nonparametric CI (d5pipe.measure.stats.median_ci; with 5 rounds it is [min, max] at 94% coverage)
+-- and the float64 check's verdict on d5pipe's side. The target is every ratio within 1.10.
+
+``--model vit_b16`` says what the transformer comparison lacks on this machine (Keras's ViT-B/16 is
+in keras_hub; d5pipe's step needs the model traced) instead of timing anything.
+
+Usage: python benchmarks/bench_native_frameworks.py [--threads 1,2] [--rounds 5] [--steps 8]
+       [--frameworks torch,jax,tensorflow] [--model resnet50|vit_b16] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+LR, MOMENTUM = 0.01, 0.9
+DISTINCT_BATCHES = 2
+
+
+def xla_flags(threads: int) -> str:
+    """The XLA_FLAGS d5pipe's JAX framework sets for ``threads`` (d5pipe.levels.level2.frameworks.jax_framework)."""
+    eigen = "true" if threads > 1 else "false"
+    return f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
+
+
+def batches(a: argparse.Namespace) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The generated NCHW float32 batches both sides train on (the native Keras side gets them NHWC)."""
+    rng = np.random.default_rng(0)
+    return [(rng.standard_normal((a.batch, 3, a.image, a.image)).astype(np.float32),
+             rng.integers(0, a.classes, a.batch)) for _ in range(DISTINCT_BATCHES)]
+
+
+def timed(step: Callable[[int], float], a: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """Losses of every step and times of the steps after the warm-up, cycling over the batches."""
+    losses, times = [], []
+    for i in range(a.warmup + a.steps):
+        t0 = time.perf_counter_ns()
+        losses.append(float(step(i % DISTINCT_BATCHES)))
+        if i >= a.warmup:
+            times.append((time.perf_counter_ns() - t0) * 1e-9)
+    return losses, times
+
+
+def torch_resnet(a: argparse.Namespace) -> Any:
+    import torch
+
+    from d5pipe.levels.models import build_model
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    return build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
+
+
+def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
+    """A framework point's path: the float64 check, then the float32 framework's timed steps."""
+    from d5pipe.levels.level2.frameworks import builtin
+    from d5pipe.levels.level2.frameworks.agreement import check, losses_rel_err, prepare, run_steps
+    from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
+    from d5pipe.levels.level2.frameworks.graph import initial_weights, trace
+    from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+
+    model = torch_resnet(a)
+    graph = trace(model)
+    w0 = initial_weights(model, graph)
+    data = batches(a)
+    spec = OptimizerSpec("sgd", LR, momentum=MOMENTUM)
+    out: dict[str, Any] = {}
+    reference = None
+    if a.check_steps:
+        first = [data[i % DISTINCT_BATCHES] for i in range(a.check_steps)]
+        reference = run_steps(TorchFramework(model, dtype="float64"), graph, w0, spec, first, a.threads)
+        steps = run_steps(getattr(builtin, a.framework)(model, "float64"), graph, w0, spec, first, a.threads)
+        agreement = check(steps, reference, w0, graph, "float64")
+        out["check"] = {"float64_passed": agreement.passed, "update_rel_l2": agreement.update_rel_l2,
+                        "loss_rel_err": agreement.loss_rel_err}
+    fw = getattr(builtin, a.framework)(model, "float32")
+    out["told"], out["compile_s"] = prepare(fw, graph, w0, spec, data[0], a.threads)
+    losses, out["step_s"] = timed(lambda i: fw.step(*data[i]), a)
+    if reference is not None:
+        out["check"]["float32_first_loss_rel_err"] = losses_rel_err(losses[:1], reference.losses[:1])
+    return out
+
+
+def native_side(a: argparse.Namespace) -> dict[str, Any]:
+    """The framework's own idiom: a bare torch loop, or Keras 3's ResNet50 on the backend."""
+    data = batches(a)
+    if a.framework in ("torch", "compile"):
+        import torch
+
+        model = torch_resnet(a).train()
+        forward = torch.compile(model) if a.framework == "compile" else model
+        opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+        tensors = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data]
+
+        def torch_step(i: int) -> float:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(forward(tensors[i][0]), tensors[i][1])
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        t0 = time.perf_counter()
+        if a.framework == "compile":  # compiled by a first step (its update is kept: weights' values do not time)
+            torch_step(0)
+        told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over d5pipe's ResNet-50"}
+        compile_s = time.perf_counter() - t0
+        losses, step_s = timed(torch_step, a)
+        return {"told": told, "compile_s": compile_s, "step_s": step_s}
+    told: dict[str, Any] = {"KERAS_BACKEND": os.environ.get("KERAS_BACKEND")}
+    if a.framework == "tensorflow":
+        import tensorflow as tf
+        from tensorflow.python.util import _pywrap_util_port
+
+        tf.config.threading.set_intra_op_parallelism_threads(a.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(a.threads)
+        told["onednn"] = bool(_pywrap_util_port.IsMklEnabled())
+    else:
+        told["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.applications.ResNet50(weights=None, input_shape=(a.image, a.image, 3), classes=a.classes,
+                                        classifier_activation=None)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    nhwc = [(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), y) for x, y in data]
+    t0 = time.perf_counter()
+    model.train_on_batch(*nhwc[0])  # traces and compiles (its update is kept: weights' values do not time)
+    compile_s = time.perf_counter() - t0
+    told |= {"keras": keras.__version__, "jit_compile": bool(model.jit_compile), "model": "keras.applications.ResNet50"}
+    losses, step_s = timed(lambda i: model.train_on_batch(*nhwc[i]), a)
+    return {"told": told, "compile_s": compile_s, "step_s": step_s}
+
+
+def run_side(side: str, framework: str, threads: int, a: argparse.Namespace) -> dict[str, Any]:
+    """One side in a fresh process, with the environment both sides share."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("KERAS_BACKEND", None)
+    if side == "native" and framework in ("jax", "tensorflow"):
+        env["KERAS_BACKEND"] = framework
+        if framework == "jax":
+            env.setdefault("XLA_FLAGS", xla_flags(threads))
+    cmd = [sys.executable, __file__, "--worker", side, "--framework", framework, "--threads", str(threads),
+           "--image", str(a.image), "--batch", str(a.batch), "--classes", str(a.classes), "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--check-steps", str(a.check_steps)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise RuntimeError(f"{side} {framework} (threads {threads}) exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+
+
+def transformer_note() -> str:
+    """What the transformer comparison lacks here (both sides are needed for a ratio)."""
+    missing = []
+    if importlib.util.find_spec("keras_hub") is None:
+        missing.append("keras_hub is not installed (Keras's ViT-B/16, keras_hub.models.ViTImageClassifier, "
+                       "is the native side on the JAX and TensorFlow backends)")
+    try:
+        from d5pipe.levels.level2.frameworks.graph import trace
+        from d5pipe.levels.models import build_model
+
+        trace(build_model({"name": "vit_b16"}, (3, 224, 224), 1000))
+    except Exception as exc:  # noqa: BLE001 - UnsupportedNetwork, or transformers missing: either is the reason
+        missing.append(f"d5pipe's framework step cannot build ViT-B/16: {str(exc).splitlines()[0]}")
+    if not missing:
+        missing.append("a ViT-B/16 pair in this benchmark (both sides are available: add it)")
+    return "vit_b16: not measured. Missing: " + "; ".join(missing)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=("resnet50", "vit_b16"), default="resnet50")
+    ap.add_argument("--frameworks", default="torch,jax,tensorflow", help="of torch, compile, jax, tensorflow")
+    ap.add_argument("--threads", default="1", help="comma-separated thread counts")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--check-steps", type=int, default=1, help="d5pipe's float64 check before the timed run (0: none)")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--image", type=int, default=224)
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0, help="of the random order of the sides")
+    ap.add_argument("--quick", action="store_true", help="32x32 images, 1 round of 2 steps: checks that it runs")
+    ap.add_argument("--worker", choices=("d5pipe", "native"), help=argparse.SUPPRESS)
+    ap.add_argument("--framework", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        a.threads = int(a.threads)
+        print("RESULT " + json.dumps((d5pipe_side if a.worker == "d5pipe" else native_side)(a)), flush=True)
+        return 0
+    if a.model == "vit_b16":
+        print(transformer_note())
+        return 0
+    if a.quick:
+        a.image, a.rounds, a.steps, a.warmup = 32, 1, 2, 1
+    from d5pipe.measure.stats import median_ci
+
+    frameworks = a.frameworks.split(",")
+    rng = random.Random(a.seed)
+    print(f"ResNet-50, batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
+          f"{a.rounds} round(s) of a fresh process per side, {a.warmup} warm-up + {a.steps} timed steps each")
+    for threads in (int(t) for t in a.threads.split(",")):
+        got: dict[str, dict[str, list[dict[str, Any]]]] = {f: {"d5pipe": [], "native": []} for f in frameworks}
+        for _ in range(a.rounds):
+            for f in rng.sample(frameworks, len(frameworks)):
+                for side in rng.sample(["d5pipe", "native"], 2):
+                    got[f][side].append(run_side(side, f, threads, a))
+        print(f"\n{threads} thread(s)")
+        print(f"{'framework':<11} {'d5pipe step':>12} {'native step':>12} {'d5pipe/native':>14} {'CI (coverage)':>24}"
+              f"  within 1.10  float64 check")
+        for f in frameworks:
+            med = {s: [statistics.median(r["step_s"]) for r in got[f][s]] for s in ("d5pipe", "native")}
+            ratios = [d / n for d, n in zip(med["d5pipe"], med["native"])]
+            ci = median_ci(ratios)
+            ratio = statistics.median(ratios)
+            within = "yes" if ci.high <= 1.10 else ("no" if ci.low > 1.10 else "?")
+            shown = f"[{ci.low:.3f}, {ci.high:.3f}] ({ci.coverage:.0%})" if len(ratios) > 1 else "(one round)"
+            checks = [r.get("check") for r in got[f]["d5pipe"]]
+            said = "not run" if not checks[0] else (
+                ("pass" if all(c["float64_passed"] for c in checks) else "FAIL")
+                + f" (update {max(c['update_rel_l2'] for c in checks):.1e}, "
+                  f"float32 first loss {max(c['float32_first_loss_rel_err'] for c in checks):.1e})")
+            print(f"{f:<11} {statistics.median(med['d5pipe']):>11.3f}s {statistics.median(med['native']):>11.3f}s "
+                  f"{ratio:>14.3f} {shown:>24}  {within:<11}  {said}")
+        for f in frameworks:
+            comp = {s: statistics.median(r["compile_s"] for r in got[f][s]) for s in ("d5pipe", "native")}
+            print(f"  {f}: compile {comp['d5pipe']:.1f} s (d5pipe) / {comp['native']:.1f} s (native); "
+                  f"d5pipe told {json.dumps(got[f]['d5pipe'][-1]['told'], default=str)}; "
+                  f"native {json.dumps(got[f]['native'][-1]['told'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
