@@ -138,10 +138,10 @@ def native_side(a: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         if a.framework == "compile":  # compiled by a first step (its update is kept: weights' values do not time)
             torch_step(0)
-        told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over d5pipe's ResNet-50"}
+        torch_told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over d5pipe's ResNet-50"}
         compile_s = time.perf_counter() - t0
         losses, step_s = timed(torch_step, a)
-        return {"told": told, "compile_s": compile_s, "step_s": step_s}
+        return {"told": torch_told, "compile_s": compile_s, "step_s": step_s}
     told: dict[str, Any] = {"KERAS_BACKEND": os.environ.get("KERAS_BACKEND")}
     if a.framework == "tensorflow":
         import tensorflow as tf
@@ -252,7 +252,7 @@ def main() -> int:
             ratio = statistics.median(ratios)
             within = "yes" if ci.high <= 1.10 else ("no" if ci.low > 1.10 else "?")
             shown = f"[{ci.low:.3f}, {ci.high:.3f}] ({ci.coverage:.0%})" if len(ratios) > 1 else "(one round)"
-            checks = [r.get("check") for r in got[f]["d5pipe"]]
+            checks: list[Any] = [r.get("check") for r in got[f]["d5pipe"]]
             said = "not run" if not checks[0] else (
                 ("pass" if all(c["float64_passed"] for c in checks) else "FAIL")
                 + f" (update {max(c['update_rel_l2'] for c in checks):.1e}, "
