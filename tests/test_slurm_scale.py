@@ -173,8 +173,11 @@ def test_a_sweep_wider_than_the_site_allows_runs_in_chunked_arrays_and_waves_thr
     status = subprocess.run([sys.executable, "-m", "d5pipe.cli.main", "status", str(run_dir)], env=env, cwd=ROOT,
                             capture_output=True, text=True, timeout=300, check=False).stdout
     happened = status[status.index("slurm: "):]  # what happened, from sacctmgr's events and sacct --duplicates
-    assert "node15 DOWN" in happened and "node16 DOWN" in happened, status
+    # node15 and node16 ran none of the run's jobs (SLURM packs them onto the first nodes): their DOWN
+    # episode is not the run's story and is left out (test_slurm_incidents covers the nodes a run used)
+    assert "node15" not in happened and "node16" not in happened, status
     assert re.search(r"ran \d+ times: [^\n]*REQUEUED on node", happened), status  # the task requeued by hand
+    assert re.search(r"submission\(s\) waited, \d+ s in all, for: ", happened), status
 
     intervals = _sacct_intervals(sandbox, run_dir)
     assert len(intervals) >= LEVEL0_SHARDS + LEVEL2_SHARDS

@@ -66,7 +66,8 @@ def driver_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                         "when the run's driver last wrote"})
     if waits:
         total = sum(float(w.get("waited_s", 0)) for w in waits)
-        reasons = sorted({str(w["text"]).split(": ", 1)[-1].split(":", 1)[0] for w in waits})
+        reasons = sorted({re.sub(r"array \d+ still has \d+ task\(s\)", "an earlier array still had tasks",
+                                 str(w["text"]).split(": ", 1)[-1].split(":", 1)[0]) for w in waits})
         rows.append({"t": float(waits[0]["t"]), "kind": "wait",
                      "text": f"{len(waits)} submission(s) waited, {total:.0f} s in all, for: {'; '.join(reasons)}"})
     return rows
