@@ -12,6 +12,7 @@ import os
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,3 +231,32 @@ def test_every_task_of_an_array_runs_its_own_rule_command_without_snakemake(
     script_rule = SimpleNamespace(is_group=lambda: False, is_shell=False, shellcmd=None, output=[], log=[])
     assert rule_shell(script_rule) is None  # runs in a Snakemake of its own
     assert subprocess.run(["sh", "-c", job_script(direct_body("exit 3", []))]).returncode == 3
+
+
+def test_a_status_round_whose_query_failed_keeps_every_job_active(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin yields no job of a round whose sacct failed (slurmdbd stopped): Snakemake then
+    never hears of them again. d5pipe's executor gives them back and logs the outage."""
+    import asyncio
+
+    import snakemake_executor_plugin_slurm as plugin
+
+    from d5pipe.execute.slurm_executor import Executor
+    from d5pipe.rundir.slurm_events import Outage, read
+
+    async def failed_round(self: Any, active_jobs: list[Any]) -> Any:
+        self._status_query_failures += 3  # every attempt of the round failed
+        for _ in ():
+            yield _
+
+    monkeypatch.setattr(plugin.Executor, "check_active_jobs", failed_round)
+    executor = Executor.__new__(Executor)
+    executor._status_query_calls, executor._status_query_failures = 0, 0
+    executor.status_outage = Outage(tmp_path / "events.jsonl", "status", "the job status query")
+    jobs = ["job-1", "job-2"]
+
+    async def round_() -> list[Any]:
+        return [j async for j in executor.check_active_jobs(jobs)]
+
+    assert asyncio.run(round_()) == jobs
+    assert [e["state"] for e in read(tmp_path / "events.jsonl")] == ["down"]

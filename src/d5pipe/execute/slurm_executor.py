@@ -342,17 +342,25 @@ class Executor(plugin.Executor):
             self.flight.lock.release()
 
     async def check_active_jobs(self, active_jobs: list[Any]) -> Any:
-        """The plugin's status round (it keeps a job active while its query fails); an outage of
-        the query and its end go to the run's SLURM event log."""
+        """The plugin's status round; an outage of the query and its end go to the run's SLURM event
+        log, and a round whose query failed keeps every job active (the plugin's own yields none of
+        them: on 128 nodes with slurmdbd stopped for two minutes the run then waited forever)."""
         def counts() -> tuple[int, int]:  # the plugin sets them in __post_init__, after its status loop started
             return getattr(self, "_status_query_calls", 0), getattr(self, "_status_query_failures", 0)
 
         before = counts()
+        kept: set[int] = set()
         async for job in super().check_active_jobs(active_jobs):
+            kept.add(id(job))
             yield job
         after = counts()
         if after != before:
-            self.status_outage.saw(after[0] > before[0])
+            answered = after[0] > before[0]
+            self.status_outage.saw(answered)
+            if not answered:  # the plugin yields nothing for a round whose query failed: every job would
+                for job in active_jobs:  # drop out of Snakemake's sight and the run wait forever
+                    if id(job) not in kept:
+                        yield job
 
     async def sleep(self) -> None:
         """The plugin's pause between status rounds (up to a minute), ended early once Snakemake
