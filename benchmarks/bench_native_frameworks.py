@@ -7,13 +7,15 @@ model traced once, the float64 check against PyTorch's float64 reference on the 
 the float32 framework prepared and ``framework.step(x, y)`` timed on the numpy batch. The native
 side is what a user of that framework writes:
 
-* ``torch``: a bare loop over d5pipe's ResNet-50 module (``torch.optim.SGD``, ``cross_entropy``,
+* ``torch``: a bare loop over the same torch module (``torch.optim.SGD``, ``cross_entropy``,
   ``loss.item()``); ``compile``: the same loop over ``torch.compile`` of that module;
 * ``jax`` / ``tensorflow``: Keras 3's ``keras.applications.ResNet50`` (``weights=None``, logits
   out, ``SparseCategoricalCrossentropy(from_logits=True)``, ``keras.optimizers.SGD``) on that
   backend, ``train_on_batch`` on NHWC batches (the backend is chosen per process by
-  ``KERAS_BACKEND``). Keras's ResNet-50 is v1 (stride in the first 1x1 convolution, biased
-  convolutions) where d5pipe's is torchvision's v1.5: the two differ by about 5% in FLOPs.
+  ``KERAS_BACKEND``).
+
+The torch module is Keras's ResNet-50 layout (v1: :func:`torch_resnet`), so every side computes
+the same network.
 
 Both sides: the same batch (4), 224x224 images, 1000 classes, SGD momentum 0.9 (lr 0.01), float32,
 the same thread pins (torch ``set_num_threads``; TensorFlow's intra/inter-op pools; XLA_FLAGS as
@@ -85,13 +87,31 @@ def timed(step: Callable[[int], float], a: argparse.Namespace) -> tuple[list[flo
 
 
 def torch_resnet(a: argparse.Namespace) -> Any:
+    """Keras's ResNet-50 (v1) in torch, for d5pipe's side and the bare torch loop: d5pipe's ResNet-50
+    (torchvision's v1.5, d5pipe.levels.models.resnet) with each block's stride moved from its 3x3
+    to its first 1x1 convolution, a bias on every convolution and batch norms' eps 1.001e-5, as
+    keras.applications.ResNet50 builds them (v1.5 computes about 6% more), so that every side
+    computes the same network. Its parameter count is checked against Keras's 25,583,592 trainable ones at 1000
+    classes."""
     import torch
+    from torch import nn
 
     from d5pipe.levels.models import build_model
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    return build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
+    model = build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
+    for m in model.modules():
+        if hasattr(m, "conv3"):  # a bottleneck
+            m.conv1.stride, m.conv2.stride = m.conv2.stride, (1, 1)
+        if isinstance(m, nn.Conv2d):
+            m.bias = nn.Parameter(torch.zeros(m.out_channels))
+        if isinstance(m, nn.BatchNorm2d):
+            m.eps = 1.001e-5
+    n = sum(p.numel() for p in model.parameters())
+    if a.classes == 1000 and n != 25_583_592:
+        raise RuntimeError(f"the torch network has {n} parameters, Keras's ResNet50 25,583,592 trainable ones")
+    return model
 
 
 def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
@@ -147,7 +167,7 @@ def native_side(a: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         if a.framework == "compile":  # compiled by a first step (its update is kept: weights' values do not time)
             torch_step(0)
-        told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over d5pipe's ResNet-50"}
+        told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over the same module"}
         compile_s = time.perf_counter() - t0
         losses, step_s, cpu_s = timed(torch_step, a)
         return {"told": told, "compile_s": compile_s, "step_s": step_s, "step_cpu_s": cpu_s}
