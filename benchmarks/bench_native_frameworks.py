@@ -15,7 +15,7 @@ side is what a user of that framework writes:
   ``KERAS_BACKEND``).
 
 The torch module is Keras's ResNet-50 layout (v1: :func:`torch_resnet`), so every side computes
-the same network.
+the same network (``--network d5pipe``: d5pipe's own ResNet-50, v1.5, as ``train_frameworks`` runs it).
 
 Both sides: the same batch (4), 224x224 images, 1000 classes, SGD momentum 0.9 (lr 0.01), float32,
 the same thread pins (torch ``set_num_threads``; TensorFlow's intra/inter-op pools; XLA_FLAGS as
@@ -101,6 +101,8 @@ def torch_resnet(a: argparse.Namespace) -> Any:
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
+    if a.network == "d5pipe":
+        return model
     for m in model.modules():
         if hasattr(m, "conv3"):  # a bottleneck
             m.conv1.stride, m.conv2.stride = m.conv2.stride, (1, 1)
@@ -210,7 +212,8 @@ def run_side(side: str, framework: str, threads: int, a: argparse.Namespace) -> 
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [a.baseline_src, env.get("PYTHONPATH")]))
     cmd = [sys.executable, __file__, "--worker", "native" if side == "native" else "d5pipe", "--framework", framework,
            "--threads", str(threads), "--image", str(a.image), "--batch", str(a.batch), "--classes", str(a.classes),
-           "--steps", str(a.steps), "--warmup", str(a.warmup), "--check-steps", str(a.check_steps)]
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--check-steps", str(a.check_steps),
+           "--network", a.network]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
@@ -253,6 +256,9 @@ def main() -> int:
     ap.add_argument("--baseline-src", help="another d5pipe source tree (e.g. main's src/) timed as a third side, "
                                            "'baseline', in the same interleaved rounds: a before/after")
     ap.add_argument("--json", help="write every process's raw result here")
+    ap.add_argument("--network", choices=("keras", "d5pipe"), default="keras",
+                    help="the torch network of d5pipe's side and the bare loop: Keras's ResNet-50 layout (v1), or "
+                         "d5pipe's own (v1.5, what train_frameworks runs; about 6%% more work than Keras's side)")
     ap.add_argument("--worker", choices=("d5pipe", "native"), help=argparse.SUPPRESS)
     ap.add_argument("--framework", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -270,7 +276,7 @@ def main() -> int:
     frameworks = a.frameworks.split(",")
     sides = ["d5pipe", "native"] + (["baseline"] if a.baseline_src else [])
     rng = random.Random(a.seed)
-    print(f"ResNet-50, batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
+    print(f"ResNet-50 ({a.network}'s layout on d5pipe's and torch's sides), batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
           f"{a.rounds} round(s) of a fresh process per side, {a.warmup} warm-up + {a.steps} timed steps each; "
           f"a process's value is its fastest step")
     raw: dict[str, Any] = {"args": vars(a), "runs": []}
