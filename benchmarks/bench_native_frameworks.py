@@ -7,13 +7,15 @@ model traced once, the float64 check against PyTorch's float64 reference on the 
 the float32 framework prepared and ``framework.step(x, y)`` timed on the numpy batch. The native
 side is what a user of that framework writes:
 
-* ``torch``: a bare loop over d5pipe's ResNet-50 module (``torch.optim.SGD``, ``cross_entropy``,
+* ``torch``: a bare loop over the same torch module (``torch.optim.SGD``, ``cross_entropy``,
   ``loss.item()``); ``compile``: the same loop over ``torch.compile`` of that module;
 * ``jax`` / ``tensorflow``: Keras 3's ``keras.applications.ResNet50`` (``weights=None``, logits
   out, ``SparseCategoricalCrossentropy(from_logits=True)``, ``keras.optimizers.SGD``) on that
   backend, ``train_on_batch`` on NHWC batches (the backend is chosen per process by
-  ``KERAS_BACKEND``). Keras's ResNet-50 is v1 (stride in the first 1x1 convolution, biased
-  convolutions) where d5pipe's is torchvision's v1.5: the two differ by about 5% in FLOPs.
+  ``KERAS_BACKEND``).
+
+The torch module is Keras's ResNet-50 layout (v1: :func:`torch_resnet`), so every side computes
+the same network (``--network d5pipe``: d5pipe's own ResNet-50, v1.5, as ``train_frameworks`` runs it).
 
 Both sides: the same batch (4), 224x224 images, 1000 classes, SGD momentum 0.9 (lr 0.01), float32,
 the same thread pins (torch ``set_num_threads``; TensorFlow's intra/inter-op pools; XLA_FLAGS as
@@ -21,16 +23,21 @@ d5pipe's JAX framework sets them, handed to the native JAX side too; ``OMP_NUM_T
 generated batches, warm-up steps, then ``--steps`` steps each timed on ``perf_counter_ns`` (the loss
 fetched, so the step is done). Each side of each framework runs in a fresh process per round; the
 rounds interleave the sides in time (a random order of frameworks and of the two sides per round,
-Abedi & Brecht). Printed per framework and thread count: the median step both ways and the ratio
-d5pipe / native -- the median of the per-round ratios of the two processes' median steps, with its
-nonparametric CI (d5pipe.measure.stats.median_ci; with 5 rounds it is [min, max] at 94% coverage)
--- and the float64 check's verdict on d5pipe's side. The target is every ratio within 1.10.
+Abedi & Brecht). A process's value is its fastest step, as d5pipe's comparisons take it (a shared
+machine's noise only adds time: d5pipe.results.repetition_values.fastest_sample). Printed per
+framework and thread count: each side's step (median over the rounds) and the ratio d5pipe /
+native -- the median of the per-round ratios, with its nonparametric CI
+(d5pipe.measure.stats.median_ci; with 5 rounds it is [min, max] at 94% coverage) -- and the
+float64 check's verdict on d5pipe's side. The target is every ratio within 1.10.
+``--baseline-src`` runs another d5pipe tree (main's ``src/``) as a third side in the same rounds,
+so a before/after shares the machine's load; ``--json`` keeps every process's raw steps.
 
 ``--model vit_b16`` says what the transformer comparison lacks on this machine (Keras's ViT-B/16 is
 in keras_hub; d5pipe's step needs the model traced) instead of timing anything.
 
 Usage: python benchmarks/bench_native_frameworks.py [--threads 1,2] [--rounds 5] [--steps 8]
        [--frameworks torch,jax,tensorflow] [--model resnet50|vit_b16] [--quick]
+       [--baseline-src /path/to/main/src] [--json out.json]
 """
 
 from __future__ import annotations
@@ -66,25 +73,47 @@ def batches(a: argparse.Namespace) -> list[tuple[np.ndarray, np.ndarray]]:
              rng.integers(0, a.classes, a.batch)) for _ in range(DISTINCT_BATCHES)]
 
 
-def timed(step: Callable[[int], float], a: argparse.Namespace) -> tuple[list[float], list[float]]:
-    """Losses of every step and times of the steps after the warm-up, cycling over the batches."""
-    losses, times = [], []
+def timed(step: Callable[[int], float], a: argparse.Namespace) -> tuple[list[float], list[float], list[float]]:
+    """Losses of every step, and wall and process CPU times of the steps after the warm-up (the CPU
+    time shows what a loaded machine's time-sharing added to the wall time), cycling over the batches."""
+    losses, times, cpu = [], [], []
     for i in range(a.warmup + a.steps):
-        t0 = time.perf_counter_ns()
+        t0, c0 = time.perf_counter_ns(), time.process_time_ns()
         losses.append(float(step(i % DISTINCT_BATCHES)))
         if i >= a.warmup:
             times.append((time.perf_counter_ns() - t0) * 1e-9)
-    return losses, times
+            cpu.append((time.process_time_ns() - c0) * 1e-9)
+    return losses, times, cpu
 
 
 def torch_resnet(a: argparse.Namespace) -> Any:
+    """Keras's ResNet-50 (v1) in torch, for d5pipe's side and the bare torch loop: d5pipe's ResNet-50
+    (torchvision's v1.5, d5pipe.levels.models.resnet) with each block's stride moved from its 3x3
+    to its first 1x1 convolution, a bias on every convolution and batch norms' eps 1.001e-5, as
+    keras.applications.ResNet50 builds them (v1.5 computes about 6% more), so that every side
+    computes the same network. Its parameter count is checked against Keras's 25,583,592 trainable ones at 1000
+    classes."""
     import torch
+    from torch import nn
 
     from d5pipe.levels.models import build_model
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    return build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
+    model = build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
+    if a.network == "d5pipe":
+        return model
+    for m in model.modules():
+        if hasattr(m, "conv3"):  # a bottleneck
+            m.conv1.stride, m.conv2.stride = m.conv2.stride, (1, 1)
+        if isinstance(m, nn.Conv2d):
+            m.bias = nn.Parameter(torch.zeros(m.out_channels))
+        if isinstance(m, nn.BatchNorm2d):
+            m.eps = 1.001e-5
+    n = sum(p.numel() for p in model.parameters())
+    if a.classes == 1000 and n != 25_583_592:
+        raise RuntimeError(f"the torch network has {n} parameters, Keras's ResNet50 25,583,592 trainable ones")
+    return model
 
 
 def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
@@ -100,7 +129,9 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     w0 = initial_weights(model, graph)
     data = batches(a)
     spec = OptimizerSpec("sgd", LR, momentum=MOMENTUM)
-    out: dict[str, Any] = {}
+    import d5pipe
+
+    out: dict[str, Any] = {"d5pipe": os.path.dirname(d5pipe.__file__)}
     reference = None
     if a.check_steps:
         first = [data[i % DISTINCT_BATCHES] for i in range(a.check_steps)]
@@ -111,7 +142,7 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
                         "loss_rel_err": agreement.loss_rel_err}
     fw = getattr(builtin, a.framework)(model, "float32")
     out["told"], out["compile_s"] = prepare(fw, graph, w0, spec, data[0], a.threads)
-    losses, out["step_s"] = timed(lambda i: fw.step(*data[i]), a)
+    losses, out["step_s"], out["step_cpu_s"] = timed(lambda i: fw.step(*data[i]), a)
     if reference is not None:
         out["check"]["float32_first_loss_rel_err"] = losses_rel_err(losses[:1], reference.losses[:1])
     return out
@@ -138,10 +169,10 @@ def native_side(a: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         if a.framework == "compile":  # compiled by a first step (its update is kept: weights' values do not time)
             torch_step(0)
-        torch_told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over d5pipe's ResNet-50"}
+        torch_told = {"threads": torch.get_num_threads(), "loop": "bare torch loop over the same module"}
         compile_s = time.perf_counter() - t0
-        losses, step_s = timed(torch_step, a)
-        return {"told": torch_told, "compile_s": compile_s, "step_s": step_s}
+        losses, step_s, cpu_s = timed(torch_step, a)
+        return {"told": torch_told, "compile_s": compile_s, "step_s": step_s, "step_cpu_s": cpu_s}
     told: dict[str, Any] = {"KERAS_BACKEND": os.environ.get("KERAS_BACKEND")}
     if a.framework == "tensorflow":
         import tensorflow as tf
@@ -164,21 +195,25 @@ def native_side(a: argparse.Namespace) -> dict[str, Any]:
     model.train_on_batch(*nhwc[0])  # traces and compiles (its update is kept: weights' values do not time)
     compile_s = time.perf_counter() - t0
     told |= {"keras": keras.__version__, "jit_compile": bool(model.jit_compile), "model": "keras.applications.ResNet50"}
-    losses, step_s = timed(lambda i: model.train_on_batch(*nhwc[i]), a)
-    return {"told": told, "compile_s": compile_s, "step_s": step_s}
+    losses, step_s, cpu_s = timed(lambda i: model.train_on_batch(*nhwc[i]), a)
+    return {"told": told, "compile_s": compile_s, "step_s": step_s, "step_cpu_s": cpu_s}
 
 
 def run_side(side: str, framework: str, threads: int, a: argparse.Namespace) -> dict[str, Any]:
-    """One side in a fresh process, with the environment both sides share."""
+    """One side in a fresh process, with the environment both sides share (``baseline``: d5pipe's
+    side from the ``--baseline-src`` tree)."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("KERAS_BACKEND", None)
     if side == "native" and framework in ("jax", "tensorflow"):
         env["KERAS_BACKEND"] = framework
         if framework == "jax":
             env.setdefault("XLA_FLAGS", xla_flags(threads))
-    cmd = [sys.executable, __file__, "--worker", side, "--framework", framework, "--threads", str(threads),
-           "--image", str(a.image), "--batch", str(a.batch), "--classes", str(a.classes), "--steps", str(a.steps),
-           "--warmup", str(a.warmup), "--check-steps", str(a.check_steps)]
+    if side == "baseline":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [a.baseline_src, env.get("PYTHONPATH")]))
+    cmd = [sys.executable, __file__, "--worker", "native" if side == "native" else "d5pipe", "--framework", framework,
+           "--threads", str(threads), "--image", str(a.image), "--batch", str(a.batch), "--classes", str(a.classes),
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--check-steps", str(a.check_steps),
+           "--network", a.network]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
@@ -218,6 +253,12 @@ def main() -> int:
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0, help="of the random order of the sides")
     ap.add_argument("--quick", action="store_true", help="32x32 images, 1 round of 2 steps: checks that it runs")
+    ap.add_argument("--baseline-src", help="another d5pipe source tree (e.g. main's src/) timed as a third side, "
+                                           "'baseline', in the same interleaved rounds: a before/after")
+    ap.add_argument("--json", help="write every process's raw result here")
+    ap.add_argument("--network", choices=("keras", "d5pipe"), default="keras",
+                    help="the torch network of d5pipe's side and the bare loop: Keras's ResNet-50 layout (v1), or "
+                         "d5pipe's own (v1.5, what train_frameworks runs; about 6%% more work than Keras's side)")
     ap.add_argument("--worker", choices=("d5pipe", "native"), help=argparse.SUPPRESS)
     ap.add_argument("--framework", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -233,37 +274,48 @@ def main() -> int:
     from d5pipe.measure.stats import median_ci
 
     frameworks = a.frameworks.split(",")
+    sides = ["d5pipe", "native"] + (["baseline"] if a.baseline_src else [])
     rng = random.Random(a.seed)
-    print(f"ResNet-50, batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
-          f"{a.rounds} round(s) of a fresh process per side, {a.warmup} warm-up + {a.steps} timed steps each")
+    print(f"ResNet-50 ({a.network}'s layout on d5pipe's and torch's sides), batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
+          f"{a.rounds} round(s) of a fresh process per side, {a.warmup} warm-up + {a.steps} timed steps each; "
+          f"a process's value is its fastest step")
+    raw: dict[str, Any] = {"args": vars(a), "runs": []}
     for threads in (int(t) for t in a.threads.split(",")):
-        got: dict[str, dict[str, list[dict[str, Any]]]] = {f: {"d5pipe": [], "native": []} for f in frameworks}
-        for _ in range(a.rounds):
+        got: dict[str, dict[str, list[dict[str, Any]]]] = {f: {s: [] for s in sides} for f in frameworks}
+        for r in range(a.rounds):
             for f in rng.sample(frameworks, len(frameworks)):
-                for side in rng.sample(["d5pipe", "native"], 2):
+                for side in rng.sample(sides, len(sides)):
                     got[f][side].append(run_side(side, f, threads, a))
+                    raw["runs"].append({"threads": threads, "round": r, "framework": f, "side": side,
+                                        **got[f][side][-1]})
+                    print(f"  [{threads} thread(s), round {r + 1}/{a.rounds}] {f} {side}: fastest step "
+                          f"{min(got[f][side][-1]['step_s']):.3f} s", file=sys.stderr, flush=True)
         print(f"\n{threads} thread(s)")
-        print(f"{'framework':<11} {'d5pipe step':>12} {'native step':>12} {'d5pipe/native':>14} {'CI (coverage)':>24}"
+        print(f"{'framework':<11} {'side':<9} {'step':>8} {'native':>8} {'side/native':>12} {'CI (coverage)':>24}"
               f"  within 1.10  float64 check")
         for f in frameworks:
-            med = {s: [statistics.median(r["step_s"]) for r in got[f][s]] for s in ("d5pipe", "native")}
-            ratios = [d / n for d, n in zip(med["d5pipe"], med["native"])]
-            ci = median_ci(ratios)
-            ratio = statistics.median(ratios)
-            within = "yes" if ci.high <= 1.10 else ("no" if ci.low > 1.10 else "?")
-            shown = f"[{ci.low:.3f}, {ci.high:.3f}] ({ci.coverage:.0%})" if len(ratios) > 1 else "(one round)"
-            checks: list[Any] = [r.get("check") for r in got[f]["d5pipe"]]
-            said = "not run" if not checks[0] else (
-                ("pass" if all(c["float64_passed"] for c in checks) else "FAIL")
-                + f" (update {max(c['update_rel_l2'] for c in checks):.1e}, "
-                  f"float32 first loss {max(c['float32_first_loss_rel_err'] for c in checks):.1e})")
-            print(f"{f:<11} {statistics.median(med['d5pipe']):>11.3f}s {statistics.median(med['native']):>11.3f}s "
-                  f"{ratio:>14.3f} {shown:>24}  {within:<11}  {said}")
+            fastest = {s: [min(r["step_s"]) for r in got[f][s]] for s in sides}
+            for side in (s for s in sides if s != "native"):
+                ratios = [d / n for d, n in zip(fastest[side], fastest["native"])]
+                ci = median_ci(ratios)
+                within = "yes" if ci.high <= 1.10 else ("no" if ci.low > 1.10 else "?")
+                shown = f"[{ci.low:.3f}, {ci.high:.3f}] ({ci.coverage:.0%})" if len(ratios) > 1 else "(one round)"
+                checks: list[Any] = [r.get("check") for r in got[f][side]]
+                said = "not run" if not checks[0] else (
+                    ("pass" if all(c["float64_passed"] for c in checks) else "FAIL")
+                    + f" (update {max(c['update_rel_l2'] for c in checks):.1e}, "
+                      f"float32 first loss {max(c['float32_first_loss_rel_err'] for c in checks):.1e})")
+                print(f"{f:<11} {side:<9} {statistics.median(fastest[side]):>7.3f}s "
+                      f"{statistics.median(fastest['native']):>7.3f}s {statistics.median(ratios):>12.3f} {shown:>24}"
+                      f"  {within:<11}  {said}")
         for f in frameworks:
-            comp = {s: statistics.median(r["compile_s"] for r in got[f][s]) for s in ("d5pipe", "native")}
-            print(f"  {f}: compile {comp['d5pipe']:.1f} s (d5pipe) / {comp['native']:.1f} s (native); "
-                  f"d5pipe told {json.dumps(got[f]['d5pipe'][-1]['told'], default=str)}; "
+            comp = {s: statistics.median(r["compile_s"] for r in got[f][s]) for s in sides}
+            print(f"  {f}: compile " + ", ".join(f"{v:.1f} s ({s})" for s, v in comp.items())
+                  + f"; d5pipe told {json.dumps(got[f]['d5pipe'][-1]['told'], default=str)}; "
                   f"native {json.dumps(got[f]['native'][-1]['told'])}")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as fh:
+            json.dump(raw, fh, default=str)
     return 0
 
 
