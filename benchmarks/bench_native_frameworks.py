@@ -105,7 +105,7 @@ def torch_resnet(a: argparse.Namespace) -> Any:
         return model
     for m in model.modules():
         if hasattr(m, "conv3"):  # a bottleneck
-            m.conv1.stride, m.conv2.stride = m.conv2.stride, (1, 1)
+            m.conv1.stride, m.conv2.stride = m.conv2.stride, (1, 1)  # type: ignore[method-assign,assignment]
         if isinstance(m, nn.Conv2d):
             m.bias = nn.Parameter(torch.zeros(m.out_channels))
         if isinstance(m, nn.BatchNorm2d):
