@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from d5pipe.levels.level1.runtimes import onnxruntime_runtime, openvino_runtime, torch_runtime
+from d5pipe.levels.level1.runtimes import openvino_runtime, ort_runtime, torch_runtime
 from d5pipe.measure.stats import median_ci
 from d5pipe.measure.timer import measure
 
@@ -57,8 +57,8 @@ def main() -> int:
     x = torch.randn(args.batch, 3, 32, 32)
     worst = widest = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for factory in (torch_runtime, onnxruntime_runtime, openvino_runtime):
-            runtime = factory()
+        for module in (torch_runtime, ort_runtime, openvino_runtime):
+            runtime = module.make()
             prepared = runtime.prepare(model, x, args.threads, Path(tmp))
 
             def call(run: Callable[[torch.Tensor], torch.Tensor] = prepared.run) -> None:

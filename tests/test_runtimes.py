@@ -33,8 +33,8 @@ def test_every_runtime_runs_the_same_network_and_a_wrong_one_fails_its_output_ch
     records = [json.loads(p.read_text()) for p in (run / "points" / "level1").glob("*.json")]
     info = {rec["params"]["level1.runtime"]: rec["extra"]["runtime"] for rec in records}
     assert len({i["threads"] for i in info.values()}) == 1  # one intra-op thread count for every runtime
-    assert info["onnxruntime"]["settings"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
-    assert info["openvino"]["settings"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert info["onnxruntime"]["told"]["graph_optimization_level"] == "ORT_ENABLE_ALL"
+    assert info["openvino"]["told"]["INFERENCE_PRECISION_HINT"] == "f32"
     onnx = {i["onnx"]["sha256"] for i in info.values() if "onnx" in i}
     assert len(onnx) == 1  # one export of the network, shared by both ONNX runtimes
     [path] = {i["onnx"]["path"] for i in info.values() if "onnx" in i}
