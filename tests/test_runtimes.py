@@ -4,6 +4,7 @@ ONNX Runtime, OpenVINO and user runtimes, each checked against the float64 refer
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +16,8 @@ from tests.conftest import ROOT, TEST_CONF, d5pipe
 @pytest.mark.slow
 def test_every_runtime_runs_the_same_network_and_a_wrong_one_fails_its_output_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "plugin_fixtures"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "tests" / "plugin_fixtures"),
+                                                                    os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("D5PIPE_ALLOW", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
     run = tmp_path / "run"
@@ -78,7 +80,8 @@ def _user_onnx(path: Path, seed: int = 0) -> Path:
 @pytest.mark.slow
 def test_a_users_onnx_file_runs_on_both_onnx_runtimes_checked_by_the_reference_evaluator(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT / "tests" / "plugin_fixtures"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT / "tests" / "plugin_fixtures"),
+                                                                    os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
     net = _user_onnx(tmp_path / "user_net.onnx")
     args = ["runtimes", "--config-dir", str(TEST_CONF), "--allow", "user_runtimes", f"level1.onnx_file={net}",
