@@ -1,11 +1,11 @@
 """Which target each pluggable choice of a point names: built-ins and user code on one path. Torch-free.
 
 A **slot** is one pluggable choice of a config section: a selector key (``model.name``) picks a
-built-in name or a key of the section's user registry (``model.custom``). Built-ins are
-registered targets of the same kind (``mlp`` is ``{_target_: d5pipe.levels.models.mlp,
-hidden: ..., dropout: ...}``, its arguments taken from the section), so :func:`target_of` gives
-one mapping for either and the level code builds it with one call
-(d5pipe.levels.instantiate.build).
+built-in name or a key of the section's user registry (``model.custom``). Built-ins are declared
+by the package that implements them (d5pipe.levels.declare.Builtin; ``mlp`` is ``{_target_:
+d5pipe.levels.models.mlp, hidden: ..., dropout: ...}``, its arguments taken from the section), and
+a slot reads those declarations: nothing here names a built-in, so :func:`target_of` gives one
+mapping for either and the level code builds it with one call (d5pipe.levels.instantiate.build).
 
 ==================  ========================  ============================  =========================
 slot                selector                  user registry                 built with

@@ -27,7 +27,7 @@ from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1.output_check import judge
 from d5pipe.levels.level1.runtimes.contract import ReadsOnnx
-from d5pipe.levels.level1.runtimes.onnx_export import write_once
+from d5pipe.levels.level1.runtimes.onnx_runtimes import write_once
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.stats import rate_metric

@@ -6,7 +6,7 @@ the person running d5pipe) has a ``name`` and ``versions()`` (recorded with the 
 engine's: d5pipe.levels.declare.Engine) and ``prepare(model, example, threads, onnx_dir)``: it takes
 the network (eval mode, its weights already in the point's dtype), an example batch and the
 point's intra-op thread count; ``onnx_dir`` is where the network's ONNX export lives
-(d5pipe.levels.level1.runtimes.onnx_export). An engine that can run a network given as an ONNX file
+(d5pipe.levels.level1.runtimes.onnx_runtimes). An engine that can run a network given as an ONNX file
 (``level1.onnx_file``) is also a :class:`ReadsOnnx`.
 
 ``Prepared.run(x)`` returns the outputs of one batch as a tensor; ``Prepared.told`` says what the
