@@ -161,19 +161,13 @@ def as_mapping(value: Any, key: str) -> dict[str, Any]:
     return out
 
 
-def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dict[str, Any]:
-    """The registered target of built-in ``name`` with its arguments from ``section`` (a section
-    already filled with its schema defaults)."""
-    return SLOTS[slot_name].declared[name].target(section)
-
-
 def target_of(section: Mapping[str, Any], slot_name: str, name: str | None = None) -> tuple[str, dict[str, Any]]:
     """``(key, target mapping)`` the slot selects (or ``name`` selects) in ``section``."""
     slot = SLOTS[slot_name]
     chosen = selected_name(section, slot_name) if name is None else name
     custom = registry(section, slot_name)
     if chosen in slot.builtins:
-        return f"{slot.section}.{slot.selector}", builtin_target(slot_name, chosen, section)
+        return f"{slot.section}.{slot.selector}", slot.declared[chosen].target(section)
     if chosen in custom:
         key = f"{slot.section}.{slot.registry}.{chosen}"
         return key, as_mapping(custom[chosen], key)

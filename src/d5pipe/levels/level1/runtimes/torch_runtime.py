@@ -1,7 +1,6 @@
-"""PyTorch itself as a level-1 runtime: ``torch`` (``level1.impl`` chooses eager or ``torch.compile``)
-and ``compile`` (``torch.compile`` of the network, the same as ``torch`` with ``impl: compile``).
-A point on either runs the model itself (d5pipe.levels.level1.point), forward+backward included;
-the engine here is the same network behind the runtime interface (benchmarks, user code)."""
+"""PyTorch itself as a level-1 runtime: ``torch`` (``level1.impl`` eager or compile) and ``compile``
+(the same as ``torch`` with ``impl: compile``). A point on either runs the model itself
+(d5pipe.levels.level1.point); the engine here is that network behind the runtime interface."""
 
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ if TYPE_CHECKING:
 
 
 class TorchRuntime:
-    """The point's model as it is."""
-
     name = "torch"
 
     def versions(self) -> dict[str, str]:
