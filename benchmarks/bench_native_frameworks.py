@@ -118,11 +118,12 @@ def torch_resnet(a: argparse.Namespace) -> Any:
 
 def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     """A framework point's path: the float64 check, then the float32 framework's timed steps."""
-    from d5pipe.levels.level2.frameworks import builtin
+    from d5pipe.levels.instantiate import build
+    from d5pipe.levels.level2.frameworks import FRAMEWORKS
     from d5pipe.levels.level2.frameworks.agreement import check, losses_rel_err, prepare, run_steps
     from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
-    from d5pipe.levels.level2.frameworks.graph import initial_weights, trace
     from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+    from d5pipe.levels.level2.frameworks.trace import initial_weights, trace
 
     model = torch_resnet(a)
     graph = trace(model)
@@ -136,11 +137,11 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     if a.check_steps:
         first = [data[i % DISTINCT_BATCHES] for i in range(a.check_steps)]
         reference = run_steps(TorchFramework(model, dtype="float64"), graph, w0, spec, first, a.threads)
-        steps = run_steps(getattr(builtin, a.framework)(model, "float64"), graph, w0, spec, first, a.threads)
+        steps = run_steps(build(FRAMEWORKS[a.framework].target({}), a.framework, offered={"model": model, "dtype": "float64"}), graph, w0, spec, first, a.threads)
         agreement = check(steps, reference, w0, graph, "float64")
         out["check"] = {"float64_passed": agreement.passed, "update_rel_l2": agreement.update_rel_l2,
                         "loss_rel_err": agreement.loss_rel_err}
-    fw = getattr(builtin, a.framework)(model, "float32")
+    fw = build(FRAMEWORKS[a.framework].target({}), a.framework, offered={"model": model, "dtype": "float32"})
     out["told"], out["compile_s"] = prepare(fw, graph, w0, spec, data[0], a.threads)
     losses, out["step_s"], out["step_cpu_s"] = timed(lambda i: fw.step(*data[i]), a)
     if reference is not None:
@@ -228,7 +229,7 @@ def transformer_note() -> str:
         missing.append("keras_hub is not installed (Keras's ViT-B/16, keras_hub.models.ViTImageClassifier, "
                        "is the native side on the JAX and TensorFlow backends)")
     try:
-        from d5pipe.levels.level2.frameworks.graph import trace
+        from d5pipe.levels.level2.frameworks.trace import trace
         from d5pipe.levels.models import build_model
 
         trace(build_model({"name": "vit_b16"}, (3, 224, 224), 1000))

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from d5pipe.levels.level1.runtimes import onnxruntime_runtime, openvino_runtime, torch_runtime
+from d5pipe.levels.level1.runtimes import onnx_runtimes, torch_runtime
+from d5pipe.levels.level1.runtimes.contract import Engine
 from d5pipe.measure.stats import median_ci
 from d5pipe.measure.timer import measure
 
@@ -57,8 +58,10 @@ def main() -> int:
     x = torch.randn(args.batch, 3, 32, 32)
     worst = widest = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for factory in (torch_runtime, onnxruntime_runtime, openvino_runtime):
-            runtime = factory()
+        makes: tuple[Callable[[], Engine], ...] = (torch_runtime.make, onnx_runtimes.make_onnxruntime,
+                                                    onnx_runtimes.make_openvino)
+        for make in makes:
+            runtime = make()
             prepared = runtime.prepare(model, x, args.threads, Path(tmp))
 
             def call(run: Callable[[torch.Tensor], torch.Tensor] = prepared.run) -> None:

@@ -30,9 +30,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from d5pipe.levels.level2.frameworks import builtin
+from d5pipe.levels.instantiate import build
+from d5pipe.levels.level2.frameworks import FRAMEWORKS
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
-from d5pipe.levels.level2.frameworks.graph import initial_weights, trace
+from d5pipe.levels.level2.frameworks.trace import initial_weights, trace
 from d5pipe.levels.models import build_model
 from d5pipe.measure.stats import median_ci
 
@@ -102,7 +103,7 @@ def main() -> int:
     print(f"{'framework':<11} {'d5pipe step':>12} {'bare step':>12} {'d5pipe/bare':>12} {'95% CI':>18}  within 3%")
     worst = 0.0
     for name in args.frameworks.split(","):
-        fw = getattr(builtin, name)(model, "float32")
+        fw = build(FRAMEWORKS[name].target({}), name, offered={"model": model, "dtype": "float32"})
         fw.prepare(graph, w0, spec, (x, y), args.threads)
         sides: dict[str, Callable[[], object]] = {"d5pipe": d5pipe_step(fw, x, y), "bare": bare_step(fw, x, y)}
         for fn in sides.values():  # warm both paths

@@ -14,10 +14,10 @@ import torch
 
 from d5pipe.levels.level2.frameworks.agreement import check, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import initial_weights, trace
 from d5pipe.levels.level2.frameworks.jax_framework import JaxFramework
 from d5pipe.levels.level2.frameworks.tf_framework import TensorFlowFramework
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+from d5pipe.levels.level2.frameworks.trace import initial_weights, trace
 from d5pipe.levels.models import cnn, mlp
 from tests.plugin_fixtures.user_frameworks import OffByOnePercent
 

@@ -8,18 +8,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from d5pipe.levels.level1.runtimes import Prepared
+from d5pipe.levels.level1.runtimes.contract import Prepared
 
 
 class Honest:
     name = "honest_eager"
 
-    def version(self) -> str:
-        return "1.0"
+    def versions(self) -> dict[str, str]:
+        return {"honest": "1.0"}
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         torch.set_num_threads(threads)
-        return Prepared(run=model, settings={"threads": threads}, threads=torch.get_num_threads())
+        return Prepared(run=model, told={"threads": threads}, threads=torch.get_num_threads())
 
 
 class Perturbed(Honest):
@@ -27,7 +27,7 @@ class Perturbed(Honest):
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         inner = super().prepare(model, example, threads, onnx_dir)
-        return Prepared(run=lambda x: inner.run(x) * 1.01, settings=inner.settings, threads=inner.threads)
+        return Prepared(run=lambda x: inner.run(x) * 1.01, told=inner.told, threads=inner.threads)
 
 
 def honest() -> Honest:

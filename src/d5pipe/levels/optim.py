@@ -55,14 +55,15 @@ def constant(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRSch
     return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
 
 
-def cosine(optimizer: torch.optim.Optimizer, t_max: int) -> torch.optim.lr_scheduler.LRScheduler:
-    """The built-in ``cosine`` schedule: to 0 over ``t_max`` epochs."""
-    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=t_max)
+def cosine(optimizer: torch.optim.Optimizer, epochs: int) -> torch.optim.lr_scheduler.LRScheduler:
+    """The built-in ``cosine`` schedule: to 0 over ``epochs``."""
+    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=int(epochs))
 
 
-def step(optimizer: torch.optim.Optimizer, step_size: int, gamma: float) -> torch.optim.lr_scheduler.LRScheduler:
-    """The built-in ``step`` schedule: x ``gamma`` every ``step_size`` epochs."""
-    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=step_size, gamma=gamma)
+def step(optimizer: torch.optim.Optimizer, epochs: int, step_epochs: int, gamma: float) -> torch.optim.lr_scheduler.LRScheduler:
+    """The built-in ``step`` schedule: x ``gamma`` every ``step_epochs`` epochs (0: ``epochs // 3``, at least 1)."""
+    period = int(step_epochs) if int(step_epochs) > 0 else max(1, int(epochs) // 3)
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=period, gamma=gamma)
 
 
 def torch_scheduler(optimizer: torch.optim.Optimizer, cls: str, **kwargs: Any) -> torch.optim.lr_scheduler.LRScheduler:

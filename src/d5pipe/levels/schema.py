@@ -7,11 +7,12 @@ dataclass, filling defaults and rejecting unknown keys with a one-line :class:`D
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import at_least, between, items_at_least, later, setting
+from d5pipe.levels.declare import Builtin, declared
 
 ZOO_NAMES: tuple[str, ...] = ("resnet50", "vit_b16", "gpt2")
 """Real networks by name (d5pipe.levels.zoo; ``transformers`` builds them, seeded, no download)."""
@@ -118,11 +119,24 @@ class DatasetConf:
 ZOO_PACKAGE = "transformers"
 """The library the zoo's networks are built with (d5pipe.levels.zoo)."""
 
+_MODEL_ARGS: dict[str, tuple[str, ...]] = {
+    "mlp": ("hidden", "dropout"), "cnn": ("channels", "blocks", "dropout", "norm"),
+    "transformer": ("d_model", "heads", "layers", "ff_mult", "dropout"), "resnet": ("depth",),
+}
+MODELS: dict[str, Builtin] = declared(
+    *(Builtin(n, f"d5pipe.levels.models.{n}", args=a) for n, a in _MODEL_ARGS.items()),
+    *(Builtin(n, f"d5pipe.levels.zoo.{n}", packages=(ZOO_PACKAGE,)) for n in ZOO_NAMES))
+"""The built-in models of ``model.name`` (called with ``input_shape, n_classes``)."""
+_DATASET_ARGS = tuple(f.name for f in fields(DatasetConf) if f.name != "custom")
+DATASETS: dict[str, Builtin] = declared(
+    *(Builtin(n, "d5pipe.levels.builtin_datasets.builtin_arrays", args=_DATASET_ARGS) for n in DATASET_NAMES))
+"""The built-in datasets of ``dataset.name``: one factory taking the whole section."""
+
 
 def model_requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(setting, package)`` a point's model needs installed: the zoo's library for a zoo model."""
     name = str(setting(cfg.get("model"), ModelConf, "name") or "")
-    return [(f"model.name={name}", ZOO_PACKAGE)] if name in ZOO_NAMES else []
+    return [(f"model.name={name}", p) for p in MODELS[name].packages] if name in MODELS else []
 
 
 def check_model(model: Mapping[str, Any], where: str = "model") -> None:

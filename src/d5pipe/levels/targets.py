@@ -1,11 +1,11 @@
 """Which target each pluggable choice of a point names: built-ins and user code on one path. Torch-free.
 
 A **slot** is one pluggable choice of a config section: a selector key (``model.name``) picks a
-built-in name or a key of the section's user registry (``model.custom``). Built-ins are
-registered targets of the same kind (``mlp`` is ``{_target_: d5pipe.levels.models.mlp,
-hidden: ..., dropout: ...}``, its arguments taken from the section), so :func:`target_of` gives
-one mapping for either and the level code builds it with one call
-(d5pipe.levels.instantiate.build).
+built-in name or a key of the section's user registry (``model.custom``). Built-ins are declared
+by the package that implements them (d5pipe.levels.declare.Builtin; ``mlp`` is ``{_target_:
+d5pipe.levels.models.mlp, hidden: ..., dropout: ...}``, its arguments taken from the section), and
+a slot reads those declarations: nothing here names a built-in, so :func:`target_of` gives one
+mapping for either and the level code builds it with one call (d5pipe.levels.instantiate.build).
 
 ==================  ========================  ============================  =========================
 slot                selector                  user registry                 built with
@@ -35,12 +35,14 @@ from typing import Any
 from d5pipe.core.allowlist import TARGET_KEY, check_registry, check_selector, check_target, iter_targets, target_path
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.config_checks import section as _section
-from d5pipe.levels.level0.schema import BUILTIN_OPERATORS, BUILTIN_TARGET
-from d5pipe.levels.level1.schema import RUNTIMES
+from d5pipe.levels.declare import Builtin
+from d5pipe.levels.level0.schema import OPERATORS
+from d5pipe.levels.level1.runtimes import RUNTIMES
 from d5pipe.levels.level1.schema import SECTION as LEVEL1_SECTION
-from d5pipe.levels.level2.schema import FRAMEWORKS, OPTIMIZERS, SAMPLERS, SCHEDULES
+from d5pipe.levels.level2.frameworks import FRAMEWORKS
+from d5pipe.levels.level2.schema import METRICS, OPTIMIZERS, SAMPLERS, SCHEDULES
 from d5pipe.levels.level3.schema import STRATEGIES
-from d5pipe.levels.schema import DATASET_NAMES, MODEL_NAMES, ZOO_NAMES
+from d5pipe.levels.schema import DATASETS, MODELS
 
 
 @dataclass(frozen=True)
@@ -50,18 +52,23 @@ class Slot:
     section: str
     selector: str
     registry: str
-    builtins: tuple[str, ...]
+    declared: Mapping[str, Builtin]
+    """Its built-ins, as the package that implements them declares them (d5pipe.levels.declare)."""
     default: str
     """The schema default of the selector (a hand-made section may leave it out)."""
     optional: bool = False
     """An empty selector means "none" (e.g. no reference optimizer)."""
 
+    @property
+    def builtins(self) -> tuple[str, ...]:
+        return tuple(self.declared)
+
 
 SLOTS: dict[str, Slot] = {
-    "operator": Slot("operators", "op", "custom", BUILTIN_OPERATORS, "matmul"),
-    "model": Slot("model", "name", "custom", MODEL_NAMES, "mlp"),
-    "model_reference": Slot("model", "reference", "custom", MODEL_NAMES, "", optional=True),
-    "dataset": Slot("dataset", "name", "custom", DATASET_NAMES, "digits"),
+    "operator": Slot("operators", "op", "custom", OPERATORS, "matmul"),
+    "model": Slot("model", "name", "custom", MODELS, "mlp"),
+    "model_reference": Slot("model", "reference", "custom", MODELS, "", optional=True),
+    "dataset": Slot("dataset", "name", "custom", DATASETS, "digits"),
     "optimizer": Slot("train", "optimizer", "custom_optimizers", OPTIMIZERS, "adam"),
     "reference_optimizer": Slot("train", "reference_optimizer", "custom_optimizers", OPTIMIZERS, "", optional=True),
     "scheduler": Slot("train", "schedule", "custom_schedulers", SCHEDULES, "constant"),
@@ -71,23 +78,6 @@ SLOTS: dict[str, Slot] = {
     "framework": Slot("train", "framework", "custom_frameworks", FRAMEWORKS, "", optional=True),
 }
 
-BUILTIN_METRICS: dict[str, str] = {"macro_f1": "d5pipe.levels.level2.metrics.macro_f1"}
-"""Built-in extra metrics of ``train.metrics``."""
-
-_MODEL_ARGS: dict[str, tuple[str, ...]] = {
-    "mlp": ("hidden", "dropout"),
-    "cnn": ("channels", "blocks", "dropout", "norm"),
-    "resnet": ("depth",),
-    "transformer": ("d_model", "heads", "layers", "ff_mult", "dropout"),
-}
-_OPTIMIZER_ARGS: dict[str, tuple[str, ...]] = {
-    "sgd": ("lr", "momentum", "weight_decay"), "adam": ("lr", "weight_decay"), "adamw": ("lr", "weight_decay"),
-}
-_STRATEGY_CLASSES: dict[str, str] = {
-    "allreduce": "strategies.AllReduce", "topk": "strategies.TopK", "local_sgd": "strategies.LocalSGD",
-    "ring": "strategies.RingAverage", "dpsgd": "strategies.DPSGD",
-    "ps_sync": "parameter_server.SyncParameterServer", "ps_async": "parameter_server.AsyncParameterServer",
-}
 
 def selected_name(section: Mapping[str, Any], slot_name: str) -> str:
     """The selector's value (the schema default when the section leaves it out)."""
@@ -118,7 +108,7 @@ def check_metrics(train: Mapping[str, Any]) -> None:
     if not isinstance(metrics, list):
         raise D5PipeError("config error: key 'train.metrics' must be a list")
     for i, entry in enumerate(metrics):
-        if isinstance(entry, str) and entry in BUILTIN_METRICS:
+        if isinstance(entry, str) and entry in METRICS:
             continue
         check_target(entry, f"train.metrics[{i}]")
 
@@ -155,7 +145,7 @@ def metric_user_targets(train: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``(key, dotted path)`` of the user targets among ``train.metrics``."""
     out: list[tuple[str, str]] = []
     for i, entry in enumerate(train.get("metrics") or []):
-        if not (isinstance(entry, str) and entry in BUILTIN_METRICS):
+        if not (isinstance(entry, str) and entry in METRICS):
             out += list(iter_targets(entry, f"train.metrics[{i}]"))
     return out
 
@@ -171,48 +161,13 @@ def as_mapping(value: Any, key: str) -> dict[str, Any]:
     return out
 
 
-def builtin_target(slot_name: str, name: str, section: Mapping[str, Any]) -> dict[str, Any]:
-    """The registered target of built-in ``name`` with its arguments from ``section`` (a section
-    already filled with its schema defaults)."""
-    if slot_name == "operator":
-        return {TARGET_KEY: BUILTIN_TARGET, "name": name}
-    if slot_name in ("model", "model_reference"):
-        if name in ZOO_NAMES:
-            return {TARGET_KEY: f"d5pipe.levels.zoo.{name}"}
-        return {TARGET_KEY: f"d5pipe.levels.models.{name}", **{k: section[k] for k in _MODEL_ARGS[name]}}
-    if slot_name == "dataset":
-        args = {k: v for k, v in section.items() if k != "custom"}
-        return {TARGET_KEY: "d5pipe.levels.builtin_datasets.builtin_arrays", **args}
-    if slot_name in ("optimizer", "reference_optimizer"):
-        return {TARGET_KEY: f"d5pipe.levels.optim.{name}", **{k: section[k] for k in _OPTIMIZER_ARGS[name]}}
-    if slot_name == "scheduler":
-        if name == "cosine":
-            return {TARGET_KEY: "d5pipe.levels.optim.cosine", "t_max": section["epochs"]}
-        if name == "step":
-            epochs, period = int(section["epochs"]), int(section["step_epochs"])
-            return {TARGET_KEY: "d5pipe.levels.optim.step", "step_size": period if period > 0 else max(1, epochs // 3),
-                    "gamma": section["gamma"]}
-        return {TARGET_KEY: "d5pipe.levels.optim.constant"}
-    if slot_name == "sampler":
-        return {TARGET_KEY: f"d5pipe.levels.level2.sampling.{name}"}
-    if slot_name == "strategy":
-        return {TARGET_KEY: f"d5pipe.levels.level3.{_STRATEGY_CLASSES[name]}"}
-    if slot_name == "runtime":
-        factory = {"torch": "torch_runtime", "compile": "torch_runtime", "onnxruntime": "onnxruntime_runtime",
-                   "openvino": "openvino_runtime"}
-        return {TARGET_KEY: f"d5pipe.levels.level1.runtimes.{factory[name]}"}
-    if slot_name == "framework":
-        return {TARGET_KEY: f"d5pipe.levels.level2.frameworks.builtin.{name}"}
-    raise KeyError(slot_name)
-
-
 def target_of(section: Mapping[str, Any], slot_name: str, name: str | None = None) -> tuple[str, dict[str, Any]]:
     """``(key, target mapping)`` the slot selects (or ``name`` selects) in ``section``."""
     slot = SLOTS[slot_name]
     chosen = selected_name(section, slot_name) if name is None else name
     custom = registry(section, slot_name)
     if chosen in slot.builtins:
-        return f"{slot.section}.{slot.selector}", builtin_target(slot_name, chosen, section)
+        return f"{slot.section}.{slot.selector}", slot.declared[chosen].target(section)
     if chosen in custom:
         key = f"{slot.section}.{slot.registry}.{chosen}"
         return key, as_mapping(custom[chosen], key)
@@ -225,8 +180,8 @@ def metric_targets(train: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]
     out = []
     for i, entry in enumerate(train.get("metrics") or []):
         key = f"train.metrics[{i}]"
-        if isinstance(entry, str) and entry in BUILTIN_METRICS:
-            out.append((key, {TARGET_KEY: BUILTIN_METRICS[entry]}))
+        if isinstance(entry, str) and entry in METRICS:
+            out.append((key, METRICS[entry].target({})))
         else:
             out.append((key, as_mapping(entry, key)))
     return out

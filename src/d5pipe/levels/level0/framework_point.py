@@ -23,9 +23,9 @@ import torch
 
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.declare import missing_package
 from d5pipe.levels.device import DTYPES
 from d5pipe.levels.level0.correctness import forward_report, gradients_report, reference_gradients
-from d5pipe.levels.level0.frameworks import missing_package
 from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, Prepared
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.point_metrics import build_inputs, timed_metrics, verdict_metrics
@@ -43,7 +43,7 @@ def engine_of(ctx: PointContext, framework: Framework) -> Engine:
     """The framework's engine, made once per shard process (it imports the framework)."""
     key = f"operators.framework={framework.name}"
     if key not in ctx.cache:
-        missing = missing_package(framework)
+        missing = missing_package(framework.packages)
         if missing is not None:
             raise PointSkipped(f"{key}: the Python package {missing!r} is not installed here")
         assert framework.engine is not None
@@ -126,7 +126,7 @@ def run_framework_point(ctx: PointContext, conf: OperatorsConf, framework: Frame
     extra: dict[str, Any] = {
         "warnings": [], "notes": [], "threads": torch.get_num_threads(), "impl": conf.impl, "layout": conf.layout,
         "shapes": [list(t.shape) for t in ref_inputs], "description": spec.description,
-        "framework": {"name": framework.name, "version": engine.version, "form": op.form, "sync": framework.sync,
+        "framework": {"name": framework.name, "versions": engine.versions(), "form": op.form, "sync": framework.sync,
                       "gradient": framework.gradient or "none (forward only)", "told": engine.told},
     }
     if conf.time_backward:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from d5pipe.core.fields import at_least, choice, later
+from d5pipe.levels.declare import Builtin, declared
 from d5pipe.levels.level0.frameworks import DEFAULT, NAMES
 
 BUILTIN_OPERATORS: tuple[str, ...] = DEFAULT.builtins
@@ -13,6 +14,7 @@ BUILTIN_OPERATORS: tuple[str, ...] = DEFAULT.builtins
 default framework's, which has every one."""
 BUILTIN_TARGET = "d5pipe.levels.level0.operators.builtin_spec"
 """The registered target of the built-in operators (``name`` its argument; d5pipe.levels.targets)."""
+OPERATORS: dict[str, Builtin] = declared(*(Builtin(n, BUILTIN_TARGET, fixed={"name": n}) for n in BUILTIN_OPERATORS))
 DTYPES: tuple[str, ...] = DEFAULT.dtypes
 IMPLS: tuple[str, ...] = DEFAULT.impls
 LAYOUTS: tuple[str, ...] = DEFAULT.layouts

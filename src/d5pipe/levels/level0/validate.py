@@ -15,7 +15,8 @@ from d5pipe.core.allowlist import check_deprecated_prefixes
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, section
-from d5pipe.levels.level0.frameworks import FRAMEWORKS, NAMES, installed, missing_package
+from d5pipe.levels.declare import installed, missing_package
+from d5pipe.levels.level0.frameworks import FRAMEWORKS, NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.targets import check_slots
 from d5pipe.levels.targets import used_targets as _used
@@ -41,7 +42,7 @@ def check_framework(operators: Mapping[str, Any], is_installed: Callable[[str], 
     framework = FRAMEWORKS.get(name)
     if framework is None:
         raise D5PipeError(f"config error: key 'operators.framework': unknown value {name!r} (known: {', '.join(NAMES)})")
-    missing = missing_package(framework, is_installed)
+    missing = missing_package(framework.packages, is_installed)
     if missing is not None:
         raise D5PipeError(f"config error: key 'operators.framework': {name!r} needs the Python package {missing!r}, "
                           "which is not installed here (pip install 'd5pipe[frameworks]'; make install does)")

@@ -26,7 +26,8 @@ from d5pipe.core.outcome import PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1.output_check import judge
-from d5pipe.levels.level1.runtimes import write_once
+from d5pipe.levels.level1.runtimes.contract import ReadsOnnx
+from d5pipe.levels.level1.runtimes.onnx_runtimes import write_once
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.stats import rate_metric
@@ -101,13 +102,12 @@ def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
     key, target = target_of(ctx.config.get("level1") or {}, "runtime")
     runtime = build(target, key)
-    prepare_file = getattr(runtime, "prepare_file", None)
-    if not callable(prepare_file):
+    if not isinstance(runtime, ReadsOnnx):
         raise PointSkipped(f"level1.runtime={conf.runtime} cannot read an ONNX file (no prepare_file)")
     threads = torch.get_num_threads()
     sha = file_sha256(path)
     kept = keep_in_run(Path(path), sha, Path(ctx.run_dir) / "onnx")
-    prepared = prepare_file({"path": str(kept), "sha256": sha}, threads)
+    prepared = runtime.prepare_file({"path": str(kept), "sha256": sha}, threads)
 
     def infer() -> None:
         prepared.run(x)
@@ -119,8 +119,8 @@ def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any
     extra: dict[str, Any] = {
         "network": {"onnx_file": path, "sha256": prepared.onnx["sha256"], "input": name, "shape": list(shape),
                     "kept": os.path.relpath(kept, ctx.run_dir)},
-        "runtime": {"name": str(getattr(runtime, "name", key)), "version": str(runtime.version()),
-                    "settings": prepared.settings, "threads_requested": threads, "threads": prepared.threads},
+        "runtime": {"name": runtime.name, "versions": runtime.versions(),
+                    "told": prepared.told, "threads_requested": threads, "threads": prepared.threads},
         "timer_inference": m.info(), "warnings": [f"inference: {w}" for w in m.warnings],
         "not_measured": {"fwd_bwd": "a network given as an ONNX file runs inference only"},
     }

@@ -49,7 +49,9 @@ from d5pipe.levels.device import require_device, synchronize, torch_dtype
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1 import output_check
 from d5pipe.levels.level1.onnx_file import run_onnx_point
-from d5pipe.levels.level1.schema import TORCH_RUNTIMES, Level1Conf
+from d5pipe.levels.level1.runtimes import declaration
+from d5pipe.levels.level1.runtimes.contract import Engine
+from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import target_of
@@ -133,16 +135,16 @@ def _prepare_model(
 def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
                    device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any]]:
     """The network on ``level1.runtime`` (d5pipe.levels.level1.runtimes): a callable batch -> outputs
-    and what to record (name, version, settings, threads asked and used, the ONNX file)."""
+    and what to record (name, versions, what it was told, threads asked and used, the ONNX file)."""
     if device.type != "cpu":
         raise PointSkipped(f"level1.runtime={ctx.config['level1'].get('runtime')}: CPU only in this version")
     key, target = target_of(ctx.config.get("level1") or {}, "runtime")
-    runtime = build(target, key)
+    runtime: Engine = build(target, key)
     threads = torch.get_num_threads()
     model.eval()
     prepared = runtime.prepare(model, x, threads, ctx.run_dir / "onnx")
-    info = {"name": str(getattr(runtime, "name", key)), "version": str(runtime.version()),
-            "settings": prepared.settings, "threads_requested": threads, "threads": prepared.threads,
+    info = {"name": runtime.name, "versions": runtime.versions(),
+            "told": prepared.told, "threads_requested": threads, "threads": prepared.threads,
             **({"onnx": {"path": os.path.relpath(prepared.onnx["path"], ctx.run_dir),
                          "sha256": prepared.onnx["sha256"]}} if prepared.onnx else {})}
     if prepared.threads is None:
@@ -198,13 +200,14 @@ def run_point(ctx: PointContext) -> PointOutcome:
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     model, x, y, check = _prepare_model(ctx, conf, data, device)
     forward: nn.Module | Callable[..., torch.Tensor] = model
-    compiled = conf.impl == "compile" or conf.runtime == "compile"
+    declared = declaration(conf.runtime)
+    compiled = conf.impl == "compile" or declared.compiles
     if compiled:
         forward = torch.compile(model, mode=conf.compile_mode)
-    on_torch = conf.runtime in TORCH_RUNTIMES
-    runtime_info: dict[str, Any] = {"name": conf.runtime if on_torch else "torch", "version": str(torch.__version__),
-                                    "threads": torch.get_num_threads(),
-                                    **({"settings": {"compile_mode": conf.compile_mode}} if compiled else {})}
+    on_torch = declared.on_torch
+    runtime_info: dict[str, Any] = {"name": conf.runtime if on_torch else "torch",
+                                    "versions": {"torch": str(torch.__version__)}, "threads": torch.get_num_threads(),
+                                    **({"told": {"compile_mode": conf.compile_mode}} if compiled else {})}
     if not on_torch:
         forward, runtime_info = _other_runtime(ctx, model, x, device)
 

@@ -11,10 +11,6 @@ from d5pipe.levels.schema import DTYPES
 IMPLS: tuple[str, ...] = ("eager", "compile")
 SECTION = "level1"
 """The config section of level 1 (named after the level)."""
-RUNTIMES: tuple[str, ...] = ("torch", "compile", "onnxruntime", "openvino")
-"""Built-in runtimes of ``level1.runtime`` (d5pipe.levels.level1.runtimes)."""
-TORCH_RUNTIMES: tuple[str, ...] = ("torch", "compile")
-"""PyTorch itself: eager, and ``torch.compile`` (``compile_mode``); both measure forward+backward too."""
 LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last")
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -39,7 +35,7 @@ class Level1Conf:
     identity. Empty: the network is ``model``."""
     custom_runtimes: dict[str, Any] = field(default_factory=dict)
     """User runtimes: name -> target (``_target_`` under the allow-list of the person running d5pipe) returning a
-    d5pipe.levels.level1.runtimes.Runtime."""
+    d5pipe.levels.level1.runtimes.contract.Engine."""
     device: str = "cpu"
     layout: str = choice("contiguous", LAYOUTS)
     """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""

@@ -10,13 +10,10 @@ from d5pipe.core.atomic import file_sha256
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level1 import validate
+from d5pipe.levels.level1.runtimes import declaration
 from d5pipe.levels.level1.schema import SECTION, Level1Conf
 from d5pipe.levels.schema import model_requires
 from d5pipe.levels.stage import Factor, Level, point_runner
-
-RUNTIME_PACKAGES: dict[str, str] = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
-"""The package each built-in non-PyTorch runtime imports (both also need onnxscript, which
-torch.onnx.export uses)."""
 
 
 def cost(cfg: Mapping[str, Any]) -> float:
@@ -29,13 +26,9 @@ def cost(cfg: Mapping[str, Any]) -> float:
 
 
 def requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The zoo's library for a zoo model; a non-PyTorch runtime's package and onnxscript."""
-    needs = model_requires(cfg)
+    """The zoo's library for a zoo model; the packages the runtime's declaration names."""
     runtime = str(setting(cfg.get(SECTION), Level1Conf, "runtime") or "torch")
-    if runtime in RUNTIME_PACKAGES:
-        needs += [(f"{SECTION}.runtime={runtime}", RUNTIME_PACKAGES[runtime]),
-                  (f"{SECTION}.runtime={runtime}", "onnxscript")]
-    return needs
+    return model_requires(cfg) + [(f"{SECTION}.runtime={runtime}", p) for p in declaration(runtime).packages]
 
 
 def identity_files(cfg: Mapping[str, Any]) -> dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Any
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, check_memory_storage, check_micro_batches, section
+from d5pipe.levels.level1.runtimes import RUNTIMES, declaration
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
@@ -30,11 +31,14 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_device_name(setting(level1, Level1Conf, "device"), "level1.device")
     check_onnx_file(level1.get("onnx_file"))
     runtime = str(setting(level1, Level1Conf, "runtime"))
-    if level1.get("onnx_file") and runtime in ("torch", "compile"):
+    if level1.get("onnx_file") and declaration(runtime).on_torch:
+        onnx = ", ".join(r.name for r in RUNTIMES.values() if r.reads_onnx)
         raise D5PipeError("config error: key 'level1.runtime': a network given as level1.onnx_file runs on an "
-                          "ONNX runtime (onnxruntime, openvino), not on 'torch'")
-    if runtime != "torch" and str(setting(level1, Level1Conf, "impl")) != "eager":
-        raise D5PipeError(f"config error: key 'level1.impl': {level1.get('impl')!r} applies to level1.runtime=torch "
+                          f"ONNX runtime ({onnx}), not on {runtime!r}")
+    impl = str(setting(level1, Level1Conf, "impl"))
+    if impl not in declaration(runtime).impls:
+        takes = ", ".join(r.name for r in RUNTIMES.values() if impl in r.impls)
+        raise D5PipeError(f"config error: key 'level1.impl': {impl!r} applies to level1.runtime={takes} "
                           f"only (got runtime {runtime!r}; use impl eager)")
     check_micro_batches(level1, Level1Conf, "level1")
     check_timer(dict(section(cfg, "timer")))

@@ -39,8 +39,9 @@ from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level2.frameworks.agreement import Agreement, check, losses_rel_err, prepare, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, initial_weights, load_weights, model_tensors, trace
+from d5pipe.levels.level2.frameworks.graph import Graph
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
+from d5pipe.levels.level2.frameworks.trace import initial_weights, load_weights, model_tensors, trace
 from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf

@@ -6,14 +6,21 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from d5pipe.core.fields import at_least, between, later, positive
+from d5pipe.levels.declare import Builtin, declared
 
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
-SCHEDULES: tuple[str, ...] = ("constant", "cosine", "step")
-SAMPLERS: tuple[str, ...] = ("shuffle",)
-FRAMEWORKS: tuple[str, ...] = ("torch", "compile", "jax", "tensorflow")
-"""Built-in training frameworks of ``train.framework`` (d5pipe.levels.level2.frameworks.builtin)."""
-FRAMEWORK_PACKAGES: dict[str, str] = {"jax": "optax", "tensorflow": "tensorflow"}
-"""The package a built-in framework needs installed beyond torch (optax brings jax)."""
+OPTIMIZERS: dict[str, Builtin] = declared(
+    Builtin("sgd", "d5pipe.levels.optim.sgd", args=("lr", "momentum", "weight_decay")),
+    Builtin("adam", "d5pipe.levels.optim.adam", args=("lr", "weight_decay")),
+    Builtin("adamw", "d5pipe.levels.optim.adamw", args=("lr", "weight_decay")))
+"""The built-in optimizers of ``train.optimizer`` (called with ``params``)."""
+SCHEDULES: dict[str, Builtin] = declared(
+    Builtin("constant", "d5pipe.levels.optim.constant"), Builtin("cosine", "d5pipe.levels.optim.cosine", args=("epochs",)),
+    Builtin("step", "d5pipe.levels.optim.step", args=("epochs", "step_epochs", "gamma")))
+"""The built-in schedules of ``train.schedule`` (called with ``optimizer``)."""
+SAMPLERS: dict[str, Builtin] = declared(Builtin("shuffle", f"{__package__}.sampling.shuffle"))
+"""The built-in samplers of ``train.sampler`` (called with ``n, labels, generator``)."""
+METRICS: dict[str, Builtin] = declared(Builtin("macro_f1", f"{__package__}.metrics.macro_f1"))
+"""The built-in extra metrics of ``train.metrics``."""
 
 
 @dataclass

@@ -10,7 +10,8 @@ from typing import Any
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import EVAL_S, POINT_FIXED_S, STEP_S, train_samples
 from d5pipe.levels.level2 import validate
-from d5pipe.levels.level2.schema import FRAMEWORK_PACKAGES, TrainConf
+from d5pipe.levels.level2.frameworks import FRAMEWORKS
+from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.schema import model_requires
 from d5pipe.levels.stage import Factor, Level, point_runner
 
@@ -24,10 +25,10 @@ def cost(cfg: Mapping[str, Any]) -> float:
 
 
 def requires(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The model's library, and the package of a built-in framework other than torch."""
+    """The model's library, and the packages a built-in framework's declaration names."""
     framework = str(setting(cfg.get("train"), TrainConf, "framework"))
-    extra = [(f"train.framework={framework}", FRAMEWORK_PACKAGES[framework])] if framework in FRAMEWORK_PACKAGES else []
-    return model_requires(cfg) + extra
+    packages = FRAMEWORKS[framework].packages if framework in FRAMEWORKS else ()
+    return model_requires(cfg) + [(f"train.framework={framework}", p) for p in packages]
 
 
 LEVEL = Level(

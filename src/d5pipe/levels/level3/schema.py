@@ -6,13 +6,18 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from d5pipe.core.fields import at_least, choice, later, positive
+from d5pipe.levels.declare import Builtin, declared
 
 BACKENDS: tuple[str, ...] = ("ddp", "horovod", "mpi")
 SCALINGS: tuple[str, ...] = ("strong", "weak")
 BENCHMARKS: tuple[str, ...] = ("train", "collective")
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
 LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
-STRATEGIES: tuple[str, ...] = ("allreduce", "topk", "local_sgd", "ring", "dpsgd", "ps_sync", "ps_async")
+STRATEGIES: dict[str, Builtin] = declared(*(Builtin(name, f"{__package__}.{path}") for name, path in (
+    ("allreduce", "strategies.AllReduce"), ("topk", "strategies.TopK"), ("local_sgd", "strategies.LocalSGD"),
+    ("ring", "strategies.RingAverage"), ("dpsgd", "strategies.DPSGD"),
+    ("ps_sync", "parameter_server.SyncParameterServer"), ("ps_async", "parameter_server.AsyncParameterServer"))))
+"""The built-in strategies of ``distributed.strategy`` (d5pipe.levels.level3.strategies, .parameter_server)."""
 """Built-in distributed strategies (d5pipe.levels.level3.strategies)."""
 FLOAT_BYTES = 4
 """Collective payloads are float32."""

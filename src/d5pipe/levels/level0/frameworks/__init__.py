@@ -8,9 +8,6 @@ the docs' table (:func:`docs_table`, docs/plugins.md) are derived from them.
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Callable
-
 from d5pipe.levels.level0.frameworks import jax_ops, ort_ops, tf_ops, torch_ops
 from d5pipe.levels.level0.frameworks.contract import Framework
 
@@ -20,19 +17,6 @@ FRAMEWORKS: dict[str, Framework] = {
 """Name -> declaration; the first is the default (level 0 as it has always run)."""
 NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
 DEFAULT: Framework = next(iter(FRAMEWORKS.values()))
-
-
-def installed(package: str) -> bool:
-    """Whether ``package`` could be imported (nothing is imported)."""
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def missing_package(framework: Framework, is_installed: Callable[[str], bool] = installed) -> str | None:
-    """The first package ``framework`` needs that is not installed here, or None."""
-    return next((p for p in framework.packages if not is_installed(p)), None)
 
 
 def docs_table() -> str:

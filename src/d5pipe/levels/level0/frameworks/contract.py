@@ -21,6 +21,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from d5pipe.levels.declare import Compiles
+from d5pipe.levels.declare import Engine as BaseEngine
+
 Layout = tuple[int, ...] | None
 """Axes of an array in the framework's layout, read from PyTorch's (``np.transpose``); None: the same."""
 
@@ -39,11 +42,9 @@ class NativeOp:
     """How it is written (recorded), e.g. ``lax.conv_general_dilated NHWC/HWIO``."""
 
 
-class Prepared(Protocol):
-    """One operator on one set of inputs, converted and ready to call."""
-
-    compile_s: float
-    """Seconds of the first call (a jit compilation, a session build), kept out of the timing; 0: none."""
+class Prepared(Compiles, Protocol):
+    """One operator on one set of inputs, converted and ready to call; its ``compile_s`` is the
+    first call's (a jit compilation, a session build), kept out of the timing; 0: none."""
 
     def call(self) -> None:
         """One call, returning only when its result is computed (the timed callable)."""
@@ -56,10 +57,9 @@ class Prepared(Protocol):
         input got none). Only called when :attr:`Framework.differentiates`."""
 
 
-class Engine(Protocol):
+class Engine(BaseEngine, Protocol):
     """A framework, imported and set up for one process (threads)."""
 
-    version: str
     told: dict[str, Any]
     """What the framework was told (threads, modes): recorded with every point."""
 

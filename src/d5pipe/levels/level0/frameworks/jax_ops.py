@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from d5pipe.levels.declare import package_versions
 from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
 
 NHWC, HWIO, BTNH = (0, 2, 3, 1), (2, 3, 1, 0), (0, 2, 1, 3)
@@ -89,10 +90,14 @@ class JaxPrepared:
 class JaxEngine:
     """JAX on the CPU with the point's threads."""
 
+    name = "jax"
+
+    def versions(self) -> dict[str, str]:
+        return package_versions("jax")
+
     def __init__(self, threads: int) -> None:
         self._jax = jax = _import_jax(threads)
         self._ops = builtins(jax)
-        self.version = str(jax.__version__)
         self.told = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "backend": jax.default_backend(),
                      "jit": True, "x64": "float64 points only, restored after each"}
 

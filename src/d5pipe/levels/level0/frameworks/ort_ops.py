@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.contract import PointSkipped
+from d5pipe.levels.declare import package_versions
 from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout
 
 OPSET = 23
@@ -87,6 +88,11 @@ class OrtPrepared:
 class OrtEngine:
     """ONNX Runtime's CPU provider with the point's threads."""
 
+    name = "onnxruntime"
+
+    def versions(self) -> dict[str, str]:
+        return package_versions("onnxruntime")
+
     def __init__(self, threads: int) -> None:
         import onnxruntime as ort
 
@@ -95,7 +101,6 @@ class OrtEngine:
         self._options.intra_op_num_threads = threads
         self._options.inter_op_num_threads = 1
         self._options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.version = str(ort.__version__)
         self.told = {"intra_op_threads": threads, "inter_op_threads": 1, "provider": "CPUExecutionProvider",
                      "graph_optimization_level": str(self._options.graph_optimization_level).split(".")[-1],
                      "opset": OPSET}

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from d5pipe.levels.declare import package_versions
 from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
 
 NHWC, HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
@@ -75,6 +76,11 @@ class TfPrepared:
 class TfEngine:
     """TensorFlow on the CPU with the point's threads."""
 
+    name = "tensorflow"
+
+    def versions(self) -> dict[str, str]:
+        return package_versions("tensorflow")
+
     def __init__(self, threads: int) -> None:
         import tensorflow as tf
 
@@ -87,7 +93,6 @@ class TfEngine:
         except RuntimeError as err:  # the runtime was started by an earlier user of this process
             note = f"left as they were: {err}"
         self._ops = builtins(tf)
-        self.version = str(tf.__version__)
         self.told = {"intra_op_threads": threading.get_intra_op_parallelism_threads(),
                      "inter_op_threads": threading.get_inter_op_parallelism_threads(), "threads": note,
                      "eager": True}

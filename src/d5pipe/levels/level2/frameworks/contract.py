@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.declare import Engine
 from d5pipe.levels.level2.schema import OPTIMIZERS
 
 
@@ -47,14 +48,10 @@ class UnsupportedNetwork(D5PipeError):
     """A layer or operation that a framework's builder does not translate (the point is skipped)."""
 
 
-class TrainingFramework(Protocol):
-    """A built-in or user framework (a target under the runner's allow-list)."""
-
-    name: str
-
-    def versions(self) -> dict[str, str]:
-        """The packages that compute, with their versions."""
-        ...
+class TrainingFramework(Engine, Protocol):
+    """A built-in or user framework (a target under the runner's allow-list): an engine
+    (d5pipe.levels.declare.Engine; one that times its own compile is also a
+    d5pipe.levels.declare.Compiles)."""
 
     def prepare(self, graph: Any, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from d5pipe.levels.declare import Builtin
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
 from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
 
@@ -190,3 +191,6 @@ class JaxFramework:
     def weights(self) -> dict[str, np.ndarray]:
         return self.graph.hwio({n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()},
                                back=True)
+
+
+FRAMEWORK = Builtin("jax", f"{__name__}.JaxFramework", packages=("optax", "jax"))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from d5pipe.levels.declare import Builtin
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
 
@@ -211,3 +212,6 @@ class TensorFlowFramework:
         out = {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in zip(self.names, self.vars)}
         return self.graph.hwio(out, back=True) | {n: np.asarray(v.numpy(), dtype=np.float64)
                                                   for n, v in self.buffers.items()}
+
+
+FRAMEWORK = Builtin("tensorflow", f"{__name__}.TensorFlowFramework", packages=("tensorflow",))

@@ -1,22 +1,28 @@
-"""PyTorch as a training framework: eager, or with ``torch.compile`` (the reference, in float64,
-is the eager one). The network is the point's own module, its weights replaced by the given ones."""
+"""PyTorch as a training framework: ``torch`` (eager) and ``compile`` (``torch.compile``), declared
+here (the reference, in float64, is the eager one). The network is the point's own module, its
+weights replaced by the given ones. Torch is imported when a framework is built, not with the
+declarations (``d5pipe plan`` reads them torch-free)."""
 
 from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
+from d5pipe.levels.declare import Builtin
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
-from d5pipe.levels.level2.frameworks.graph import as_float64, load_weights, model_tensors
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 def torch_optimizer(params: Any, spec: OptimizerSpec) -> torch.optim.Optimizer:
     """The spec as ``torch.optim`` (its conventions are the spec's)."""
+    import torch
+
     if spec.name == "sgd":
         return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
     klass = torch.optim.Adam if spec.name == "adam" else torch.optim.AdamW
@@ -30,6 +36,8 @@ class TorchFramework:
     reference."""
 
     def __init__(self, model: nn.Module, compile: bool = False, dtype: str = "float32") -> None:
+        import torch
+
         self.name = "compile" if compile else "torch"
         self._source = model
         self._compile = compile
@@ -37,10 +45,17 @@ class TorchFramework:
         self._dtype = getattr(torch, dtype)
 
     def versions(self) -> dict[str, str]:
+        import torch
+
         return {"torch": torch.__version__}
 
     def prepare(self, graph: Any, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
+        import torch
+        from torch import nn
+
+        from d5pipe.levels.level2.frameworks.trace import load_weights, model_tensors
+
         torch.set_num_threads(threads)
         self.model = copy.deepcopy(self._source).to(self._dtype).train()
         self._tensors_by_name = model_tensors(self.model, graph)
@@ -67,9 +82,13 @@ class TorchFramework:
         return told
 
     def tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         return torch.from_numpy(x).to(self._dtype), torch.from_numpy(y).long()
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        from torch import nn
+
         xt, yt = self.tensors(x, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(self.forward(xt), yt)
@@ -78,4 +97,10 @@ class TorchFramework:
         return float(loss.item())
 
     def weights(self) -> dict[str, np.ndarray]:
+        from d5pipe.levels.level2.frameworks.trace import as_float64
+
         return as_float64(self._tensors_by_name)
+
+
+TORCH = Builtin("torch", f"{__name__}.TorchFramework")
+COMPILE = Builtin("compile", f"{__name__}.TorchFramework", fixed={"compile": True})
