@@ -141,8 +141,9 @@ def test_array_tasks_not_started_yet_are_known_to_the_watch(monkeypatch: pytest.
 def test_the_driver_reads_the_executors_view_and_asks_slurm_only_when_it_is_stale(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the executor's view (logs/slurm_status.json) is fresh the driver's watch makes no
-    scheduler call and judges from its last answer; a stale view (a hung executor) or none sends
-    it back to squeue."""
+    scheduler call and judges from its last answer (a job it lacks 30 s after the executor first
+    waited for it is unknown to SLURM: not active for the watchdog, lost for the watch); a stale
+    view (a hung executor) or none sends it back to squeue."""
     import time
 
     import d5pipe.execute.slurm_watch as watch_module
@@ -158,11 +159,16 @@ def test_the_driver_reads_the_executors_view_and_asks_slurm_only_when_it_is_stal
     monkeypatch.setattr(watch_module, "query_jobs", squeue)
     began = time.time() - 1000
     path = tmp_path / "status.json"
-    Feed(time.time(), ["71", "72_3"], answered=time.time(), states={"71": "RUNNING", "72": "PENDING"}).write(path)
+    now = time.time()
+    Feed(now, ["71", "72_3", "99", "100"], answered=now, states={"71": "RUNNING", "72": "PENDING"},
+         since={"71": now - 100, "72_3": now - 100, "99": now - 100, "100": now - 5}).write(path)
     watch = SlurmWatch(None, poll_s=0.0, unknown_after_s=0.0, view=lambda: Feed.read_usable(path, began))
     watch.feed("Job 0 has been submitted with SLURM jobid 71 (log: x).")
     watch.feed("Job 1 has been submitted with SLURM jobid 99 (log: x).")
-    assert watch._known(["71", "72_3", "99"]) == {"71", "72_3"} and asked == []
+    assert watch._known(["71", "72_3", "99", "100"]) == {"71", "72_3", "100"} and asked == []  # 100: too new to judge
+    view = Feed.read_usable(path, began)
+    assert view is not None and view.jobs() == [("100", "PENDING"), ("71", "RUNNING"), ("72", "PENDING"),
+                                                ("72_3", "PENDING")]  # 99: SLURM does not know it
     with pytest.raises(StatusLost, match="job 99 is unknown"):
         watch._last = -1e9
         watch.check()

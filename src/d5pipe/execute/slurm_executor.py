@@ -57,7 +57,7 @@ from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  #
 from d5pipe.execute.slurm_flight import POLL_S, Flight, scontrol_update, squeue_all
 from d5pipe.execute.slurm_job_scripts import direct_body, exit_file, job_script, rule_shell, snakemake_body
 from d5pipe.execute.slurm_limits import SiteLimits, read_limits
-from d5pipe.execute.slurm_status import LOCAL_S, Feed, Schedule, read_exit
+from d5pipe.execute.slurm_status import GRACE_S, LOCAL_S, Feed, Schedule, read_exit
 from d5pipe.execute.snakemake_job import job_command
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.slurm_events import Outage, record
@@ -218,6 +218,9 @@ class Executor(plugin.Executor):
         if (waiting, self.feed.answered) == (self.feed.waiting, self._fed_answer) and now - self.feed.written < FEED_EVERY_S:
             return
         self.feed.written, self.feed.waiting, self._fed_answer = now, waiting, self.feed.answered
+        if set(waiting) - set(self.feed.since):  # new submissions: confirm them once
+            self.schedule.by(time.monotonic() + GRACE_S + LOCAL_S)
+        self.feed.since = {i: self.feed.since.get(i, now) for i in waiting}
         try:
             self.feed.write(self.feed_path)
         except OSError as exc:  # the driver then asks SLURM itself

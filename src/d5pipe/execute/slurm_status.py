@@ -36,6 +36,9 @@ MAX_S = 180.0
 after ``MinJobAge``, 300 s by default)."""
 STALE_S = 2 * MAX_S + 60.0
 """A feed older than this is a hung executor: the driver asks SLURM itself."""
+GRACE_S = 30.0
+"""A job the executor waits for counts as unknown to SLURM only in an answer at least this long
+after the executor first waited for it (slurmdbd lists a new job after a moment)."""
 SCHEMA_VERSION = 1
 
 
@@ -65,6 +68,10 @@ class Schedule:
     def hurry(self) -> None:
         self.next_at = 0.0
 
+    def by(self, when: float) -> None:
+        """A query is due no later than ``when`` (a new submission is confirmed :data:`GRACE_S` after it)."""
+        self.next_at = min(self.next_at, when)
+
 
 def read_exit(path: Path) -> tuple[str, int] | None:
     """``(SLURM job ID, exit code)`` from an exit file; None while the job has not ended."""
@@ -92,6 +99,8 @@ class Feed:
     """Wall-clock time of the last scheduler answer; None before the first."""
     states: dict[str, str] = field(default_factory=dict)
     """SLURM job ID -> state in that answer."""
+    since: dict[str, float] = field(default_factory=dict)
+    """SLURM job ID -> wall-clock time the executor first waited for it (the IDs of ``waiting``)."""
 
     def usable(self, started: float, now: float | None = None) -> bool:
         """Whether the driver may rely on this view of a run started at ``started`` (wall clock):
@@ -103,17 +112,26 @@ class Feed:
 
     def jobs(self) -> list[tuple[str, str]]:
         """``(SLURM job ID, state)`` of every job the view knows: those the executor waits for
-        (PENDING until the scheduler has said more) and those the last answer listed."""
-        out = {i: next((self.states[b] for b in base_ids(i) if b in self.states), "PENDING") for i in self.waiting}
+        (PENDING until the scheduler has said more; left out when :meth:`lost`) and those the last
+        answer listed."""
+        out = {i: next((self.states[b] for b in base_ids(i) if b in self.states), "PENDING")
+               for i in self.waiting if not self.lost(i)}
         return sorted({**self.states, **out}.items())
 
     def known(self, job_id: str) -> bool:
         return any(i in self.states for i in base_ids(job_id))
 
+    def lost(self, job_id: str) -> bool:
+        """Whether the last answer, taken :data:`GRACE_S` or more after the executor first waited for
+        the job, does not list it: SLURM does not know the job (an ``sbatch`` that answered an ID
+        SLURM never held)."""
+        return (self.answered is not None and not self.known(job_id)
+                and self.answered >= self.since.get(job_id, self.written) + GRACE_S)
+
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {"schema_version": SCHEMA_VERSION, "written": self.written, "waiting": self.waiting,
-                "answered": self.answered, "states": self.states}
+                "answered": self.answered, "states": self.states, "since": self.since}
         write_text(path, json.dumps(body, sort_keys=True) + "\n", durable=False)
 
     @classmethod
@@ -129,6 +147,7 @@ class Feed:
             raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             return cls(float(raw["written"]), [str(i) for i in raw["waiting"]],
                        None if raw.get("answered") is None else float(raw["answered"]),
-                       {str(k): str(v) for k, v in dict(raw.get("states") or {}).items()})
+                       {str(k): str(v) for k, v in dict(raw.get("states") or {}).items()},
+                       {str(k): float(v) for k, v in dict(raw.get("since") or {}).items()})
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -120,7 +120,7 @@ class SlurmWatch:
     def _known(self, ids: list[str]) -> set[str] | None:
         view = self.view()
         if view is not None:  # the executor's last answer; none yet: nothing to judge
-            return {i for i in ids if view.answered is None or view.known(i)}
+            return {i for i in ids if not view.lost(i)}
         try:
             queued = query_jobs(job_ids=sorted({i.split("_")[0] for i in ids}), timeout_s=20.0, env=self.env)
             found = set().union(*(array_tasks(j.job_id) for j in queued))  # pending tasks come as 751_[434-500%20]
