@@ -108,6 +108,18 @@ def test_scaling_table_without_swept_backend_column() -> None:
         scaling_table(df.drop(columns=["distributed.ranks"]))
 
 
+def test_nodes_that_grow_with_the_ranks_share_one_base() -> None:
+    """scaling_nodes zips distributed.nodes with distributed.ranks: each size is measured against
+    the 1-rank (1-node) point, not left without a base because its node count differs (on the
+    16-node sandbox every speedup but the base's was missing)."""
+    rows = _rows("mpi", "strong", {1: (2.0, 1.8, 2.2), 2: (1.0, 0.9, 1.1), 4: (1.0, 0.9, 1.1)})
+    for row in rows:
+        row["distributed.nodes"] = row["distributed.ranks"]
+    table = scaling_table(pd.DataFrame(rows))
+    assert table["speedup"].tolist() == pytest.approx([1.0, 2.0, 2.0])
+    assert table["efficiency"].tolist() == pytest.approx([1.0, 1.0, 0.5])
+
+
 def test_rank_shares_are_checked_from_the_indices_the_ranks_used() -> None:
     from d5pipe.levels.level3.shard_check import check_shards
 

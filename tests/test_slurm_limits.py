@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from d5pipe.execute.slurm_executor import Flight, parse_queue
+from d5pipe.execute.slurm_flight import Flight, parse_queue
 from d5pipe.execute.slurm_limits import SiteLimits, parse_config, parse_max_submit, submission_plan
 
 CONFIG = """Configuration data as of 2026-12-05T23:50:00
@@ -233,6 +233,29 @@ def test_every_task_of_an_array_runs_its_own_rule_command_without_snakemake(
     assert subprocess.run(["sh", "-c", job_script(direct_body("exit 3", []))]).returncode == 3
 
 
+def _bare_executor(tmp_path: Path) -> Any:
+    """d5pipe's executor without Snakemake: what a status round reads, nothing submitted."""
+    from d5pipe.execute.slurm_executor import Executor
+    from d5pipe.execute.slurm_status import Feed, Schedule
+    from d5pipe.rundir.slurm_events import Outage
+
+    executor = Executor.__new__(Executor)
+    executor._status_query_calls, executor._status_query_failures = 0, 0
+    executor.status_outage = Outage(tmp_path / "events.jsonl", "status", "the job status query")
+    executor.exits, executor.failed_exits = {}, set()
+    executor.feed, executor._fed_answer, executor.feed_path = Feed(0.0, ["-"]), None, tmp_path / "status.json"
+    executor.schedule = Schedule(0.0)
+    executor.succeeded = []
+    executor.report_job_success = executor.succeeded.append
+    return executor
+
+
+def _job(jobid: int, slurm_id: str) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(job=SimpleNamespace(jobid=jobid), external_jobid=slurm_id)
+
+
 def test_a_status_round_whose_query_failed_keeps_every_job_active(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The plugin yields no job of a round whose sacct failed (slurmdbd stopped): Snakemake then
@@ -241,8 +264,7 @@ def test_a_status_round_whose_query_failed_keeps_every_job_active(tmp_path: Path
 
     import snakemake_executor_plugin_slurm as plugin
 
-    from d5pipe.execute.slurm_executor import Executor
-    from d5pipe.rundir.slurm_events import Outage, read
+    from d5pipe.rundir.slurm_events import read
 
     async def failed_round(self: Any, active_jobs: list[Any]) -> Any:
         self._status_query_failures += 3  # every attempt of the round failed
@@ -250,13 +272,65 @@ def test_a_status_round_whose_query_failed_keeps_every_job_active(tmp_path: Path
             yield _
 
     monkeypatch.setattr(plugin.Executor, "check_active_jobs", failed_round)
-    executor = Executor.__new__(Executor)
-    executor._status_query_calls, executor._status_query_failures = 0, 0
-    executor.status_outage = Outage(tmp_path / "events.jsonl", "status", "the job status query")
-    jobs = ["job-1", "job-2"]
+    executor = _bare_executor(tmp_path)
+    jobs = [_job(1, "71"), _job(2, "72")]
 
     async def round_() -> list[Any]:
         return [j async for j in executor.check_active_jobs(jobs)]
 
     assert asyncio.run(round_()) == jobs
     assert [e["state"] for e in read(tmp_path / "events.jsonl")] == ["down"]
+
+
+def test_a_job_ends_by_its_exit_file_and_the_scheduler_is_asked_only_when_due(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exit 0 under the job's own SLURM ID: a success with no status query; a file of another
+    attempt counts for nothing; a failure asks the scheduler at once (a requeued task's first
+    attempt may end 143), and what it says decides. Rounds grow apart; the driver's view is written."""
+    import asyncio
+    import subprocess
+
+    import snakemake_executor_plugin_slurm as plugin
+
+    from d5pipe.execute.slurm_job_scripts import direct_body, exit_file, job_script
+    from d5pipe.execute.slurm_status import Feed, Schedule
+
+    monkeypatch.chdir(tmp_path)
+    asked: list[list[str]] = []
+
+    async def plugin_round(self: Any, active_jobs: list[Any]) -> Any:
+        self._status_query_calls += 1
+        self.feed.answered, self.feed.states = 1e12, {j.external_jobid: "RUNNING" for j in active_jobs}
+        asked.append([j.external_jobid for j in active_jobs])
+        for job in active_jobs:
+            yield job
+
+    monkeypatch.setattr(plugin.Executor, "check_active_jobs", plugin_round)
+    executor = _bare_executor(tmp_path)
+    executor.schedule = Schedule(first_s=1e6)  # not due by the clock
+    calls = {n: job_script(direct_body(f": job {n}; exit {code}", [])) for n, code in ((1, 0), (2, 0), (3, 143), (4, 0))}
+    executor.exits = {n: exit_file(c) for n, c in calls.items()}
+    env = {**os.environ, "SLURM_ARRAY_JOB_ID": "90", "SLURM_ARRAY_TASK_ID": "1"}
+    subprocess.run(["sh", "-c", calls[1]], env=env)
+    subprocess.run(["sh", "-c", calls[2]], env={**env, "SLURM_ARRAY_TASK_ID": "9"})  # another attempt's ID
+    jobs = [_job(1, "90_1"), _job(2, "90_2"), _job(4, "94")]
+
+    def round_(active: list[Any]) -> list[Any]:
+        async def collect() -> list[Any]:
+            return [j async for j in executor.check_active_jobs(active)]
+        return asyncio.run(collect())
+
+    left = round_(jobs)
+    assert executor.succeeded == [jobs[0]] and left == jobs[1:] and asked == []  # no scheduler call
+    feed = Feed.read(tmp_path / "status.json")
+    assert feed is not None and feed.waiting == ["90_2", "94"] and feed.answered is None
+    subprocess.run(["sh", "-c", calls[3]], env={**os.environ, "SLURM_JOB_ID": "93"})
+    failed = _job(3, "93")
+    left = round_([*left, failed])
+    assert asked == [["90_2", "94", "93"]] and failed in left  # asked at once; RUNNING: requeued, kept
+    left = round_(left)
+    assert len(asked) == 1  # the same failed attempt does not ask twice
+    assert executor.schedule.every_s == executor.schedule.max_s  # pauses grow (up to 180 s)
+    feed = Feed.read(tmp_path / "status.json")
+    assert feed is not None and feed.known("93") and dict(feed.jobs())["90_2"] == "RUNNING"
+    assert not feed.usable(started=feed.written + 1)  # a feed written before the run began is not its view

@@ -136,3 +136,46 @@ def test_array_tasks_not_started_yet_are_known_to_the_watch(monkeypatch: pytest.
     monkeypatch.setattr(watch_module, "slurm_answer", lambda *_a, **_kw: None)  # sacct lists no pending task
     watch = SlurmWatch(None, poll_s=0.0)
     assert watch._known(["751_432", "751_434", "751_415", "751_501"]) == {"751_434", "751_415"}
+
+
+def test_the_driver_reads_the_executors_view_and_asks_slurm_only_when_it_is_stale(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the executor's view (logs/slurm_status.json) is fresh the driver's watch makes no
+    scheduler call and judges from its last answer (a job it lacks 30 s after the executor first
+    waited for it is unknown to SLURM: not active for the watchdog, lost for the watch); a stale
+    view (a hung executor) or none sends it back to squeue."""
+    import time
+
+    import d5pipe.execute.slurm_watch as watch_module
+    from d5pipe.execute.slurm_status import STALE_S, Feed
+    from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
+
+    asked: list[object] = []
+
+    def squeue(**_kw: object) -> list[SlurmJob]:
+        asked.append(_kw)
+        return [SlurmJob("71", "RUNNING", "r", "", "", "", "", "")]
+
+    monkeypatch.setattr(watch_module, "query_jobs", squeue)
+    began = time.time() - 1000
+    path = tmp_path / "status.json"
+    now = time.time()
+    Feed(now, ["71", "72_3", "99", "100"], answered=now, states={"71": "RUNNING", "72": "PENDING"},
+         since={"71": now - 100, "72_3": now - 100, "99": now - 100, "100": now - 5}).write(path)
+    watch = SlurmWatch(None, poll_s=0.0, unknown_after_s=0.0, view=lambda: Feed.read_usable(path, began))
+    watch.feed("Job 0 has been submitted with SLURM jobid 71 (log: x).")
+    watch.feed("Job 1 has been submitted with SLURM jobid 99 (log: x).")
+    assert watch._known(["71", "72_3", "99", "100"]) == {"71", "72_3", "100"} and asked == []  # 100: too new to judge
+    view = Feed.read_usable(path, began)
+    assert view is not None and view.jobs() == [("100", "PENDING"), ("71", "RUNNING"), ("72", "PENDING"),
+                                                ("72_3", "PENDING")]  # 99: SLURM does not know it
+    with pytest.raises(StatusLost, match="job 99 is unknown"):
+        watch._last = -1e9
+        watch.check()
+        time.sleep(0.01)
+        watch._last = -1e9
+        watch.check()
+    assert asked == []
+    Feed(time.time() - STALE_S - 1, ["71"], answered=time.time()).write(path)  # the executor stopped writing
+    assert watch._known(["71"]) == {"71"} and len(asked) == 1
+    assert Feed.read_usable(path, began) is None

@@ -26,9 +26,13 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
   d5pipe.execute.slurm_limits.WRAP_BUDGET bytes (``SiteLimits.array_chunk``).
 * **A bounded load on the scheduler.** The limits are read once per run (one ``scontrol show
   config``, one ``sacctmgr``) and the plugin's own probes answer from them (it ran ``scontrol show
-  config`` at import, at start and in every status round). What this executor knows of the queue
-  comes from one ``squeue`` per :attr:`Flight.poll_s` for the whole run, and only while a
-  submission waits or a throttle may rise. No job asks the controller anything (below).
+  config`` at import, at start and in every status round). A job's end is read from the exit file
+  its script writes; the plugin's status query (one for the whole run) runs only for what no file
+  says, in rounds that grow apart up to 180 s (d5pipe.execute.slurm_status), and its answer is the
+  driver's view too. What the admission knows of the queue comes from one ``squeue`` per
+  :attr:`~d5pipe.execute.slurm_flight.Flight.poll_s` for the whole run, and only while a
+  submission waits or a throttle may rise (d5pipe.execute.slurm_flight). No job asks the
+  controller anything (below).
 * **No Snakemake inside a shard's job.** The plugin's array task ran three Snakemake processes
   (the array's first job's, to read the payload; the task's own; and one under ``srun -n1`` that
   runs the rule): each builds the DAG, and they cost more than a short shard itself. A shell
@@ -42,213 +46,26 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
 from __future__ import annotations
 
 import asyncio
-import getpass
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import snakemake_executor_plugin_slurm as plugin
 from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  # noqa: F401 - the plugin's interface
 
-from d5pipe.execute.slurm import slurm_answer, slurm_tool
-from d5pipe.execute.slurm_job_scripts import direct_body, job_script, rule_shell, snakemake_body
+from d5pipe.execute.slurm_flight import POLL_S, Flight, scontrol_update, squeue_all
+from d5pipe.execute.slurm_job_scripts import direct_body, exit_file, job_script, rule_shell, snakemake_body
 from d5pipe.execute.slurm_limits import SiteLimits, read_limits
+from d5pipe.execute.slurm_status import GRACE_S, LOCAL_S, Feed, Schedule, read_exit
 from d5pipe.execute.snakemake_job import job_command
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.slurm_events import Outage, record
 
-__all__ = ["Executor", "ExecutorSettings", "common_settings", "Flight", "QueueView", "parse_queue"]
+_plugin_query = plugin.query_job_status
+FEED_EVERY_S = 30.0
 
-ACTIVE = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED",
-                    "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"})
-"""squeue states of a job that still counts towards ``MaxSubmitJobs`` and the run's limit."""
-QUEUE_FORMAT = "%F|%K|%T|%j|%u"
-POLL_S = 10.0
-
-
-@dataclass
-class QueueView:
-    """What one ``squeue -r -t all`` says, for the run named ``name`` and the user ``user``."""
-
-    controller_jobs: int = 0
-    """Every job and array task slurmctld holds (what ``MaxJobCount`` counts)."""
-    user_active: int = 0
-    """The user's pending and running jobs and tasks (what ``MaxSubmitJobs`` counts)."""
-    pending: dict[str, int] = field(default_factory=dict)
-    """Array job ID -> tasks of the run not started yet."""
-    running: dict[str, int] = field(default_factory=dict)
-    """Array job ID -> tasks of the run started and not finished."""
-    singles: int = 0
-    """The run's non-array jobs, pending or running."""
-
-    @property
-    def filling(self) -> str | None:
-        """The run's array with tasks not started yet (at most one; see the module docstring)."""
-        return next((a for a, n in self.pending.items() if n > 0), None)
-
-
-def parse_queue(text: str, name: str, user: str) -> QueueView:
-    """A :class:`QueueView` from ``squeue -h -r -t all -o '%F|%K|%T|%j|%u'`` lines."""
-    view = QueueView()
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 5:
-            continue
-        array_id, task, state, job_name, job_user = parts
-        view.controller_jobs += 1
-        active = state in ACTIVE
-        if active and job_user == user:
-            view.user_active += 1
-        if job_name != name or not active:
-            continue
-        if task in ("N/A", ""):
-            view.singles += 1
-        elif state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
-            view.pending[array_id] = view.pending.get(array_id, 0) + 1
-        else:
-            view.running[array_id] = view.running.get(array_id, 0) + 1
-    return view
-
-
-class Flight:
-    """Admits the run's submissions under the site's limits and the run-wide limit (module docstring).
-
-    ``query`` returns squeue's text; ``update`` runs ``scontrol update`` arguments. Both are
-    called with :attr:`lock` held, so a submission never races a snapshot of the queue.
-    """
-
-    def __init__(self, limits: SiteLimits, limit: int, name: str, query: Callable[[], str | None],
-                 update: Callable[[list[str]], None], poll_s: float = POLL_S, user: str | None = None,
-                 array_cap: int = 0, say: Callable[[str], None] = lambda _m: None,
-                 waited: Callable[[int, str, float], None] = lambda _n, _why, _s: None) -> None:
-        self.limits, self.limit, self.name = limits, max(1, int(limit)), name
-        self.query, self.update, self.poll_s, self.say, self.waited = query, update, float(poll_s), say, waited
-        self.user = user or getpass.getuser()
-        self.array_cap = int(array_cap)
-        self.lock = threading.RLock()
-        self.stopped = threading.Event()
-        self.view = QueueView()
-        self.throttle: dict[str, int] = {}
-        """Filling array -> the ArrayTaskThrottle set on it."""
-        self.sizes: dict[str, int] = {}
-        """Array -> its tasks."""
-        self._at = -float("inf")
-        self.why = ""
-        self._waiting_said = ""
-
-    # ---------------------------------------------------------------- the queue
-    def refresh(self) -> QueueView:
-        """The queue as of at most :attr:`poll_s` ago (one squeue when older)."""
-        with self.lock:
-            if time.monotonic() - self._at >= self.poll_s:
-                text = self.query()
-                self._at = time.monotonic()
-                if text is not None:
-                    self.view = parse_queue(text, self.name, self.user)
-            return self.view
-
-    def used(self, view: QueueView) -> int:
-        """Slots of the run's limit taken: running array tasks, the filling array's throttle, singles."""
-        filling = view.filling
-        taken = sum(n for a, n in view.running.items() if a != filling) + view.singles
-        if filling is not None:
-            taken += max(self.throttle.get(filling, self.limit), view.running.get(filling, 0))
-        return taken
-
-    def _room(self, view: QueueView, tasks: int, array: bool) -> str | None:
-        """Why ``tasks`` more may not be submitted now (None: they may)."""
-        if view.controller_jobs + tasks > self.limits.job_room:
-            return (f"MaxJobCount={self.limits.max_job_count}: {view.controller_jobs} jobs in slurmctld, "
-                    f"{tasks} more would pass the {self.limits.job_room} d5pipe uses")
-        if view.user_active + tasks > self.limits.submit_room:
-            return f"MaxSubmitJobs: {view.user_active} of the user's jobs pending or running, {tasks} more would pass {self.limits.submit_room}"
-        if array and view.filling is not None:
-            return f"array {view.filling} still has {view.pending[view.filling]} task(s) waiting to start"
-        if self.limit - self.used(view) < 1:
-            return f"executor.jobs={self.limit} tasks of the run in flight"
-        return None
-
-    # ----------------------------------------------------------- admission
-    def admit_now(self, tasks: int, array: bool) -> bool:
-        """Whether ``tasks`` may be submitted now; True returns with :attr:`lock` held (the caller
-        submits, calls :meth:`submitted` and releases it), False says why in :attr:`why`."""
-        self.lock.acquire()
-        why = self._room(self.refresh(), tasks, array)
-        if why is None:
-            return True
-        self.lock.release()
-        self.why = why
-        return False
-
-    def admit(self, tasks: int, array: bool) -> bool:
-        """Wait until ``tasks`` may be submitted (:meth:`admit_now`); False once stopped. A wait
-        is told to ``waited`` (tasks, the first reason, seconds) once it ends."""
-        t0, first = time.monotonic(), ""
-        while not self.admit_now(tasks, array):
-            first = first or self.why
-            if self.why != self._waiting_said:
-                self.say(f"d5pipe: waiting to submit {tasks} task(s): {self.why}")
-                self._waiting_said = self.why
-            if self.stopped.wait(self.poll_s):
-                return False
-        if first:
-            self.waited(tasks, first, time.monotonic() - t0)
-        return True
-
-    def submitted(self, array_id: str | None, tasks: int) -> None:
-        """Count a submission just made (lock held) and set a new array's throttle and start."""
-        view = self.view
-        view.controller_jobs += tasks
-        view.user_active += tasks
-        if array_id is None:
-            view.singles += tasks
-            return
-        free = self.limit - self.used(view)
-        view.pending[array_id] = tasks
-        self.sizes[array_id] = tasks
-        throttle = min(tasks, free, self.array_cap or tasks)
-        if throttle < tasks:
-            self.update([f"JobId={array_id}", f"ArrayTaskThrottle={throttle}"])
-        self.throttle[array_id] = throttle
-        self.update([f"JobId={array_id}", "StartTime=now"])
-
-    def raise_throttle(self) -> None:
-        """Give the filling array what the others have freed (one squeue at most per poll)."""
-        with self.lock:
-            view = self.refresh()
-            filling = view.filling
-            if filling is None:
-                self.throttle.clear()  # every task has started: nothing to raise until the next array
-                return
-            if filling not in self.throttle:
-                return
-            current = self.throttle[filling]
-            others = self.used(view) - max(current, view.running.get(filling, 0))
-            want = view.pending[filling] + view.running.get(filling, 0)
-            new = min(self.limit - others, want, self.array_cap or want)
-            if new > current:
-                self.update([f"JobId={filling}", f"ArrayTaskThrottle={new}"])
-                self.throttle[filling] = new
-
-    def busy(self) -> bool:
-        """Whether a throttle may still rise: a filling array is known whose throttle is below what
-        it could have (its tasks, the run's limit, ``array_cap``). One array that already holds the
-        whole limit needs no look at the queue until the next submission."""
-        return any(t < min(self.sizes.get(a, t), self.limit, self.array_cap or self.limit)
-                   for a, t in self.throttle.items())
-
-
-def scontrol_update(args: list[str]) -> None:
-    slurm_tool(["scontrol", "update", *args], 20.0)
-
-
-def squeue_all() -> str | None:
-    """Every job and array task slurmctld holds (:data:`QUEUE_FORMAT`); None when squeue does not answer."""
-    proc = slurm_answer(["squeue", "-h", "-r", "-t", "all", "-o", QUEUE_FORMAT], 30.0)
-    return proc.stdout if proc is not None and proc.returncode == 0 else None
-
+__all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
 def share_limits(limits: SiteLimits) -> None:
     """Let the plugin's own probes answer from ``limits`` instead of asking slurmctld each time."""
@@ -264,11 +81,19 @@ class Executor(plugin.Executor):
     """The plugin's executor with d5pipe's limits (module docstring)."""
 
     def __post_init__(self, test_mode: bool = False) -> None:
-        self.events = RunDir.of(".").slurm_events_log  # Snakemake runs in the run directory
+        rd = RunDir.of(".")  # Snakemake runs in the run directory
+        self.events, self.feed_path = rd.slurm_events_log, rd.slurm_status_file
+        self.exits: dict[int, Path] = {}
+        """Snakemake job ID -> the exit file its script writes (d5pipe.execute.slurm_status)."""
+        self.failed_exits: set[tuple[Path, str]] = set()
+        self.feed = Feed(0.0, ["-"])  # written at the first round
+        self._fed_answer: float | None = None
         self.status_outage = Outage(self.events, "status", "the job status query")  # before the status loop asks
         self.site_limits = read_limits()
         share_limits(self.site_limits)
         super().__post_init__(test_mode)
+        self.schedule = Schedule(float(self.workflow.executor_settings.init_seconds_before_status_checks or 40))
+        plugin.query_job_status = self._query_status  # the plugin's round calls it by this module-level name
         self.max_array_size = self.site_limits.array_chunk(int(self.workflow.executor_settings.array_limit))
         config: dict[str, Any] = dict(getattr(self.workflow, "config", {}) or {})
         from d5pipe.execute.slurm_arrays import FLIGHT_KEY, POLL_KEY, THROTTLE_KEY
@@ -307,8 +132,11 @@ class Executor(plugin.Executor):
         (no SLURM plugin loaded)."""
         direct = rule_shell(job)
         if direct is not None:
-            return job_script(direct_body(*direct))
-        return job_script(snakemake_body(job_command(str(super().format_job_exec(job)))))
+            call = job_script(direct_body(*direct))
+        else:
+            call = job_script(snakemake_body(job_command(str(super().format_job_exec(job)))))
+        self.exits[job.jobid] = exit_file(call)
+        return call
 
     def _report_job_submission_threadsafe(self, job_info: Any) -> None:
         ids = getattr(self._collected, "ids", None)
@@ -341,10 +169,64 @@ class Executor(plugin.Executor):
         finally:
             self.flight.lock.release()
 
+    async def _query_status(self, command: str, logger: Any) -> tuple[dict[str, str] | None, float | None]:
+        """The plugin's status query, its answer kept for the driver's feed."""
+        states, took = await _plugin_query(command, logger)
+        if states is not None:
+            self.feed.answered, self.feed.states = time.time(), dict(states)
+        return states, took
+
+    def _ended(self, job_info: Any) -> int | None:
+        """The exit code the job's own SLURM attempt wrote (d5pipe.execute.slurm_status); None while
+        it runs or when the file is another attempt's."""
+        path = self.exits.get(getattr(job_info.job, "jobid", None))  # type: ignore[arg-type]
+        got = read_exit(Path(path)) if path is not None else None
+        return got[1] if got is not None and got[0] == str(job_info.external_jobid) else None
+
     async def check_active_jobs(self, active_jobs: list[Any]) -> Any:
-        """The plugin's status round; an outage of the query and its end go to the run's SLURM event
-        log, and a round whose query failed keeps every job active (the plugin's own yields none of
-        them: on 128 nodes with slurmdbd stopped for two minutes the run then waited forever)."""
+        """One round (every :data:`~d5pipe.execute.slurm_status.LOCAL_S`): a job whose exit file says
+        0 succeeded, with no scheduler call; the plugin's status query only when the schedule says
+        so, or at once when an exit file says a job failed (SLURM's word decides: a requeued task).
+        An outage of the query and its end go to the run's SLURM event log, and a round whose
+        query failed keeps every job active (the plugin's own yields none of them: on 128 nodes with
+        slurmdbd stopped for two minutes the run then waited forever). The round's view goes to
+        the driver (d5pipe.execute.slurm_status.Feed)."""
+        rest = []
+        for job in active_jobs:
+            code = self._ended(job)
+            if code == 0:
+                self.report_job_success(job)
+                log = job.aux.get("slurm_logfile") if isinstance(getattr(job, "aux", None), dict) else None
+                if log is not None and not self.workflow.executor_settings.keep_successful_logs:
+                    Path(log).unlink(missing_ok=True)  # as the plugin does for a success it saw in sacct
+                continue
+            if code is not None and (self.exits[job.job.jobid], str(code)) not in self.failed_exits:
+                self.failed_exits.add((self.exits[job.job.jobid], str(code)))
+                self.schedule.hurry()
+            rest.append(job)
+        now = time.monotonic()
+        if rest and self.schedule.due(now):
+            self.schedule.asked(now)
+            rest = [job async for job in self._plugin_round(rest)]
+        for job in rest:
+            yield job
+        self._publish([str(j.external_jobid) for j in rest])
+
+    def _publish(self, waiting: list[str]) -> None:
+        """The feed, when it changed or every :data:`FEED_EVERY_S` (the driver takes an old one for a hung executor)."""
+        now = time.time()
+        if (waiting, self.feed.answered) == (self.feed.waiting, self._fed_answer) and now - self.feed.written < FEED_EVERY_S:
+            return
+        self.feed.written, self.feed.waiting, self._fed_answer = now, waiting, self.feed.answered
+        if set(waiting) - set(self.feed.since):  # new submissions: confirm them once
+            self.schedule.by(time.monotonic() + GRACE_S + LOCAL_S)
+        self.feed.since = {i: self.feed.since.get(i, now) for i in waiting}
+        try:
+            self.feed.write(self.feed_path)
+        except OSError as exc:  # the driver then asks SLURM itself
+            self.logger.warning(f"d5pipe: could not write {self.feed_path}: {exc}")
+
+    async def _plugin_round(self, active_jobs: list[Any]) -> Any:
         def counts() -> tuple[int, int]:  # the plugin sets them in __post_init__, after its status loop started
             return getattr(self, "_status_query_calls", 0), getattr(self, "_status_query_failures", 0)
 
@@ -363,9 +245,9 @@ class Executor(plugin.Executor):
                         yield job
 
     async def sleep(self) -> None:
-        """The plugin's pause between status rounds (up to a minute), ended early once Snakemake
-        shuts the executor down: the run ends when its last job does, not a status round later."""
-        end = time.monotonic() + float(self.next_seconds_between_status_checks or 0)
+        """A pause of :data:`~d5pipe.execute.slurm_status.LOCAL_S` between rounds, ended early once
+        Snakemake shuts the executor down: the run ends when its last job does."""
+        end = time.monotonic() + LOCAL_S
         while self.wait and time.monotonic() < end:
             await asyncio.sleep(min(0.5, max(0.0, end - time.monotonic())))
 

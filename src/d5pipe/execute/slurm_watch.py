@@ -6,7 +6,8 @@
   but only when ``MinJobAge`` keeps finished jobs visible for at least 3 x the plugin's first
   status-check delay, otherwise one line says what to change.
 * :class:`SlurmWatch` reads the job IDs the plugin prints as it submits, and every
-  ``poll_s`` asks SLURM about those not finished yet. A job that neither squeue nor sacct knows
+  ``poll_s`` looks them up in the executor's view of the run (d5pipe.execute.slurm_status.Feed:
+  no scheduler call), or asks SLURM about those not finished yet when that view is stale. A job that neither squeue nor sacct knows
   for longer than ``unknown_after_s``, or a status source that stops answering for that long, is
   a :class:`StatusLost` error naming the job -- the driver then stops the run instead of hanging.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -23,6 +24,7 @@ import yaml
 from d5pipe.core.errors import D5PipeError
 from d5pipe.execute.slurm import array_tasks, query_jobs, slurm_answer
 from d5pipe.execute.slurm_limits import parse_config
+from d5pipe.execute.slurm_status import Feed
 
 DEFAULT_INIT_S = 40.0
 """The plugin's default ``slurm-init-seconds-before-status-checks``."""
@@ -90,8 +92,9 @@ def status_args(profiles: Sequence[Path], env: Mapping[str, str] | None = None) 
 class SlurmWatch:
     """Follows the plugin's submissions in Snakemake's output and asks SLURM about them."""
 
-    def __init__(self, env: Mapping[str, str] | None, poll_s: float = 30.0, unknown_after_s: float = 600.0) -> None:
-        self.env = env
+    def __init__(self, env: Mapping[str, str] | None, poll_s: float = 30.0, unknown_after_s: float = 600.0,
+                 view: Callable[[], Feed | None] = lambda: None) -> None:
+        self.env, self.view = env, view
         self.poll_s, self.unknown_after_s = poll_s, unknown_after_s
         self.jobs: dict[str, str] = {}
         """Snakemake job ID -> SLURM job ID (``123`` or ``123_4`` for an array task)."""
@@ -115,6 +118,9 @@ class SlurmWatch:
             self.jobs.pop(m.group(1), None)
 
     def _known(self, ids: list[str]) -> set[str] | None:
+        view = self.view()
+        if view is not None:  # the executor's last answer; none yet: nothing to judge
+            return {i for i in ids if not view.lost(i)}
         try:
             queued = query_jobs(job_ids=sorted({i.split("_")[0] for i in ids}), timeout_s=20.0, env=self.env)
             found = set().union(*(array_tasks(j.job_id) for j in queued))  # pending tasks come as 751_[434-500%20]

@@ -6,8 +6,10 @@ or an ``sbatch`` that answered with a job ID SLURM never knew. Every ``poll_s`` 
 :class:`Watchdog` looks at
 
 * the *pending* shards: planned shards without their completion marker;
-* the *active* jobs: jobs of the run (squeue's working directory is the run directory) that have
-  not finished -- pending, held, running or completing;
+* the *active* jobs: jobs of the run that have not finished -- pending, held, running or
+  completing -- from the executor's view of the run (d5pipe.execute.slurm_status.Feed: the jobs it
+  waits for and the scheduler's last answer), or from ``squeue`` (working directory: the run
+  directory) when that view is stale;
 * *progress*: the markers, the point records and the states of the run's jobs.
 
 While shards are pending and no job of the run is active it says so once a minute

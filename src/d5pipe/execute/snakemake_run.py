@@ -167,7 +167,8 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     shards SLURM does not hold stops after ``watchdog_s`` without progress
     (d5pipe.execute.slurm_watchdog), exit 75.
     """
-    from d5pipe.execute.slurm import run_jobs
+    from d5pipe.execute.slurm import SlurmJob, run_jobs
+    from d5pipe.execute.slurm_status import Feed
     from d5pipe.execute.slurm_watch import SlurmWatch
     from d5pipe.execute.slurm_watchdog import Watchdog
 
@@ -177,9 +178,20 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
     console = Console(rd, verbose, sys.stdout)
     proc = started if started is not None and started.poll() is None else start_snakemake()
     env = snakemake_env()
-    watch = SlurmWatch(env, poll_s=60.0) if slurm else None
-    # one look every tenth of the stall limit (30 s by default): the run's load on slurmctld stays flat
-    dog = Watchdog(rd, lambda: run_jobs(rd.root, since=since, env=env), stall_s=watchdog_s,
+    began = time.time()
+
+    def view() -> Feed | None:  # the executor's view of the run's jobs: no scheduler call while it is fresh
+        return Feed.read_usable(rd.slurm_status_file, began)
+
+    def jobs() -> list[SlurmJob]:
+        seen = view()
+        if seen is None:
+            return run_jobs(rd.root, since=since, env=env)
+        return [SlurmJob(job_id, state, "", "", "", "", "", "") for job_id, state in seen.jobs()]
+
+    watch = SlurmWatch(env, poll_s=60.0, view=view) if slurm else None
+    # one look every tenth of the stall limit (30 s by default); SLURM is asked only when the view is stale
+    dog = Watchdog(rd, jobs, stall_s=watchdog_s,
                    poll_s=max(1.0, min(30.0, watchdog_s / 10)),
                    waiting_for=lambda: list(watch.jobs.copy().values()) if watch else []) if slurm else None
     _give_args(proc, cmd)

@@ -135,6 +135,11 @@ class RunDir:
     def slurm_events_log(self) -> Path:
         return self.root / "logs" / "slurm_events.jsonl"
 
+    @property
+    def slurm_status_file(self) -> Path:
+        """The SLURM executor's view of the run's jobs (d5pipe.execute.slurm_status.Feed)."""
+        return self.root / "logs" / "slurm_status.json"
+
     def side_table(self, name: str) -> Path:
         """``warnings``, ``curves``, ``comparisons``, ``accounting``, ``slurm_events`` or ``summary_<stage>`` next to
         results.parquet."""

@@ -23,6 +23,9 @@ KEY_COLUMNS: tuple[str, ...] = ("distributed.backend", "distributed.scaling")
 KEY_DEFAULTS: tuple[str, ...] = ("unspecified", "strong")
 """Used when a key column is absent (not a sweep axis); ``strong`` is the schema default."""
 RANKS_COLUMN = "distributed.ranks"
+SIZE_COLUMNS = frozenset({RANKS_COLUMN, "distributed.nodes"})
+"""The size of a point: the nodes its ranks span grow with the ranks, so they are not part of the
+configuration a base is matched by (a 1-rank base runs on one node)."""
 
 
 def ring_allreduce_bytes(payload_bytes: float, ranks: int) -> float:
@@ -52,7 +55,8 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
     ``distributed.ranks``, ``distributed.scaling``, ``metric``, ``value``, ``ci_low``, ``ci_high``
     (``status``, ``stage`` and ``distributed.benchmark`` are honoured when present). Other axis
     columns present in ``df`` (e.g. ``model.name``) are part of the grouping key, so each base
-    matches its own configuration. A missing backend/scaling column (not swept) is filled with
+    matches its own configuration; ``distributed.nodes`` is not (:data:`SIZE_COLUMNS`). A missing
+    backend/scaling column (not swept) is filled with
     :data:`KEY_DEFAULTS`. Returns one row per (key, ranks); speedup and efficiency are NaN when the
     group has no 1-rank point.
     """
@@ -70,7 +74,7 @@ def scaling_table(df: pd.DataFrame, metric: str = TIME_METRIC) -> pd.DataFrame:
         rows = rows[rows["distributed.benchmark"] == "train"]
     axis_cols = [
         c for c in rows.columns
-        if "." in c and c != RANKS_COLUMN and c not in KEY_COLUMNS and rows[c].notna().any()
+        if "." in c and c not in SIZE_COLUMNS and c not in KEY_COLUMNS and rows[c].notna().any()
         and not c.startswith("distributed.message") and c != "distributed.collective"
     ]
     keys = [*KEY_COLUMNS, *sorted(axis_cols)]
