@@ -12,6 +12,11 @@ SCALINGS: tuple[str, ...] = ("strong", "weak")
 BENCHMARKS: tuple[str, ...] = ("train", "collective")
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
 LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
+BINDINGS: tuple[str, ...] = ("core", "none")
+"""Rank placement (d5pipe.levels.level3.placement): each rank on cores of its own, or left to the OS."""
+BUFFERS: tuple[str, ...] = ("engine", "peer")
+"""A collective point's buffer: the engine's own tensor, or allocated as that engine's peer benchmarks
+allocate theirs (d5pipe.levels.level3.placement.PEER_ALLOCATORS)."""
 STRATEGIES: tuple[str, ...] = ("allreduce", "topk", "local_sgd", "ring", "dpsgd", "ps_sync", "ps_async")
 """Built-in distributed strategies (d5pipe.levels.level3.strategies)."""
 FLOAT_BYTES = 4
@@ -71,5 +76,18 @@ class DistributedConf:
     target_loss: Optional[float] = later(None)  # noqa: UP045
     """Training: the mean step loss over the ranks whose first crossing (at or below it, in a timed
     step) gives ``time_to_target_loss_s`` and ``steps_to_target_loss``; null: not measured."""
+    bind: str = later("core", choices=BINDINGS)
+    """Rank placement under torchrun and mpirun: ``core`` pins local rank r to cores
+    ``[r*t, (r+1)*t)`` of the usable ones (t = threads per rank), every thread of the process; left
+    to the OS when ranks x threads exceed the cores (as Open MPI leaves oversubscribed ranks) and
+    under srun (SLURM places the tasks). ``none``: no pinning (unbound ranks on 2 cores made a
+    1 MiB allreduce read 130 us in some runs and 660-700 us in others). Each point records the CPUs
+    every rank ran on (d5pipe.levels.level3.placement)."""
+    buffer: str = later("engine", choices=BUFFERS)
+    """Collective points: the buffer handed to the engine. ``engine``: a torch tensor
+    (``torch.ones``), what training hands the engine; ``peer``: allocated as the engine's peer
+    benchmarks allocate theirs (mpi4py: a numpy array, as OSU's OMB-Py; torch.distributed and
+    Horovod: a torch tensor, the same as ``engine``). The allocation and its transparent huge
+    pages are recorded with the point."""
     extra_args: list[str] = field(default_factory=list)
     """Extra launcher options, each one argument (never split, never passed to a shell)."""
