@@ -136,11 +136,11 @@ def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch
                     Metric("collective_correct", "pass" if correct else "fail", "", "verdict")]
     allocations = [r.get("allocation") or {} for r in ranks]
     if allocations[0]:  # the buffer timed (d5pipe.levels.level3.placement.allocate)
-        huge = [a.get("huge_page_bytes") for a in allocations]
+        huge = [int(h) for h in (a.get("huge_page_bytes") for a in allocations) if h is not None]
         out.metrics += [Metric("buffer", str(allocations[0]["buffer"]), "", "info"),
                         Metric("buffer_allocator", str(allocations[0]["allocator"]), "", "info")]
-        if all(h is not None for h in huge):
-            out.metrics.append(Metric("buffer_huge_page_bytes", min(int(h) for h in huge), "B", "info"))
+        if len(huge) == len(allocations):  # every rank could read its smaps
+            out.metrics.append(Metric("buffer_huge_page_bytes", min(huge), "B", "info"))
         out.extra["allocation"] = allocations
     _common(out, launch)
     out.extra.update(notes=[TIMING_NOTE, "algbw = message bytes / time; busbw = algbw x nccl-tests factor "

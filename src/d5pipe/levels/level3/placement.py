@@ -4,7 +4,7 @@
 sets ``D5PIPE_BIND=core`` in the ranks' environment under torchrun and mpirun, unless ranks x threads
 exceed the usable cores (then the OS places the ranks, as Open MPI leaves oversubscribed ranks
 unbound; srun's tasks are placed by SLURM). The worker, and anything launched the same way (the
-bare loops of ``benchmarks/bench_collectives_peer.py``), calls :func:`bind_from_env` before its engine
+bare loops of ``benchmarks/bare_collective.py``), calls :func:`bind_from_env` before its engine
 starts: local rank ``r`` with ``t`` threads gets the cores ``sorted(usable)[r*t:(r+1)*t]`` (wrapping
 round the usable set), pinned for every thread the process has, so the engine's own threads
 (MPI, gloo, Horovod's background thread) inherit them. Unbound ranks on 2 cores made a 1 MiB allreduce
@@ -24,10 +24,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 BIND_ENV = "D5PIPE_BIND"
 """Set to ``core`` by the launch when the ranks are to pin themselves."""
@@ -97,6 +99,8 @@ def huge_page_bytes(address: int, nbytes: int) -> int | None:
 
 def allocate(buffer: str, engine: str, n_elems: int) -> tuple[torch.Tensor, dict[str, Any]]:
     """A float32 buffer of ones for a collective (``buffer``: ``engine`` or ``peer``) and its record."""
+    import torch  # here: a bare loop that only binds (benchmarks/bare_collective.py) imports no torch
+
     allocator = PEER_ALLOCATORS.get(engine, "torch.ones") if buffer == "peer" else "torch.ones"
     if allocator == "numpy.ones":
         tensor = torch.from_numpy(np.ones(n_elems, dtype=np.float32))  # shares numpy's memory
