@@ -21,7 +21,7 @@ the ratio d5pipe / bare -- the median of the per-round ratios with its nonparame
 placement (binding, each rank's CPUs) and the allocation (allocator, bytes on huge pages) of each side.
 
 Usage: python benchmarks/bench_collectives_peer.py [--rounds 5] [--sizes 1048576,16777216]
-       [--engines mpi,ddp,horovod] [--ranks 2] [--steps 100] [--warmup 10] [--bind core|none]
+       [--engines mpi,ddp,horovod] [--ranks 2] [--steps 100] [--warmup 10] [--bind auto|core|none]
        [--seed 0] [--json out.json]
 """
 
@@ -158,7 +158,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=100, help="timed iterations per launch")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0, help="distributed.threads_per_rank (0: cores / ranks)")
-    ap.add_argument("--bind", choices=("core", "none"), default="core", help="distributed.bind of both sides")
+    ap.add_argument("--bind", choices=("auto", "core", "none"), default="auto", help="distributed.bind of both sides")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=0, help="of the random order of the runs")
     ap.add_argument("--json", help="write every launch's raw result here")

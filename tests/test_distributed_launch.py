@@ -115,9 +115,12 @@ def test_rank_launch_takes_the_nodes_of_the_merged_stage_resources(tmp_path) -> 
 
 def test_bind_core_asks_the_ranks_to_pin_themselves_where_they_fit(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
-    bound = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=1, threads_per_rank=1)
-    assert bound.binding == "core" and bound.env["D5PIPE_BIND"] == "core"
-    assert bound.argv[bound.argv.index("D5PIPE_BIND") - 1] == "-x"  # mpirun hands it to the ranks
+    for backend in ("mpi", "horovod"):  # auto: the MPI engines' ranks are bound
+        bound = build_launch(backend=backend, ranks=2, spec_path=spec, cores=2, port=1, threads_per_rank=1)
+        assert bound.binding == "core" and bound.env["D5PIPE_BIND"] == "core"
+        assert bound.argv[bound.argv.index("D5PIPE_BIND") - 1] == "-x"  # mpirun hands it to the ranks
+    gloo = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1)  # auto: DDP's are not
+    assert gloo.binding.startswith("none (auto") and "D5PIPE_BIND" not in gloo.env
     torchrun = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1, bind="core")
     assert torchrun.binding == "core" and torchrun.env["D5PIPE_BIND"] == "core"
     unbound = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=1, bind="none")

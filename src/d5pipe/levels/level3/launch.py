@@ -166,7 +166,7 @@ def build_launch(
     slurm_nodes: int = 1,
     master_addr: str = LOOPBACK,
     worker_args: list[str] | None = None,
-    bind: str = "core",
+    bind: str = "auto",
     module: str = WORKER_MODULE,
 ) -> LaunchPlan:
     """The argument list and environment that start ``ranks`` workers on ``spec_path``.
@@ -175,8 +175,8 @@ def build_launch(
     starts ranks that run point after point, d5pipe.levels.level3.session). ``slurm_nodes`` is
     the number of nodes srun spreads the ranks over (``--ntasks-per-node`` = ranks / nodes).
 
-    ``bind`` is ``distributed.bind``: ``core`` asks the ranks to pin themselves (``D5PIPE_BIND=core``)
-    under torchrun and mpirun when ranks x threads fit the cores. ``module`` is what each rank runs
+    ``bind`` is ``distributed.bind``: ``core`` (``auto`` for the MPI engines) asks the ranks to pin
+    themselves (``D5PIPE_BIND=core``) under torchrun and mpirun when ranks x threads fit the cores. ``module`` is what each rank runs
     (``python -m MODULE ARGS``; the benchmarks launch their bare loops the same way).
 
     ``extra_args`` are appended to the launcher's own options (each one argument, never split).
@@ -205,6 +205,9 @@ def build_launch(
     the_port = free_port() if port is None else port
     env = base_env(ranks, threads, the_port, master_addr)
     binding = "none"
+    if bind == "auto":  # MPI ranks poll and collide unbound; gloo's I/O thread needs a core beside its rank's
+        bind = "none" if backend == "ddp" else "core"
+        binding = "none (auto: ddp's gloo threads left to the OS)"
     if chosen == "srun":
         binding = "srun"
     elif bind == "core" and oversubscribed:

@@ -1,6 +1,6 @@
 """Where a collective runs: the cores of each rank and the pages of its buffer (issue 59).
 
-**Cores.** With ``distributed.bind: core`` the launch (:func:`d5pipe.levels.level3.launch.build_launch`)
+**Cores.** With ``distributed.bind: core`` (``auto`` for the MPI engines: mpi4py, Horovod) the launch (:func:`d5pipe.levels.level3.launch.build_launch`)
 sets ``D5PIPE_BIND=core`` in the ranks' environment under torchrun and mpirun, unless ranks x threads
 exceed the usable cores (then the OS places the ranks, as Open MPI leaves oversubscribed ranks
 unbound; srun's tasks are placed by SLURM). The worker, and anything launched the same way (the
@@ -8,7 +8,10 @@ bare loops of ``benchmarks/bare_collective.py``), calls :func:`bind_from_env` be
 starts: local rank ``r`` with ``t`` threads gets the cores ``sorted(usable)[r*t:(r+1)*t]`` (wrapping
 round the usable set), pinned for every thread the process has, so the engine's own threads
 (MPI, gloo, Horovod's background thread) inherit them. Unbound ranks on 2 cores made a 1 MiB allreduce
-read 130 us in some runs and 660-700 us in others; every point records the CPUs each rank ran on.
+read 130 us in some runs and 660-700 us in others. DDP's ranks are left to the OS under ``auto``:
+gloo runs the transfer on an I/O thread of its own, and with one core per rank that thread waits for
+the rank's to yield (a 1 MiB allreduce read 1.2-4.9 ms pinned, 0.8-1.2 ms unbound, on 2 cores).
+Every point records how its ranks were placed and the CPUs each ran on.
 
 **Buffers.** ``distributed.buffer: engine`` hands the engine a torch tensor (``torch.ones``), the way
 training hands it gradients; ``peer`` allocates as the engine's peer benchmarks do
