@@ -111,3 +111,31 @@ def test_rank_launch_takes_the_nodes_of_the_merged_stage_resources(tmp_path) -> 
     own = {"name": "slurm", "resources": {"default": {"nodes": 2}, "level3": {"nodes": 3}}}
     assert launch_options(ctx(own))["slurm_nodes"] == 3
     assert launch_options(ctx({"name": "local"}))["slurm_nodes"] == 1
+
+
+def test_bind_core_asks_the_ranks_to_pin_themselves_where_they_fit(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    for backend in ("mpi", "horovod"):  # auto: the MPI engines' ranks are bound
+        bound = build_launch(backend=backend, ranks=2, spec_path=spec, cores=2, port=1, threads_per_rank=1)
+        assert bound.binding == "core" and bound.env["D5PIPE_BIND"] == "core"
+        assert bound.argv[bound.argv.index("D5PIPE_BIND") - 1] == "-x"  # mpirun hands it to the ranks
+    gloo = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1)  # auto: DDP's are not
+    assert gloo.binding.startswith("none (auto") and "D5PIPE_BIND" not in gloo.env
+    torchrun = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1, bind="core")
+    assert torchrun.binding == "core" and torchrun.env["D5PIPE_BIND"] == "core"
+    unbound = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=1, bind="none")
+    assert unbound.binding == "none" and "D5PIPE_BIND" not in unbound.env
+    over = build_launch(backend="mpi", ranks=4, spec_path=spec, cores=2, port=1, threads_per_rank=1)
+    assert over.binding.startswith("none (oversubscribed") and "D5PIPE_BIND" not in over.env
+    srun = build_launch(backend="mpi", ranks=2, spec_path=spec, executor_name="slurm", cores=2, port=1)
+    assert srun.binding == "srun" and "D5PIPE_BIND" not in srun.env  # SLURM places its tasks
+    with pytest.raises(D5PipeError, match="distributed.bind"):
+        build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=1, bind="socket")
+
+
+def test_a_rank_program_other_than_the_worker_is_launched_the_same_way(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    mpi = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=1, module="my.loop", worker_args=["a"])
+    assert mpi.argv[-4:] == [sys.executable, "-m", "my.loop", "a"]
+    ddp = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1, module="my.loop", worker_args=["a"])
+    assert ddp.argv[-3:] == ["--module", "my.loop", "a"]

@@ -127,3 +127,17 @@ def test_horovod_torch_imports_with_mpi_and_gloo() -> None:
     import horovod.torch as hvd
 
     assert hvd.mpi_built() and hvd.gloo_built()
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_two_rank_collective_is_bound_to_cores_and_records_its_buffer(tmp_path: Path, data_dir: Path) -> None:
+    ctx = _ctx(tmp_path, data_dir, backend="mpi", benchmark="collective", message_bytes=1 << 16, steps=3,
+               threads_per_rank=1, buffer="peer")
+    out = run_point(ctx)
+    assert _metric(out, "collective_correct").value == "pass"
+    assert _metric(out, "buffer").value == "peer" and _metric(out, "buffer_allocator").value == "numpy.ones"
+    cpus = out.extra["launch"]["rank_cpus"]
+    if usable_cores() >= 2:  # each rank on a core of its own
+        assert _metric(out, "bind").value == "core" and _metric(out, "ranks_share_cpus").value is False
+        assert len(cpus["0"]) == len(cpus["1"]) == 1 and cpus["0"] != cpus["1"]

@@ -11,7 +11,9 @@ As in nccl-tests, ``S`` for allgather is the size of the *gathered* buffer (each
 
 Timing: every iteration starts after a barrier; each rank times its own call; the iteration's time
 is the **maximum over ranks** (the operation is done when the slowest rank has it). The statistics
-(median + order-statistic CI) are computed on those per-iteration maxima.
+(median + order-statistic CI) are computed on those per-iteration maxima. The buffer is the
+engine's own tensor or one allocated as the engine's peer benchmarks allocate theirs
+(``distributed.buffer``, d5pipe.levels.level3.placement.allocate), recorded with the result.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.levels.level3.backends import Backend
+from d5pipe.levels.level3.placement import allocate
 from d5pipe.levels.level3.schema import COLLECTIVES, FLOAT_BYTES
 
 
@@ -75,8 +78,11 @@ def run_collective(backend: Backend, spec: dict[str, Any]) -> dict[str, Any]:
     busbw_factor(collective, backend.size)  # validates the name
     run = getattr(backend, collective)  # the Backend method of that name
     n_elems = elements_per_rank(collective, int(spec["message_bytes"]), backend.size)
+    # the timed buffer first, as a peer benchmark's first allocation: once the check's buffer of the
+    # same size is freed, glibc serves the next one from its heap (its mmap threshold rises to the
+    # freed size), and numpy's huge-page advice then finds no fresh mapping to apply to
+    buf, allocation = allocate(str(spec.get("buffer", "engine")), backend.name, n_elems)
     correct = check_result(backend, collective, n_elems)
-    buf = torch.ones(n_elems, dtype=torch.float32)
     times: list[float] = []
     warmup, iters = int(spec["warmup_steps"]), int(spec["steps"])
     for i in range(warmup + iters):
@@ -93,4 +99,5 @@ def run_collective(backend: Backend, spec: dict[str, Any]) -> dict[str, Any]:
         "correct": correct,
         "elements_per_rank": n_elems,
         "payload_bytes_per_rank": n_elems * FLOAT_BYTES,
+        "allocation": allocation,
     }

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.levels.level3.schema import BACKENDS, LAUNCHERS
+from d5pipe.levels.level3.schema import BACKENDS, BINDINGS, LAUNCHERS
 
 LOOPBACK = "127.0.0.1"
 WORKER_MODULE = "d5pipe.levels.level3.worker"
@@ -38,6 +38,10 @@ class LaunchPlan:
     ranks: int = 1
     oversubscribed: bool = False
     threads_per_rank: int = 1
+    binding: str = "none"
+    """How the ranks are placed: ``core`` (each pins itself to cores of its own,
+    d5pipe.levels.level3.placement), ``none`` (left to the OS; with why when bind=core was asked)
+    or ``srun`` (SLURM places the tasks)."""
 
 
 def usable_cores() -> int:
@@ -162,12 +166,18 @@ def build_launch(
     slurm_nodes: int = 1,
     master_addr: str = LOOPBACK,
     worker_args: list[str] | None = None,
+    bind: str = "auto",
+    module: str = WORKER_MODULE,
 ) -> LaunchPlan:
     """The argument list and environment that start ``ranks`` workers on ``spec_path``.
 
     ``worker_args`` replace ``[spec_path]`` as the worker's arguments (``["--session", DIR]``
     starts ranks that run point after point, d5pipe.levels.level3.session). ``slurm_nodes`` is
     the number of nodes srun spreads the ranks over (``--ntasks-per-node`` = ranks / nodes).
+
+    ``bind`` is ``distributed.bind``: ``core`` (``auto`` for the MPI engines) asks the ranks to pin
+    themselves (``D5PIPE_BIND=core``) under torchrun and mpirun when ranks x threads fit the cores. ``module`` is what each rank runs
+    (``python -m MODULE ARGS``; the benchmarks launch their bare loops the same way).
 
     ``extra_args`` are appended to the launcher's own options (each one argument, never split).
     ``threads_per_rank`` 0 picks the threads (see :class:`d5pipe.levels.level3.schema.DistributedConf`).
@@ -190,11 +200,24 @@ def build_launch(
             f"distributed.ranks: {ranks} ranks x {threads} threads on {n_cores} cores needs "
             "distributed.oversubscribe=true"
         )
+    if bind not in BINDINGS:
+        raise D5PipeError(f"distributed.bind: unknown value {bind!r}; known: {list(BINDINGS)}")
     the_port = free_port() if port is None else port
     env = base_env(ranks, threads, the_port, master_addr)
+    binding = "none"
+    if bind == "auto":  # MPI ranks poll and collide unbound; gloo's I/O thread needs a core beside its rank's
+        bind = "none" if backend == "ddp" else "core"
+        binding = "none (auto: ddp's gloo threads left to the OS)"
+    if chosen == "srun":
+        binding = "srun"
+    elif bind == "core" and oversubscribed:
+        binding = f"none (oversubscribed: {ranks} ranks x {threads} threads on {n_cores} cores)"
+    elif bind == "core":
+        binding = "core"
+        env["D5PIPE_BIND"] = "core"  # d5pipe.levels.level3.placement.BIND_ENV
     extras = [str(a) for a in (extra_args or [])]
     args = [str(a) for a in worker_args] if worker_args is not None else [str(spec_path)]
-    worker = [sys.executable, "-m", WORKER_MODULE, *args]
+    worker = [sys.executable, "-m", module, *args]
     argv: list[str]
     if chosen == "torchrun":
         argv = [
@@ -202,7 +225,7 @@ def build_launch(
             "--nnodes=1", f"--nproc-per-node={ranks}",
             f"--master-addr={master_addr}", f"--master-port={the_port}",
             "--max-restarts=0", *extras,
-            "--module", WORKER_MODULE, *args,
+            "--module", module, *args,
         ]
     elif chosen == "mpirun":
         argv = [find_program("mpirun"), "-n", str(ranks), "--bind-to", "none"]
@@ -220,4 +243,4 @@ def build_launch(
         if backend in ("horovod", "mpi"):
             argv.append("--mpi=pmix")  # Open MPI 5 ranks wire up through PMIx under SLURM
         argv += [*extras, *worker]
-    return LaunchPlan(chosen, argv, env, ranks, oversubscribed, threads)
+    return LaunchPlan(chosen, argv, env, ranks, oversubscribed, threads, binding)

@@ -107,6 +107,9 @@ def _common(outcome: PointOutcome, launch: dict[str, Any]) -> None:
     per_host = launch.get("ranks_per_host") or {}
     outcome.metrics += [Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"),
                         Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"),
+                        # how the ranks were placed (d5pipe.levels.level3.placement) and whether they shared CPUs
+                        Metric("bind", str(launch.get("binding") or "none").split(" ")[0], "", "info"),
+                        Metric("ranks_share_cpus", bool(launch.get("ranks_share_cpus")), "", "info"),
                         Metric("nodes", len(hosts), "", "info"),
                         Metric("shared_host", bool(launch.get("shared_host")), "", "info")]
     if per_host:
@@ -131,6 +134,14 @@ def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch
                     Metric("message_bytes", size, "B", "deterministic"),
                     Metric("busbw_factor", factor, "", "deterministic"),
                     Metric("collective_correct", "pass" if correct else "fail", "", "verdict")]
+    allocations = [r.get("allocation") or {} for r in ranks]
+    if allocations[0]:  # the buffer timed (d5pipe.levels.level3.placement.allocate)
+        huge = [int(h) for h in (a.get("huge_page_bytes") for a in allocations) if h is not None]
+        out.metrics += [Metric("buffer", str(allocations[0]["buffer"]), "", "info"),
+                        Metric("buffer_allocator", str(allocations[0]["allocator"]), "", "info")]
+        if len(huge) == len(allocations):  # every rank could read its smaps
+            out.metrics.append(Metric("buffer_huge_page_bytes", min(huge), "B", "info"))
+        out.extra["allocation"] = allocations
     _common(out, launch)
     out.extra.update(notes=[TIMING_NOTE, "algbw = message bytes / time; busbw = algbw x nccl-tests factor "
                             "(allreduce 2(n-1)/n, allgather (n-1)/n, broadcast 1); allgather size = gathered bytes"],

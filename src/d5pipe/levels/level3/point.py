@@ -87,7 +87,8 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
         "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": how},
     }
     if spec["benchmark"] == "collective":
-        spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]))
+        spec.update(collective=dist_cfg["collective"], message_bytes=int(dist_cfg["message_bytes"]),
+                    buffer=dist_cfg["buffer"])
     else:
         key, target = target_of(dist_cfg, "strategy")
         spec["strategy"] = {"key": key, "target": target, "name": str(dist_cfg["strategy"])}
@@ -144,6 +145,7 @@ def launch_options(ctx: PointContext) -> dict[str, Any]:
         "oversubscribe": bool(dist.oversubscribe),
         "threads_per_rank": int(dist.threads_per_rank or 0),
         "extra_args": list(dist.extra_args or []),
+        "bind": str(dist.bind),
         # srun spreads the ranks over the point's nodes, else over the job's whole allocation
         "slurm_nodes": int(dist.nodes) if int(dist.nodes) > 1 else int(resources["nodes"]),
     }
@@ -239,6 +241,18 @@ def shared_host(rank_results: list[dict[str, Any]]) -> str:
             (" and their ranks' CPU sets overlap" if overlap else "") + ": they share one host")
 
 
+def ranks_share_cpus(rank_results: list[dict[str, Any]]) -> bool:
+    """Whether two ranks on one host ran on overlapping CPU sets (unbound or oversubscribed ranks do)."""
+    seen: dict[str, set[int]] = {}
+    for r in rank_results:
+        cpus = {int(c) for c in r.get("cpus") or []}
+        host = seen.setdefault(str(r.get("hostname", "")), set())
+        if host & cpus:
+            return True
+        host |= cpus
+    return False
+
+
 def _launch_info(plan: LaunchPlan, rank_results: list[dict[str, Any]], reused: bool, retries: list[str],
                  launch_s: float) -> dict[str, Any]:
     """How the point's ranks were launched and placed (the record's ``launch``)."""
@@ -249,6 +263,9 @@ def _launch_info(plan: LaunchPlan, rank_results: list[dict[str, Any]], reused: b
         "env": {k: v for k, v in plan.env.items() if k != "PATH"},
         "oversubscribed": plan.oversubscribed,
         "threads_per_rank": plan.threads_per_rank,
+        "binding": plan.binding,
+        "rank_cpus": {str(r.get("rank", i)): list(r.get("cpus") or []) for i, r in enumerate(rank_results)},
+        "ranks_share_cpus": ranks_share_cpus(rank_results),
         "hosts": hosts,
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
         "shared_host": shared_host(rank_results),

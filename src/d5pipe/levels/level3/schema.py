@@ -13,12 +13,17 @@ SCALINGS: tuple[str, ...] = ("strong", "weak")
 BENCHMARKS: tuple[str, ...] = ("train", "collective")
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
 LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
+BINDINGS: tuple[str, ...] = ("auto", "core", "none")
+"""Rank placement (d5pipe.levels.level3.placement): each rank on cores of its own, or left to the OS;
+``auto``: cores for the MPI engines, the OS for DDP."""
+BUFFERS: tuple[str, ...] = ("engine", "peer")
+"""A collective point's buffer: the engine's own tensor, or allocated as that engine's peer benchmarks
+allocate theirs (d5pipe.levels.level3.placement.PEER_ALLOCATORS)."""
 STRATEGIES: dict[str, Builtin] = declared(*(Builtin(name, f"{__package__}.{path}") for name, path in (
     ("allreduce", "strategies.AllReduce"), ("topk", "strategies.TopK"), ("local_sgd", "strategies.LocalSGD"),
     ("ring", "strategies.RingAverage"), ("dpsgd", "strategies.DPSGD"),
     ("ps_sync", "parameter_server.SyncParameterServer"), ("ps_async", "parameter_server.AsyncParameterServer"))))
 """The built-in strategies of ``distributed.strategy`` (d5pipe.levels.level3.strategies, .parameter_server)."""
-"""Built-in distributed strategies (d5pipe.levels.level3.strategies)."""
 FLOAT_BYTES = 4
 """Collective payloads are float32."""
 
@@ -76,5 +81,21 @@ class DistributedConf:
     target_loss: Optional[float] = later(None)  # noqa: UP045
     """Training: the mean step loss over the ranks whose first crossing (at or below it, in a timed
     step) gives ``time_to_target_loss_s`` and ``steps_to_target_loss``; null: not measured."""
+    bind: str = later("auto", choices=BINDINGS)
+    """Rank placement under torchrun and mpirun. ``core`` pins local rank r to cores
+    ``[r*t, (r+1)*t)`` of the usable ones (t = threads per rank), every thread of the process; ``none``
+    leaves the ranks to the OS; ``auto`` is ``core`` for ``mpi`` and ``horovod`` (ranks that poll
+    MPI: unbound on 2 cores a 1 MiB mpi4py allreduce read 130 us in some runs and 660-700 us, up to
+    13 ms, in others) and ``none`` for ``ddp`` (gloo's I/O thread needs a core beside the rank's:
+    pinned to one core each, a 1 MiB allreduce read 1.2-4.9 ms from run to run, unbound 0.8-1.2 ms).
+    Ranks are left to the OS when ranks x threads exceed the cores (as Open MPI leaves oversubscribed
+    ranks) and placed by SLURM under srun. Each point records how its ranks were placed and the CPUs
+    each ran on (d5pipe.levels.level3.placement)."""
+    buffer: str = later("engine", choices=BUFFERS)
+    """Collective points: the buffer handed to the engine. ``engine``: a torch tensor
+    (``torch.ones``), what training hands the engine; ``peer``: allocated as the engine's peer
+    benchmarks allocate theirs (mpi4py: a numpy array, as OSU's OMB-Py; torch.distributed and
+    Horovod: a torch tensor, the same as ``engine``). The allocation and its transparent huge
+    pages are recorded with the point."""
     extra_args: list[str] = field(default_factory=list)
     """Extra launcher options, each one argument (never split, never passed to a shell)."""

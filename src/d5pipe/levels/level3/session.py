@@ -40,7 +40,8 @@ CLOSE_WAIT_S = 3.0
 LAUNCH_ATTEMPTS = 2
 """Launches of a session whose ranks die before finishing their first point (then: the point fails)."""
 LOG_TAIL_CHARS = 3000
-INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"})
+INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                 "D5PIPE_BIND"})
 
 
 def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
@@ -52,7 +53,7 @@ def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
 
 def start_ranks(plan: LaunchPlan, cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
     """Start ``plan``'s launcher in its own session (killed as a group) that dies with this process."""
-    # rank variables of an enclosing launch must not leak into the workers' rank detection
+    # rank variables (and the binding) of an enclosing launch must not leak into the workers
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
     return subprocess.Popen(plan.argv, cwd=cwd, env={**env, **plan.env}, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, preexec_fn=die_with_parent)

@@ -49,6 +49,11 @@ def check_distributed(dist: Mapping[str, Any]) -> None:
     if dist.get("launcher") == "torchrun" and setting(dist, DistributedConf, "backend") != "ddp":
         raise D5PipeError(f"config error: key 'distributed.launcher': torchrun cannot start backend "
                           f"{dist.get('backend')!r} (it needs MPI ranks); use mpirun, srun or auto")
+    buffer = setting(dist, DistributedConf, "buffer")
+    if buffer != "engine" and setting(dist, DistributedConf, "benchmark") != "collective":
+        raise D5PipeError(f"config error: key 'distributed.buffer': {buffer!r} is read by collective points only "
+                          "(training hands the engine its gradients); leave it at 'engine' for "
+                          "distributed.benchmark=train")
     target = dist.get("target_loss")
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0):
         raise D5PipeError(f"config error: key 'distributed.target_loss': {target!r} must be a loss above 0 (or null)")

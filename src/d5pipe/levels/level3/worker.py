@@ -31,6 +31,7 @@ from d5pipe.levels.device import synchronize
 from d5pipe.levels.level3 import training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
+from d5pipe.levels.level3.placement import BIND_ENV, bind_from_env
 from d5pipe.levels.level3.shard_check import save_samples
 from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.levels.optim import make_optimizer
@@ -134,6 +135,7 @@ def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> No
         hostname=socket.gethostname(),
         boot_id=_boot_id(),
         cpus=sorted(os.sched_getaffinity(0)),
+        bind=os.environ.get(BIND_ENV, "none"),
         pid=os.getpid(),
         threads=torch.get_num_threads(),
         wall_s=time.time() - started,
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     """``worker SPEC.json`` runs one point; ``worker --session DIR`` runs a session's points."""
     args = sys.argv[1:] if argv is None else argv
     die_with_parent()  # a rank never outlives its launcher
+    bind_from_env()  # on the cores the launch gave this rank, before the engine starts its threads
     if len(args) == 2 and args[0] == "--session":
         return run_session(Path(args[1]))
     if len(args) != 1:

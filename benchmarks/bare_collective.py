@@ -1,0 +1,88 @@
+"""A bare allreduce loop in one engine, timed as OSU micro-benchmarks and nccl-tests time it.
+
+One rank of ``benchmarks/bench_collectives_peer.py``'s peer side, launched exactly as d5pipe launches
+its ranks (d5pipe.levels.level3.launch.build_launch with ``module="benchmarks.bare_collective"``:
+the same launcher, environment, threads and placement). Per iteration: a barrier, then this rank
+times its own in-place allreduce (sum) with ``perf_counter``; the buffer is allocated as the
+engine's peer benchmarks allocate it (mpi4py: a numpy array, as OSU's OMB-Py; torch.distributed
+over gloo and Horovod: a torch tensor) and refilled with ones every 8 iterations, untimed (the sums
+grow by a factor of n per call). Each rank writes its times to ``OUT_DIR/rank<r>.json``; the parent
+takes the maximum over ranks per iteration and the median over iterations.
+
+Usage (by the benchmark): ``python -m benchmarks.bare_collective ENGINE MESSAGE_BYTES WARMUP ITERS OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from d5pipe.levels.level3.placement import bind_from_env, huge_page_bytes
+
+RESET_EVERY = 8
+
+
+Loop = tuple[int, Callable[[], Any], Callable[[], Any], Any, str, Callable[[], Any]]
+
+
+def engine_loop(engine: str, n_elems: int) -> Loop:
+    """``(rank, barrier, allreduce, buffer, allocator, finish)`` of ``engine``, set up as its users do."""
+    if engine == "mpi":
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        arr = np.ones(n_elems, dtype=np.float32)
+        return (comm.Get_rank(), comm.Barrier,
+                lambda: comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), arr, "numpy.ones", lambda: None)
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    tensor = torch.ones(n_elems, dtype=torch.float32)
+    if engine == "ddp":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method="env://", rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))
+        return (dist.get_rank(), lambda: dist.barrier(), lambda: dist.all_reduce(tensor), tensor, "torch.ones",
+                dist.destroy_process_group)
+    if engine == "horovod":
+        import horovod.torch as hvd
+
+        hvd.init()
+        return (int(hvd.rank()), hvd.barrier, lambda: hvd.allreduce_(tensor, op=hvd.Sum), tensor, "torch.ones",
+                hvd.shutdown)
+    raise SystemExit(f"unknown engine {engine!r}")
+
+
+def main(argv: list[str]) -> int:
+    engine, message_bytes, warmup, iters, out_dir = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), Path(argv[4])
+    placed = bind_from_env()  # the placement d5pipe's ranks get
+    rank, barrier, allreduce, buf, allocator, finish = engine_loop(engine, message_bytes // 4)
+    times: list[float] = []
+    for i in range(warmup + iters):
+        barrier()
+        t0 = time.perf_counter()
+        allreduce()
+        t1 = time.perf_counter()
+        if i >= warmup:
+            times.append(t1 - t0)
+        if i % RESET_EVERY == RESET_EVERY - 1:
+            buf.fill(1.0) if isinstance(buf, np.ndarray) else buf.fill_(1.0)
+    address = buf.ctypes.data if isinstance(buf, np.ndarray) else buf.data_ptr()
+    record = {"rank": rank, "times_s": times, "cpus": sorted(os.sched_getaffinity(0)), "bind": placed["bind"],
+              "allocator": allocator, "huge_page_bytes": huge_page_bytes(address, (message_bytes // 4) * 4)}
+    barrier()
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")
+    finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,201 @@
+"""Level 3's allreduce held against a bare OSU-style loop in the same engine, interleaved (issue 59).
+
+For each engine available (mpi4py, torch.distributed over gloo, Horovod if importable) and each
+message size (default 1 MiB and 16 MiB) on ``--ranks`` ranks, two kinds of fresh launch:
+
+* **d5pipe**: one level-3 collective point through ``run_point`` (``reuse_ranks: false``, so each is
+  a launch of its own), on the engine's own tensor (``distributed.buffer: engine``) and, for mpi4py,
+  also on the peers' allocation (``buffer: peer``, a numpy array; for torch.distributed and Horovod
+  the peers allocate torch tensors, the same buffer as ``engine``);
+* **bare**: ``benchmarks/bare_collective.py``, launched the same way (d5pipe's ``build_launch``:
+  same launcher, environment, threads and ``distributed.bind`` placement) -- a barrier, each rank
+  times its own in-place allreduce, buffers allocated as the peers allocate them.
+
+Both sides combine ranks as OSU and nccl-tests do: the maximum over ranks per iteration, then the
+median over the iterations. Each round runs every (engine, size, side) once, in a random order
+(Abedi & Brecht's randomized interleaved trials), so drift on a shared machine hits all sides.
+Printed per engine, size and buffer: each side's median over the rounds of its per-round medians,
+the ratio d5pipe / bare -- the median of the per-round ratios with its nonparametric CI
+(d5pipe.measure.stats.median_ci; with 5 rounds it is [min, max] at 94%) and whether it lies within
+10% -- and the spread between rounds (min and max of the per-round medians of each side). Then the
+placement (binding, each rank's CPUs) and the allocation (allocator, bytes on huge pages) of each side.
+
+Usage: python benchmarks/bench_collectives_peer.py [--rounds 5] [--sizes 1048576,16777216]
+       [--engines mpi,ddp,horovod] [--ranks 2] [--steps 100] [--warmup 10] [--bind auto|core|none]
+       [--seed 0] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BARE_MODULE = "benchmarks.bare_collective"
+NAMES = {"mpi": "mpi4py", "ddp": "torch.distributed (gloo)", "horovod": "horovod"}
+MARGIN = 0.10
+
+
+def available(engine: str) -> bool:
+    """Whether this environment can run ``engine``."""
+    return engine == "ddp" or importlib.util.find_spec({"mpi": "mpi4py", "horovod": "horovod"}[engine]) is not None
+
+
+def d5pipe_side(engine: str, size: int, buffer: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """One level-3 collective point, as ``d5pipe run`` runs it (a launch of its own)."""
+    from d5pipe.levels.contract import PointContext
+    from d5pipe.levels.level3.point import run_point
+
+    dist = {"backend": engine, "ranks": a.ranks, "benchmark": "collective", "collective": "allreduce",
+            "message_bytes": size, "steps": a.steps, "warmup_steps": a.warmup, "launcher": "auto",
+            "threads_per_rank": a.threads, "oversubscribe": True, "timeout_s": a.timeout, "reuse_ranks": False,
+            "bind": a.bind, "buffer": buffer, "extra_args": []}
+    cfg = {"name": "bench", "seed": 0, "distributed": dist, "train": {"device": "cpu"}}
+    out = run_point(PointContext("bench", "level3", work.name, {}, cfg, 0, work, work, work, {"name": "local"}))
+    metrics = {m.name: m.value for m in out.metrics}
+    launch = out.extra["launch"]
+    return {"times_s": out.samples["iter_time_max_s"], "binding": launch["binding"], "rank_cpus": launch["rank_cpus"],
+            "allocator": metrics.get("buffer_allocator"), "huge_page_bytes": metrics.get("buffer_huge_page_bytes"),
+            "threads_per_rank": launch["threads_per_rank"], "argv": launch["argv"]}
+
+
+def bare_side(engine: str, size: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The bare loop on its ranks, launched as d5pipe launches its workers; times are max over ranks."""
+    from d5pipe.levels.level3.launch import build_launch
+    from d5pipe.levels.level3.outcome import max_over_ranks
+    from d5pipe.levels.level3.session import run_once
+
+    out_dir = work / "ranks"
+    out_dir.mkdir(parents=True)
+    plan = build_launch(backend=engine, ranks=a.ranks, spec_path=out_dir, threads_per_rank=a.threads, bind=a.bind,
+                        module=BARE_MODULE, worker_args=[engine, str(size), str(a.warmup), str(a.steps), str(out_dir)])
+    run_once(plan, work, work / "launch.log", a.timeout)
+    ranks = [json.loads((out_dir / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(a.ranks)]
+    return {"times_s": max_over_ranks([r["times_s"] for r in ranks]), "binding": plan.binding,
+            "rank_cpus": {str(r["rank"]): r["cpus"] for r in ranks}, "allocator": ranks[0]["allocator"],
+            "huge_page_bytes": min(int(r["huge_page_bytes"] or 0) for r in ranks),
+            "threads_per_rank": plan.threads_per_rank, "argv": plan.argv}
+
+
+def run(side: str, engine: str, size: int, a: argparse.Namespace, work: Path) -> dict[str, Any] | None:
+    """One fresh launch of ``side`` (``bare``, ``d5pipe:engine`` or ``d5pipe:peer``); None if it failed."""
+    work.mkdir(parents=True)
+    try:
+        if side == "bare":
+            return bare_side(engine, size, a, work)
+        return d5pipe_side(engine, size, side.split(":")[1], a, work)
+    except Exception as exc:  # noqa: BLE001 - one failed launch is reported, the rounds go on
+        print(f"  {engine} {size} {side}: FAILED {type(exc).__name__}: {str(exc)[-800:]}", file=sys.stderr)
+        return None
+
+
+def sides_of(engine: str) -> list[str]:
+    """d5pipe on the engine's tensor; on the peers' allocation where that differs (mpi4py); the bare loop."""
+    return ["d5pipe:engine", *(["d5pipe:peer"] if engine == "mpi" else []), "bare"]
+
+
+def fmt_us(seconds: float) -> str:
+    return f"{1e6 * seconds:,.0f}"
+
+
+def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines: list[str], sizes: list[int]) -> None:
+    """The comparison table and, per engine, placement and allocation."""
+    import numpy as np
+
+    from d5pipe.measure.stats import median_ci
+
+    print(f"{'engine':<26} {'size':>6} {'buffer':<7} {'d5pipe us':>10} {'bare us':>9} {'d5pipe/bare':>11} "
+          f"{'CI (coverage)':>22} {'within 10%':>10}  {'d5pipe rounds [min, max] us':>27}  {'bare rounds [min, max] us':>25}")
+    for engine in engines:
+        for size in sizes:
+            bare = got[(engine, size, "bare")]
+            for side in sides_of(engine)[:-1]:
+                mine = got[(engine, size, side)]
+                pairs = [(float(np.median(d["times_s"])), float(np.median(b["times_s"])))
+                         for d, b in zip(mine, bare) if d is not None and b is not None]
+                label = f"{size // 2**20} MiB" if size >= 2**20 else f"{size} B"
+                if not pairs:
+                    print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} (no round completed)")
+                    continue
+                ds, bs = [p[0] for p in pairs], [p[1] for p in pairs]
+                ratios = [d / b for d, b in pairs]
+                ci = median_ci(ratios)
+                within = "yes" if 1 - MARGIN <= ci.low and ci.high <= 1 + MARGIN else (
+                    "no" if ci.low > 1 + MARGIN or ci.high < 1 - MARGIN else "?")
+                shown = f"[{ci.low:.3f}, {ci.high:.3f}] ({ci.coverage:.0%})" if len(ratios) > 1 else "(one round)"
+                print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} {fmt_us(statistics.median(ds)):>10} "
+                      f"{fmt_us(statistics.median(bs)):>9} {statistics.median(ratios):>11.3f} {shown:>22} {within:>10}  "
+                      f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
+                      f"{'[' + fmt_us(min(bs)) + ', ' + fmt_us(max(bs)) + ']':>25}")
+    print("\nplacement and allocation (last completed round of each side):")
+    for engine in engines:
+        for size in sizes:
+            for side in sides_of(engine):
+                done = [r for r in got[(engine, size, side)] if r is not None]
+                if done:
+                    last = done[-1]
+                    huge = last["huge_page_bytes"]
+                    print(f"  {NAMES[engine]:<26} {size:>9} B {side:<14} binding={last['binding']}, "
+                          f"rank CPUs {last['rank_cpus']}, {last['threads_per_rank']} thread(s)/rank; buffer "
+                          f"{last['allocator']}, {'?' if huge is None else huge // 2**20} MiB on huge pages")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engines", default="mpi,ddp,horovod", help="of mpi, ddp, horovod (unavailable ones are skipped)")
+    ap.add_argument("--sizes", default=f"{2**20},{16 * 2**20}", help="message bytes, comma-separated")
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=100, help="timed iterations per launch")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0, help="distributed.threads_per_rank (0: cores / ranks)")
+    ap.add_argument("--bind", choices=("auto", "core", "none"), default="auto", help="distributed.bind of both sides")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--seed", type=int, default=0, help="of the random order of the runs")
+    ap.add_argument("--json", help="write every launch's raw result here")
+    a = ap.parse_args()
+    # the ranks of the bare side import benchmarks.bare_collective from this checkout
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    engines = [e for e in a.engines.split(",") if available(e)]
+    skipped = sorted(set(a.engines.split(",")) - set(engines))
+    sizes = [int(s) for s in a.sizes.split(",")]
+    rng = random.Random(a.seed)
+    print(f"allreduce (sum, float32, in place) on {a.ranks} ranks, bind={a.bind}; {a.rounds} round(s), each a fresh "
+          f"launch per (engine, size, side) in random order; {a.warmup} warm-up + {a.steps} timed iterations per "
+          f"launch; per iteration: barrier, own call, max over ranks; a launch's value is the median"
+          + (f"; not available here: {', '.join(skipped)}" if skipped else ""))
+    got: dict[tuple[str, int, str], list[dict[str, Any] | None]] = {
+        (e, s, side): [] for e in engines for s in sizes for side in sides_of(e)}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(a.rounds):
+            jobs = list(got)
+            rng.shuffle(jobs)
+            for i, (engine, size, side) in enumerate(jobs):
+                res = run(side, engine, size, a, Path(tmp) / f"r{r}-{i}")
+                got[(engine, size, side)].append(res)
+                if res is not None:
+                    import numpy as np
+
+                    print(f"  [round {r + 1}/{a.rounds}, {time.perf_counter() - started:.0f} s] {engine} {size} "
+                          f"{side}: {fmt_us(float(np.median(res['times_s'])))} us", file=sys.stderr, flush=True)
+    print()
+    table(got, engines, sizes)
+    if a.json:
+        raw = [{"engine": e, "size": s, "side": side, "round": i, **(res or {"failed": True})}
+               for (e, s, side), runs in got.items() for i, res in enumerate(runs)]
+        Path(a.json).write_text(json.dumps({"args": vars(a), "runs": raw}, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,114 @@
+"""Where a collective runs: the cores of each rank and the pages of its buffer (issue 59).
+
+**Cores.** With ``distributed.bind: core`` (``auto`` for the MPI engines: mpi4py, Horovod) the launch (:func:`d5pipe.levels.level3.launch.build_launch`)
+sets ``D5PIPE_BIND=core`` in the ranks' environment under torchrun and mpirun, unless ranks x threads
+exceed the usable cores (then the OS places the ranks, as Open MPI leaves oversubscribed ranks
+unbound; srun's tasks are placed by SLURM). The worker, and anything launched the same way (the
+bare loops of ``benchmarks/bare_collective.py``), calls :func:`bind_from_env` before its engine
+starts: local rank ``r`` with ``t`` threads gets the cores ``sorted(usable)[r*t:(r+1)*t]`` (wrapping
+round the usable set), pinned for every thread the process has, so the engine's own threads
+(MPI, gloo, Horovod's background thread) inherit them. Unbound ranks on 2 cores made a 1 MiB allreduce
+read 130 us in some runs and 660-700 us in others. DDP's ranks are left to the OS under ``auto``:
+gloo runs the transfer on an I/O thread of its own, and with one core per rank that thread waits for
+the rank's to yield (a 1 MiB allreduce read 1.2-4.9 ms pinned, 0.8-1.2 ms unbound, on 2 cores).
+Every point records how its ranks were placed and the CPUs each ran on.
+
+**Buffers.** ``distributed.buffer: engine`` hands the engine a torch tensor (``torch.ones``), the way
+training hands it gradients; ``peer`` allocates as the engine's peer benchmarks do
+(:data:`PEER_ALLOCATORS`). They differ in more than the type: numpy advises the kernel to back
+allocations of 4 MiB and more with transparent huge pages (``madvise(MADV_HUGEPAGE)``), torch's CPU
+allocator does not (unless ``THP_MEM_ALLOC_ENABLE=1``), and on a machine whose THP mode is
+``madvise`` a 16 MiB mpi4py allreduce was about 30% slower on the torch buffer. The record says which
+allocator made the buffer and how many of its bytes sit on huge pages (:func:`huge_page_bytes`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+BIND_ENV = "D5PIPE_BIND"
+"""Set to ``core`` by the launch when the ranks are to pin themselves."""
+LOCAL_RANK_VARS: tuple[str, ...] = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "PMIX_RANK")
+PEER_ALLOCATORS: dict[str, str] = {"mpi": "numpy.ones", "ddp": "torch.ones", "horovod": "torch.ones"}
+"""How each engine's peer benchmarks allocate a collective's buffer: OSU's Python benchmarks (OMB-Py)
+and mpi4py's demos use numpy arrays; torch.distributed's and Horovod's benchmarks use torch tensors."""
+
+
+def rank_cpus(usable: Sequence[int], local_rank: int, threads: int) -> list[int]:
+    """The cores of local rank ``local_rank`` with ``threads`` threads: the next ``threads`` of
+    ``usable`` (sorted) after those of the ranks before it, wrapping round."""
+    cores = sorted(usable)
+    if not cores:
+        raise ValueError("no usable cores")
+    t = max(1, threads)
+    return sorted({cores[(local_rank * t + i) % len(cores)] for i in range(t)})
+
+
+def pin_process(cpus: Sequence[int]) -> None:
+    """Pin every thread of this process to ``cpus`` (threads started later inherit the mask)."""
+    tasks = Path("/proc/self/task")
+    tids = [int(t) for t in os.listdir(tasks)] if tasks.is_dir() else [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
+
+
+def local_rank_from_env(env: Mapping[str, str]) -> int:
+    """This rank's index on its node, from torchrun's, Open MPI's, SLURM's or PMIx's variables."""
+    for name in LOCAL_RANK_VARS:
+        if env.get(name, "").isdigit():
+            return int(env[name])
+    return 0
+
+
+def bind_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Pin this rank as the launch asked (``D5PIPE_BIND``); returns what was done, for the record."""
+    env = os.environ if env is None else env
+    if env.get(BIND_ENV) != "core":
+        return {"bind": "none", "cpus": sorted(os.sched_getaffinity(0))}
+    threads = int(env["OMP_NUM_THREADS"]) if env.get("OMP_NUM_THREADS", "").isdigit() else 1
+    cpus = rank_cpus(sorted(os.sched_getaffinity(0)), local_rank_from_env(env), threads)
+    pin_process(cpus)
+    return {"bind": "core", "cpus": cpus}
+
+
+def huge_page_bytes(address: int, nbytes: int) -> int | None:
+    """Bytes of transparent huge pages in the mappings that hold ``[address, address + nbytes)``
+    (``AnonHugePages`` of ``/proc/self/smaps``); None where there is no smaps to read."""
+    try:
+        text = Path("/proc/self/smaps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    total, inside = 0, False
+    for line in text.splitlines():
+        head = line.split(maxsplit=1)[0] if line else ""
+        if "-" in head and not head.endswith(":"):  # a mapping's first line: "lo-hi perms ..."
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo < address + nbytes and address < hi
+        elif inside and line.startswith("AnonHugePages:"):
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def allocate(buffer: str, engine: str, n_elems: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A float32 buffer of ones for a collective (``buffer``: ``engine`` or ``peer``) and its record."""
+    import torch  # here: a bare loop that only binds (benchmarks/bare_collective.py) imports no torch
+
+    allocator = PEER_ALLOCATORS.get(engine, "torch.ones") if buffer == "peer" else "torch.ones"
+    if allocator == "numpy.ones":
+        tensor = torch.from_numpy(np.ones(n_elems, dtype=np.float32))  # shares numpy's memory
+    else:
+        tensor = torch.ones(n_elems, dtype=torch.float32)
+    nbytes = tensor.numel() * tensor.element_size()
+    return tensor, {"buffer": buffer, "allocator": allocator, "bytes": nbytes,
+                    "huge_page_bytes": huge_page_bytes(tensor.data_ptr(), nbytes)}
