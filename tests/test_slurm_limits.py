@@ -330,7 +330,7 @@ def test_a_job_ends_by_its_exit_file_and_the_scheduler_is_asked_only_when_due(
     assert asked == [["90_2", "94", "93"]] and failed in left  # asked at once; RUNNING: requeued, kept
     left = round_(left)
     assert len(asked) == 1  # the same failed attempt does not ask twice
-    assert executor.schedule.every_s == executor.schedule.max_s  # pauses grow (up to 180 s)
+    assert executor.schedule.every_s == executor.schedule.max_s == 600  # pauses double (up to 10 minutes)
     feed = Feed.read(tmp_path / "status.json")
     assert feed is not None and feed.known("93") and dict(feed.jobs())["90_2"] == "RUNNING"
     assert not feed.usable(started=feed.written + 1)  # a feed written before the run began is not its view

@@ -147,7 +147,7 @@ def test_the_driver_reads_the_executors_view_and_asks_slurm_only_when_it_is_stal
     import time
 
     import d5pipe.execute.slurm_watch as watch_module
-    from d5pipe.execute.slurm_status import STALE_S, Feed
+    from d5pipe.execute.slurm_status import WRITTEN_STALE_S, Feed
     from d5pipe.execute.slurm_watch import SlurmWatch, StatusLost
 
     asked: list[object] = []
@@ -176,6 +176,6 @@ def test_the_driver_reads_the_executors_view_and_asks_slurm_only_when_it_is_stal
         watch._last = -1e9
         watch.check()
     assert asked == []
-    Feed(time.time() - STALE_S - 1, ["71"], answered=time.time()).write(path)  # the executor stopped writing
+    Feed(time.time() - WRITTEN_STALE_S - 1, ["71"], answered=time.time()).write(path)  # the executor stopped writing
     assert watch._known(["71"]) == {"71"} and len(asked) == 1
     assert Feed.read_usable(path, began) is None

@@ -28,7 +28,7 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
   config``, one ``sacctmgr``) and the plugin's own probes answer from them (it ran ``scontrol show
   config`` at import, at start and in every status round). A job's end is read from the exit file
   its script writes; the plugin's status query (one for the whole run) runs only for what no file
-  says, in rounds that grow apart up to 180 s (d5pipe.execute.slurm_status), and its answer is the
+  says, in rounds that grow apart up to 10 minutes (d5pipe.execute.slurm_status), and its answer is the
   driver's view too. What the admission knows of the queue comes from one ``squeue`` per
   :attr:`~d5pipe.execute.slurm_flight.Flight.poll_s` for the whole run, and only while a
   submission waits or a throttle may rise (d5pipe.execute.slurm_flight). No job asks the
@@ -57,7 +57,7 @@ from snakemake_executor_plugin_slurm import ExecutorSettings, common_settings  #
 from d5pipe.execute.slurm_flight import POLL_S, Flight, scontrol_update, squeue_all
 from d5pipe.execute.slurm_job_scripts import direct_body, exit_file, job_script, rule_shell, snakemake_body
 from d5pipe.execute.slurm_limits import SiteLimits, read_limits
-from d5pipe.execute.slurm_status import GRACE_S, LOCAL_S, Feed, Schedule, read_exit
+from d5pipe.execute.slurm_status import GRACE_S, LOCAL_S, MAX_S, Feed, Schedule, read_exit
 from d5pipe.execute.snakemake_job import job_command
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.slurm_events import Outage, record
@@ -92,7 +92,10 @@ class Executor(plugin.Executor):
         self.site_limits = read_limits()
         share_limits(self.site_limits)
         super().__post_init__(test_mode)
-        self.schedule = Schedule(float(self.workflow.executor_settings.init_seconds_before_status_checks or 40))
+        squeue = str(self.get_status_command()) == "squeue"
+        age = self.site_limits.min_job_age  # squeue forgets a finished job after MinJobAge
+        self.schedule = Schedule(float(self.workflow.executor_settings.init_seconds_before_status_checks or 40),
+                                 max_s=max(LOCAL_S, min(MAX_S, age / 3)) if squeue and age else MAX_S)
         plugin.query_job_status = self._query_status  # the plugin's round calls it by this module-level name
         self.max_array_size = self.site_limits.array_chunk(int(self.workflow.executor_settings.array_limit))
         config: dict[str, Any] = dict(getattr(self.workflow, "config", {}) or {})

@@ -16,7 +16,7 @@ whole run and rounds that grow apart: the scheduler is asked only what the file 
 * **One view for the driver.** After each round the executor writes :class:`Feed` -- the SLURM
   IDs it waits for and the last answer of the scheduler -- to ``logs/slurm_status.json``; the
   driver's watch (d5pipe.execute.slurm_watch, d5pipe.execute.slurm_watchdog) reads it instead of
-  asking SLURM itself, and asks only when the feed is older than :data:`STALE_S` (a hung executor).
+  asking SLURM itself, and asks only when the feed is stale (a hung executor, a failing query).
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ from d5pipe.core.atomic import write_text
 
 LOCAL_S = 2.0
 """Seconds between two reads of the exit files (the executor's round; no scheduler call)."""
-MAX_S = 180.0
-"""The longest pause between two scheduler queries (the plugin's cap: squeue forgets a finished job
-after ``MinJobAge``, 300 s by default)."""
-STALE_S = 2 * MAX_S + 60.0
-"""A feed older than this is a hung executor: the driver asks SLURM itself."""
+MAX_S = 600.0
+"""The longest pause between two ``sacct`` queries (submitit's: a sweep's queries grow with the log of
+its length, not with its jobs or its minutes)."""
+WRITTEN_STALE_S = 120.0
+"""A feed not rewritten for this long is a hung executor (it writes every 30 s): the driver asks SLURM itself."""
+ANSWER_STALE_S = 2 * MAX_S + 60.0
+"""A feed whose last scheduler answer is older than this: the query fails (an outage); the driver asks squeue."""
 GRACE_S = 30.0
 """A job the executor waits for counts as unknown to SLURM only in an answer at least this long
 after the executor first waited for it (slurmdbd lists a new job after a moment)."""
@@ -45,11 +47,11 @@ SCHEMA_VERSION = 1
 @dataclass
 class Schedule:
     """When the next scheduler query is due: ``first_s`` after the start, then each pause
-    ``step_s`` longer than the last, up to ``max_s``; :meth:`hurry` makes one due now."""
+    ``factor`` times the last, up to ``max_s``; :meth:`hurry` makes one due now."""
 
     first_s: float
-    step_s: float = 20.0
     max_s: float = MAX_S
+    factor: float = 2.0
     every_s: float = 0.0
     next_at: float = field(default=0.0)
 
@@ -61,8 +63,8 @@ class Schedule:
         return now >= self.next_at
 
     def asked(self, now: float) -> None:
-        """A query was made at ``now``: the next one is a step further away."""
-        self.every_s = min(self.max_s, self.every_s + self.step_s)
+        """A query was made at ``now``: the next one is ``factor`` times further away."""
+        self.every_s = min(self.max_s, max(self.every_s, 1.0) * self.factor)
         self.next_at = now + self.every_s
 
     def hurry(self) -> None:
@@ -104,11 +106,11 @@ class Feed:
 
     def usable(self, started: float, now: float | None = None) -> bool:
         """Whether the driver may rely on this view of a run started at ``started`` (wall clock):
-        written by this run, recently, with a scheduler answer (or the run's start) at most
-        :data:`STALE_S` old; else the driver asks SLURM itself."""
+        written by this run in the last :data:`WRITTEN_STALE_S`, with a scheduler answer (or the
+        run's start) at most :data:`ANSWER_STALE_S` old; else the driver asks SLURM itself."""
         now = time.time() if now is None else now
         last = self.answered if self.answered is not None else started
-        return self.written >= started and now - self.written < STALE_S and now - last < STALE_S
+        return self.written >= started and now - self.written < WRITTEN_STALE_S and now - last < ANSWER_STALE_S
 
     def jobs(self) -> list[tuple[str, str]]:
         """``(SLURM job ID, state)`` of every job the view knows: those the executor waits for
