@@ -97,6 +97,9 @@ class Executor(plugin.Executor):
         self.schedule = Schedule(float(self.workflow.executor_settings.init_seconds_before_status_checks or 40),
                                  max_s=max(LOCAL_S, min(MAX_S, age / 3)) if squeue and age else MAX_S)
         plugin.query_job_status = self._query_status  # the plugin's round calls it by this module-level name
+        # no account given: sbatch without -A, SLURM's default account of the user (the plugin guessed
+        # one from the user's last job, with a sacct of every job the user ran)
+        self._fallback_account_arg = ""
         self.max_array_size = self.site_limits.array_chunk(int(self.workflow.executor_settings.array_limit))
         config: dict[str, Any] = dict(getattr(self.workflow, "config", {}) or {})
         from d5pipe.execute.slurm_arrays import FLIGHT_KEY, POLL_KEY, THROTTLE_KEY
