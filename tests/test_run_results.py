@@ -15,8 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from d5pipe import D5PipeError  # noqa: E402
 from d5pipe.results.columns import FIXED_COLUMNS  # noqa: E402
 from d5pipe.rundir.record import read_record  # noqa: E402
-from report_fixtures import (  # noqa: E402
-    GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir, publish, scale_point_time)
+from report_fixtures import GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir, publish, scale_point_time  # noqa: E402
 
 
 @pytest.fixture(scope="module")
