@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from d5pipe import D5PipeError  # noqa: E402
 from d5pipe.results.columns import FIXED_COLUMNS  # noqa: E402
 from d5pipe.rundir.record import read_record  # noqa: E402
-from report_fixtures import GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir, publish  # noqa: E402
+from report_fixtures import GRIDS, HOSTILE, RunSpec, grid_points, make_run_dir, publish, scale_point_time  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +107,36 @@ def test_summary_and_side_tables(run: tuple[Path, dict[str, list[str]]]) -> None
     s0 = pd.read_parquet(run_dir / "summary_level0.parquet")
     assert set(s0.loc[s0["status"] == "ok", "correct"]) <= {"pass", "fail"}
     warns = pd.read_parquet(run_dir / "warnings.parquet")
-    assert list(warns.columns) == ["stage", "point_id", "warning"]
-    assert set(warns["warning"]) == {"ranks exceed cores"}
-    assert len(warns) == sum(1 for p in grid_points(GRIDS["level3"]) if p["distributed.ranks"] > 2)
+    assert list(warns.columns) == ["stage", "point_id", "kind", "message", "value", "ci_low", "ci_high", "hard"]
+    # the records' "ranks exceed cores" is the measured oversubscribed row's kind: one row per point
+    over = warns[warns["kind"] == "oversubscribed"]
+    assert set(over["stage"]) == {"level3"} and over["message"].str.startswith("oversubscribed = 1").all()
+    assert len(over) == sum(1 for p in grid_points(GRIDS["level3"]) if p["distributed.ranks"] > 2)
+
+
+def test_the_report_shows_exactly_the_warnings_of_warnings_parquet_outlier_repetitions_included(
+        tmp_path: Path) -> None:
+    """One repetition of three 400x its siblings: a row of warnings.parquet (kind, message, the
+    factor as its value), and the report's Warnings are that same list, row for row."""
+    from d5pipe.results.report import build_report
+    from d5pipe.results.report.loader import report_data
+    from d5pipe.results.report.verdict_sections import collect_warnings
+    from d5pipe.results.run_results import build_results, write_results
+    from d5pipe.results.run_warnings import from_frame
+
+    make_run_dir(tmp_path, RunSpec(levels=("level0",), failed=0, hostile=False, reproduce=False, grids={
+        "level0": {"operators.size": [64], "operators.impl": ["eager"], "repeat": [0, 1, 2]}}))
+    slow = scale_point_time(tmp_path, "level0", {"repeat": 1}, "time", 400.0)
+    res = build_results(tmp_path)
+    write_results(res)
+    build_report(res)
+    parquet = from_frame(pd.read_parquet(tmp_path / "warnings.parquet"))
+    assert collect_warnings(report_data(res)) == parquet  # the report lists the parquet's rows
+    outliers = [w for w in parquet if w.kind == "outlier_repetition"]
+    assert [(w.stage, w.point_id) for w in outliers] == [("level0", slow)]
+    assert outliers[0].value == pytest.approx(400.0, rel=0.1) and "repetition 1" in outliers[0].message
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert 'id="warnings-outlier_repetition"' in html and outliers[0].message.split(" took ")[0] in html
 
 
 def test_curves_side_table(tmp_path: Path) -> None:

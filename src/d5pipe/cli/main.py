@@ -1,4 +1,5 @@
-"""Entry point of the ``d5pipe`` command: parse, dispatch, map user errors to one line + exit 2."""
+"""Entry point of the ``d5pipe`` command: parse, dispatch, map user errors to one line + exit 2
+(a full disk: one line naming the path and the free space, exit 75)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-from d5pipe.core.errors import D5PipeError
+from d5pipe.core.errors import D5PipeError, DiskFull, is_disk_full
 from d5pipe.core.version import __version__
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -72,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     except D5PipeError as err:
         sys.stderr.write(f"d5pipe: error: {err}\n")
         return err.exit_code
+    except OSError as err:
+        if not is_disk_full(err):
+            raise
+        full = DiskFull.at(err.filename or ".")  # a write outside d5pipe.core.atomic (a library's own file)
+        sys.stderr.write(f"d5pipe: error: {full}\n")
+        return full.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("d5pipe: interrupted\n")
         return 130

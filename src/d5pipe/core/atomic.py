@@ -2,8 +2,9 @@
 temp-file-and-rename write of d5pipe goes through :func:`replacing` (or :func:`write_bytes` on it).
 
 ``os.replace`` makes a write atomic against a killed process: a reader sees the old file or the
-new one, never half. ``durable=True`` (the default) also fsyncs, so the file survives a machine
-crash; point records are written with ``durable=False`` and synced in one batch when their shard
+new one, never half. A full disk (ENOSPC, EDQUOT) removes the temp file and raises
+d5pipe.core.errors.DiskFull naming ``path`` and the free space (exit 75). ``durable=True`` (the
+default) also fsyncs, so the file survives a machine crash; point records are written with ``durable=False`` and synced in one batch when their shard
 finishes (d5pipe.execute.shard), which keeps a trivial point's cost far below a millisecond.
 """
 
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from d5pipe.core.errors import DiskFull, is_disk_full
 
 
 def _current_umask() -> int:
@@ -48,8 +51,13 @@ def replacing(path: Path, durable: bool = True, created: bool = True) -> Iterato
     new one, never half. ``created=False`` gives a free name instead, for writers that must create
     the file themselves (``os.link``). A created temp file has the mode ``open()`` would give."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
+    except OSError as err:
+        if is_disk_full(err):
+            raise DiskFull.at(path) from err
+        raise
     tmp = Path(name)
     try:
         try:
@@ -67,8 +75,10 @@ def replacing(path: Path, durable: bool = True, created: bool = True) -> Iterato
             finally:
                 os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if is_disk_full(err):  # the old file is untouched: one line naming the path, exit 75
+            raise DiskFull.at(path) from err
         raise
 
 

@@ -64,10 +64,18 @@ def shard_main(argv: list[str]) -> int:
         print(f"usage: python -m d5pipe.execute.jobs STAGE sNNNNN MARKER LOG (got {argv!r})", file=sys.stderr)
         return 2
     stage, shard, marker, log = argv
+    from d5pipe.core.errors import DiskFull, is_disk_full
     from d5pipe.execute.shard import run_shard
 
-    with _logged_to(Path(log)):
-        run_shard(Path("."), stage, shard, Path(marker))
+    try:
+        with _logged_to(Path(log)):
+            run_shard(Path("."), stage, shard, Path(marker))
+    except (DiskFull, OSError) as err:  # the records written so far stay; Snakemake names exit 75
+        if isinstance(err, OSError) and not is_disk_full(err):
+            raise
+        full = err if isinstance(err, DiskFull) else DiskFull.at(err.filename or log)
+        print(f"d5pipe: error: {full}", file=sys.stderr, flush=True)
+        return full.exit_code
     _fast_exit()
     return 0  # not reached
 

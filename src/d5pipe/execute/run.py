@@ -11,7 +11,7 @@ from typing import Any
 
 from d5pipe.config.compose import compose_plain
 from d5pipe.config.schema import ExecutorConf
-from d5pipe.core.errors import WorkflowFailed
+from d5pipe.core.errors import DiskFull, WorkflowFailed
 from d5pipe.core.fields import setting
 from d5pipe.execute.summary import PlanSummary, summarize
 from d5pipe.plan.build import Plan, build_plan
@@ -174,7 +174,9 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
             if rc != 0:
                 raise WorkflowFailed(f"snakemake --dry-run failed (exit {rc}); see {snakemake_log(rd)}")
             return RunOutcome(run_dir, None)
-        verdict = finish(run_dir, rc)
+        verdict = finish(run_dir, rc)  # a full disk here raises DiskFull itself
+        if rc != 0 and _console.disk_full is not None:  # what finished is kept; the same command resumes
+            raise DiskFull(_console.disk_full)
         if rc != 0:
             print(f"d5pipe: snakemake exit {rc}; its log: {snakemake_log(rd)}", flush=True)
         print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)

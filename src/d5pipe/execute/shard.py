@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.core.atomic import sync_files, write_json
+from d5pipe.core.errors import DiskFull, is_disk_full
 from d5pipe.core.outcome import PointOutcome
 from d5pipe.execute.placement import skip_reason
 from d5pipe.execute.supervisor import Result, Supervisor
@@ -35,6 +36,9 @@ from d5pipe.measure import lockstep
 from d5pipe.plan.point_config import point_config, stage_base
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, Record
+
+DISK_FULL_STATUS = "disk full"
+"""What the worker answers for a point it could not write: the shard raises DiskFull (exit 75)."""
 
 
 def _now() -> str:
@@ -95,7 +99,11 @@ def run_point_record(ctx: PointContext, env_hash: str, run_point: Any) -> Record
         outcome = run_point(ctx)
     except PointSkipped as exc:
         status, error = "skipped", str(exc) or "skipped"
+    except DiskFull:
+        raise  # not the point's failure: the shard stops, and the point runs again on resume
     except Exception as exc:  # a failing point must not stop the sweep
+        if is_disk_full(exc):
+            raise
         status = "failed"
         text = str(exc) or (type(exc).__doc__ or "").strip().splitlines()[0]
         error = f"{type(exc).__name__}: {text}"
@@ -178,11 +186,16 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
             config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
             work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
         )
-        rec = run_point_record(ctx, env_hash, run_point)
-        seen = lockstep.stats()
-        if seen is not None:  # under d5pipe ab: what this point saw of the other side
-            rec.extra["lockstep"] = seen
-        rec.write(rd.record(stage, pid), durable=False)
+        try:
+            rec = run_point_record(ctx, env_hash, run_point)
+            seen = lockstep.stats()
+            if seen is not None:  # under d5pipe ab: what this point saw of the other side
+                rec.extra["lockstep"] = seen
+            rec.write(rd.record(stage, pid), durable=False)
+        except (DiskFull, OSError) as err:
+            if isinstance(err, OSError) and not is_disk_full(err):
+                raise
+            return DISK_FULL_STATUS  # no record, no crash record: the point runs again on resume
         return rec.status
 
     # under d5pipe ab: wait for the turn before any work; the forked worker takes turns with the
@@ -200,6 +213,8 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
                 log.flush()
                 result: Result = supervisor.run(k)
                 path = rd.record(stage, pid)
+                if result.status == DISK_FULL_STATUS:
+                    raise DiskFull.at(path)
                 if result.status in ("crashed", "timeout"):
                     cause = result.detail if result.status == "timeout" else f"crashed: {result.detail}"
                     _crash_record(spec, stage, pt, cause, env_hash, result.seconds).write(path, durable=False)

@@ -64,6 +64,8 @@ class Console:
         self.failed_jobs: list[tuple[str, str]] = []
         self._rule = ""
         self._error_rule: str | None = None
+        self.disk_full: str | None = None
+        """Set when a job ran out of space (its DiskFull line, else the run directory's)."""
 
     def say(self, line: str) -> None:
         self.out.write(line + "\n")
@@ -76,6 +78,7 @@ class Console:
         if self.verbose:
             self.out.write(line)
             self.out.flush()
+        self._note_disk_full(line)
         m = FINISHED.search(line)
         if m:
             self._rule = m.group(1)
@@ -98,6 +101,21 @@ class Console:
             eta = f", ~{elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
             self.say(f"d5pipe: [{done}/{total} jobs] {self._rule or 'job'} done · "
                      f"{self._points_done()}/{self.total_points} points · {elapsed:.0f} s{eta}")
+
+
+    def _note_disk_full(self, line: str) -> None:
+        """A job's DiskFull line (the report rule runs in Snakemake's process and Snakemake prints
+        its error), or a shard job's exit 75 / ENOSPC, which Snakemake names."""
+        from d5pipe.core.errors import DISK_FULL_EXIT, DiskFull
+
+        if DISK_FULL_MARK in line:
+            self.disk_full = "no space left to write" + line.split(DISK_FULL_MARK, 1)[1].rstrip()
+        elif self.disk_full is None and (f"exit status {DISK_FULL_EXIT}." in line or "No space left" in line):
+            self.disk_full = str(DiskFull.at(self.rd.root))
+
+
+DISK_FULL_MARK = "no space left to write"
+"""How d5pipe.core.errors.DiskFull's message begins."""
 
 
 def _kill_session(proc: subprocess.Popen[str]) -> None:
@@ -201,9 +219,14 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
 
     def pump() -> None:
         assert proc.stdout is not None
+        log_ok = True
         with open(log_path, "a", encoding="utf-8", buffering=1) as log:  # a killed run keeps its log
             for line in proc.stdout:
-                log.write(line)
+                if log_ok:
+                    try:
+                        log.write(line)
+                    except OSError:  # a full disk: the console still gets every line
+                        log_ok = False
                 console.feed(line)
                 if watch is not None:
                     watch.feed(line)

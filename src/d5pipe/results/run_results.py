@@ -28,6 +28,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.results.collect import SampleSource, collect, stage_summary
 from d5pipe.results.columns import to_frame
 from d5pipe.results.comparisons import comparisons
+from d5pipe.results.run_warnings import run_warnings, warnings_frame
 from d5pipe.results.verdicts import RunVerdict, point_verdicts, run_verdict
 from d5pipe.rundir.layout import RunDir
 
@@ -43,7 +44,8 @@ class RunResults:
     """One row per point: stage, point_id, status, verdict, reason (d5pipe.results.verdicts)."""
     verdict: RunVerdict
     warnings: pd.DataFrame
-    """stage, point_id, warning."""
+    """Every warning the report shows, one row per (kind, stage, point): the columns of
+    d5pipe.results.run_warnings.COLUMNS; written as ``warnings.parquet``."""
     curves: pd.DataFrame
     """stage, point_id, series, step, value."""
     comparisons: pd.DataFrame
@@ -93,10 +95,11 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
     verdicts = point_verdicts(df)
     df = df.merge(verdicts[["stage", "point_id", "verdict"]], on=["stage", "point_id"], how="left")
     samples = cols.sample_source()
+    found = warnings_frame(run_warnings(df, cols.warnings))
     pairs = comparisons(df, samples, config, verdicts=verdicts, looks=rd.looks)
     return RunResults(
         run_dir=rd, frame=with_comparison_rows(df, pairs), verdicts=verdicts, verdict=run_verdict(verdicts),
-        warnings=pd.DataFrame(cols.warnings, columns=["stage", "point_id", "warning"], dtype=object),
+        warnings=found,
         curves=pd.DataFrame(cols.curves, columns=["stage", "point_id", "series", "step", "value"]),
         comparisons=pairs, samples=samples, accounting=acct, incidents=happened if acct is not None else None)
 
@@ -184,7 +187,7 @@ def write_results(res: RunResults) -> Path:
     write_frame(res.frame, rd.results_path)
     for stage in sorted(res.frame["stage"].dropna().unique()):
         write_frame(stage_summary(res.frame, str(stage)), rd.side_table(f"summary_{stage}"))
-    write_frame(res.warnings.astype(str), rd.side_table("warnings"))
+    write_frame(res.warnings, rd.side_table("warnings"))
     write_frame(res.curves, rd.side_table("curves"))
     write_frame(res.comparisons, rd.side_table("comparisons"))
     if res.accounting is not None:

@@ -28,7 +28,7 @@ class RunData:
     config: dict[str, Any]
     reproduce: dict[str, Any] | None
     warnings: pd.DataFrame
-    """stage, point_id, warning."""
+    """Every warning of the run (d5pipe.results.run_warnings.COLUMNS), as warnings.parquet holds them."""
     curves: pd.DataFrame
     """stage, point_id, series, step, value."""
     verdicts: pd.DataFrame

@@ -2,26 +2,23 @@
 
 Every count and every "pass" wording comes from the points' verdicts (d5pipe.results.verdicts),
 never from their status: a point that ran but failed a check is a failure here. Warnings are the
-plausibility rows of the results (d5pipe.results.plausibility) plus the records' own warnings,
-listed once per cause and point.
+rows of d5pipe.results.run_warnings (the plausibility rows of the results plus the records' own
+warnings), the same rows warnings.parquet holds, listed once per kind and point.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
 from d5pipe.results.plausibility import DESCRIPTIONS, HARD
-from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from d5pipe.results.report.blocks import Block, Section, Table, Text
 from d5pipe.results.report.frames import MAX_TABLE_ROWS, fmt_plain, varying_axes
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.units import natural_key
+from d5pipe.results.run_warnings import OTHER_KIND, RunWarning, from_frame
 
 REASON_COLUMNS = frozenset({"parameters", "reason", "detail", "points"})
 """Prose columns: they wrap at spaces; every other cell stays on one line."""
-OTHER_CAUSE = "recorded_warning"
 STATUS_SHOWN = {"skipped": "not run", "ok": "ran; check failed"}
 """How a failing point's status reads in the Failures table."""
 TITLES = {
@@ -30,7 +27,7 @@ TITLES = {
     "target_missed": "Timer CI target missed",
     "high_variation": "High variation",
     "several_environments": "Several environments",
-    OTHER_CAUSE: "Other warnings recorded by the points",
+    OTHER_KIND: "Other warnings recorded by the points",
 }
 
 
@@ -120,51 +117,9 @@ def failures(data: RunData) -> Section | None:
     return Section("failures", "Failures", blocks, subsections)
 
 
-@dataclass(frozen=True)
-class WarningEntry:
-    cause: str
-    stage: str
-    point_id: str
-    detail: str
-
-    @property
-    def hard(self) -> bool:
-        return self.cause in HARD
-
-
-def _cause_of(text: str) -> str:
-    low = text.lower()
-    if "high variation" in low:
-        return "high_variation"
-    if "target missed" in low or "ci target" in low:
-        return "target_missed"
-    if "oversubscri" in low or "exceed cores" in low or "more ranks" in low:
-        return "oversubscribed"
-    return OTHER_CAUSE
-
-
-def collect_warnings(data: RunData) -> list[WarningEntry]:
-    """One entry per (cause, stage, point): plausibility rows first, then record warnings of a
-    cause that no plausibility row of that point already names."""
-    res = data.results
-    rows = res[res["metric"].astype(str).str.startswith(PLAUSIBILITY_PREFIX) & (res["status"] == "ok")]
-    found: dict[tuple[str, str, str], list[str]] = {}
-    for r in rows.itertuples(index=False):
-        key = (str(r.metric)[len(PLAUSIBILITY_PREFIX):], str(r.stage), str(r.point_id))
-        found.setdefault(key, []).append("" if pd.isna(r.error) else str(r.error))
-    from_rows = set(found)
-    for r in data.warnings.itertuples(index=False):
-        key = (_cause_of(str(r.warning)), str(r.stage), str(r.point_id))
-        if key in from_rows:
-            continue  # the same cause, already measured from the results
-        details = found.setdefault(key, [])
-        if str(r.warning) not in details:
-            details.append(str(r.warning))
-    causes = [*TITLES]
-    return [WarningEntry(c, s, p, "; ".join(d for d in details if d))
-            for (c, s, p), details in sorted(found.items(), key=lambda kv: (
-                causes.index(kv[0][0]) if kv[0][0] in causes else len(causes), natural_key(kv[0][1]),
-                natural_key(kv[0][2])))]
+def collect_warnings(data: RunData) -> list[RunWarning]:
+    """The run's warnings (d5pipe.results.run_warnings), the rows of warnings.parquet, in order."""
+    return from_frame(data.warnings)
 
 
 def cause_title(cause: str) -> str:
@@ -176,9 +131,9 @@ def warnings(data: RunData) -> Section | None:
     found = collect_warnings(data)
     if not found:
         return None
-    by_cause: dict[str, list[WarningEntry]] = {}
+    by_cause: dict[str, list[RunWarning]] = {}
     for w in found:
-        by_cause.setdefault(w.cause, []).append(w)
+        by_cause.setdefault(w.kind, []).append(w)
     summary = "; ".join(f"{cause_title(c)}: {len(ws)} point(s)" + (" (fail)" if c in HARD else "")
                         for c, ws in by_cause.items())
     hard = any(c in HARD for c in by_cause)
@@ -188,7 +143,7 @@ def warnings(data: RunData) -> Section | None:
     subsections = []
     for cause, ws in by_cause.items():
         cols = ["stage", "point_id", "parameters", "detail"]
-        rows = [[w.stage, w.point_id, params_text(data, w.stage, w.point_id), w.detail] for w in ws[:MAX_TABLE_ROWS]]
+        rows = [[w.stage, w.point_id, params_text(data, w.stage, w.point_id), w.message] for w in ws[:MAX_TABLE_ROWS]]
         what = DESCRIPTIONS.get(cause, "warnings the points recorded themselves")
         sub: list[Block] = [Text(f"{what}.", "bad" if cause in HARD else "note"),
                             Table(cols, rows, bad_rows=set(range(len(rows))) if cause in HARD else set(),
@@ -203,9 +158,9 @@ def level_notes(data: RunData, stage: str) -> list[tuple[Text, list[str]]]:
     """One line per cause for ``stage`` (to go under its figures), naming the points it concerns,
     with the details it was built from (they name the metrics, so the line can go next to theirs)."""
     found = [w for w in collect_warnings(data) if w.stage == stage]
-    by_cause: dict[str, list[WarningEntry]] = {}
+    by_cause: dict[str, list[RunWarning]] = {}
     for w in found:
-        by_cause.setdefault(w.cause, []).append(w)
+        by_cause.setdefault(w.kind, []).append(w)
     out: list[tuple[Text, list[str]]] = []
     axes = varying_axes(data.stage_rows(stage), repeat=True)
 
@@ -219,5 +174,5 @@ def level_notes(data: RunData, stage: str) -> list[tuple[Text, list[str]]]:
         desc = DESCRIPTIONS.get(cause)
         text = Text(f"{cause_title(cause)} on {len(ws)} point(s) ({names}{more})"
                     + (f": {desc}" if desc else "") + ". See Warnings.", "bad" if cause in HARD else "warn")
-        out.append((text, [w.detail for w in ws]))
+        out.append((text, [w.message for w in ws]))
     return out
