@@ -77,6 +77,8 @@ clean:
 	rm -rf runs .snakemake
 
 # The reference pages generated from the code (docs/reference/: every config key, every command's help,
-# the exit codes); tests/test_reference_docs.py fails when the committed pages are stale.
+# the exit codes), then the MkDocs site (mkdocs.yml -> site/) with warnings as errors: a broken link fails.
+# tests/test_reference_docs.py fails when the committed pages are stale and builds the site too.
 docs:
 	PYTHONPATH=src $(PY) -m d5pipe.cli.reference
+	$(PY) -m mkdocs build --strict --quiet

@@ -66,3 +66,15 @@ def test_cli_reference_has_the_top_level_help_and_every_exit_code(capsys: pytest
     assert capsys.readouterr().out.rstrip() in page
     for code, _, _ in reference.exit_codes():
         assert f"\n| {code} |" in page
+
+
+def test_the_docs_site_builds_without_warnings(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (what ``make docs`` runs): a broken link, a missing page or anchor fails."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "WARNING" not in proc.stderr, proc.stderr[-4000:]
+    assert (tmp_path / "site" / "reference" / "config" / "index.html").is_file()
