@@ -8,7 +8,7 @@ STAMP := $(VENV)/.d5pipe-installed
 TEST_STAMP := $(VENV)/.d5pipe-test-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test test-fast install install-test build-tools system-deps horovod bench lint clean
+.PHONY: run test test-fast install install-test build-tools system-deps horovod bench lint docs clean
 
 # Python environment: torch (CPU wheel, pinned) first, then d5pipe, its dependencies and the level-1
 # runtimes, the model zoo and level 2's training frameworks (the `frameworks` extra: ONNX Runtime, OpenVINO,
@@ -75,3 +75,10 @@ lint: install-test
 
 clean:
 	rm -rf runs .snakemake
+
+# The reference pages generated from the code (docs/reference/: every config key, every command's help,
+# the exit codes), then the MkDocs site (mkdocs.yml -> site/) with warnings as errors: a broken link fails.
+# tests/test_reference_docs.py fails when the committed pages are stale and builds the site too.
+docs:
+	PYTHONPATH=src $(PY) -m d5pipe.cli.reference
+	$(PY) -m mkdocs build --strict --quiet

@@ -36,9 +36,13 @@ class SweepConf:
 @dataclass
 class AcceptanceConf:
     metric: str = MISSING
+    """Metric name as in ``results.parquet`` (e.g. ``test_accuracy``)."""
     op: str = choice(">=", ACCEPTANCE_OPS)
+    """How the metric must compare with ``value`` to pass."""
     value: float = MISSING
+    """The threshold."""
     stage: str = choice(RECIPE_STAGE, STAGE_NAMES)
+    """The level whose points are judged."""
 
 
 @dataclass
@@ -46,6 +50,8 @@ class RecipeConf:
     fixed: list[str] = field(default_factory=list)
     """Config keys (dotted) the sweep may not vary."""
     acceptance: list[AcceptanceConf] = field(default_factory=list)
+    """Thresholds that turn a metric into pass/fail rows; changing them and re-running re-evaluates
+    verdicts without re-measuring."""
 
 
 @dataclass
@@ -79,24 +85,34 @@ class ResourcesConf:
     ``default`` -> :data:`RESOURCE_DEFAULTS`."""
 
     partition: Optional[str] = None
+    """SLURM partition (``--partition``)."""
     account: Optional[str] = None
+    """SLURM account (``--account``)."""
     runtime_min: Optional[int] = at_least(None, 1)
+    """Time limit of a job, in minutes."""
     nodes: Optional[int] = at_least(None, 1)
+    """Nodes per job."""
     tasks: Optional[int] = at_least(None, 1)
+    """Tasks per job."""
     cpus_per_task: Optional[int] = at_least(None, 1)
+    """CPU threads per task, locally too (handed to torch as ``OMP_NUM_THREADS``)."""
     mem_mb: Optional[int] = at_least(None, 1)
+    """Memory per job, in MB."""
     gpus: Optional[int] = at_least(None, 0)
+    """GPUs per job."""
 
 
 @dataclass
 class ExecutorConf:
     name: str = choice("local", EXECUTORS)
+    """Where shard jobs run (``d5pipe run --executor`` sets it)."""
     jobs: int = at_least(1, 1)
     """Jobs in flight (local: parallel shard processes; slurm: the run's tasks pending or running, across
     stages and arrays; d5pipe.execute.slurm_arrays)."""
     profile: str = ""
     """Snakemake profile directory (``profiles/slurm`` for SLURM)."""
     retries: int = at_least(0, 0)
+    """Snakemake ``--retries``: restarts of a failed job."""
     arrays: bool = True
     """SLURM: submit the shards of a stage as one job array (not level 3, whose shards differ in tasks)."""
     array_limit: int = at_least(1000, 1)
@@ -114,11 +130,13 @@ class ExecutorConf:
     resources: dict[str, ResourcesConf] = field(default_factory=dict)
     """Per stage (``level0``..``level3``, ``default``) SLURM resources."""
     extra_args: list[str] = field(default_factory=list)
+    """Further Snakemake arguments, each one argument (e.g. ``--workflow-profile DIR``)."""
 
 
 @dataclass
 class ReportConf:
     title: str = ""
+    """Title of ``report.html`` (empty: ``d5pipe report: <experiment name>``)."""
     alpha: float = between(compare_defaults.ALPHA, 0.0, 1.0)
     """Level of the side-by-side tables' test for a change, over all pairs of the run (Holm)."""
     margin: float = between(compare_defaults.MARGIN, 0.0, 10.0)
@@ -133,6 +151,7 @@ class RootConf:
     name: str = MISSING
     """Experiment name (set by the experiment file)."""
     description: str = ""
+    """A paragraph shown first in the report's overview."""
     seed: int = 0
     """Root seed; per-point and per-rank seeds derive from it (d5pipe.core.seeds)."""
     repetitions: int | None = at_least(None, 1)

@@ -62,6 +62,7 @@ class ModelConf:
     d_model: int = at_least(64, 1)
     """Transformer embedding width (a multiple of ``heads``)."""
     heads: int = at_least(4, 1)
+    """Transformer attention heads (they divide ``d_model``)."""
     layers: int = at_least(2, 1)
     """Transformer encoder layers."""
     ff_mult: int = at_least(2, 1)

@@ -12,6 +12,7 @@ class TimerConf:
     warmup_s: float = at_least(0.05, 0.0)
     """Upper bound on warm-up time per point (seconds)."""
     warmup_max_iters: int = at_least(50, 1)
+    """Upper bound on warm-up calls per point (warm-up ends at whichever of the two comes first)."""
     min_block_s: float = positive(0.01)
     """Minimum duration of one timed block (keeps timer overhead far below 0.1%)."""
     target_ci_pct: float = positive(5.0)
@@ -19,6 +20,7 @@ class TimerConf:
     budget_s: float = positive(2.0)
     """Time budget per point; when spent before the target, the record says so."""
     min_samples: int = at_least(10, 1)
+    """Timed blocks taken at least, whatever the CI."""
     max_samples: int = at_least(1000, 1)
     """At least ``min_samples`` (checked per point by ``d5pipe plan``)."""
 

@@ -31,6 +31,7 @@ class OperatorsConf:
     size: int = at_least(128, 1)
     """Operator-specific problem size (e.g. n for an n x n x n matmul; see d5pipe.levels.level0.operators)."""
     batch: int = at_least(1, 1)
+    """Batch dimension of the operator's inputs (operators without one ignore it)."""
     dtype: str = choice("float32", DTYPES)
     """Unsupported on the device -> point skipped."""
     impl: str = choice("eager", IMPLS)
@@ -41,7 +42,9 @@ class OperatorsConf:
     layout: str = choice("contiguous", LAYOUTS)
     """contiguous, channels_last (conv2d), transposed (matmul/bmm: B stored column-major)."""
     check_correctness: bool = True
+    """Check the forward result against a float64 reference (``correctness``)."""
     check_backward: bool = True
+    """Check the gradient against the float64 reference too (``gradient_check``)."""
     peak: bool = True
     """Report each point against the machine's ceilings (d5pipe.measure.ceilings, measured once per
     machine and thread count): % of the FLOP ceiling of its dtype, % of the bandwidth of the memory
@@ -51,6 +54,7 @@ class OperatorsConf:
     tol_l2: Optional[float] = at_least(None, 0.0)  # noqa: UP045
     """Relative L2 error accepted by ``correctness``; null: the dtype's default (d5pipe.levels.verify)."""
     tol_max_rel: Optional[float] = at_least(None, 0.0)  # noqa: UP045
+    """Largest relative element error accepted by ``correctness``; null: the dtype's default."""
     allowed_prefixes: list[str] = field(default_factory=lambda: ["d5pipe."])
     """Deprecated, admits nothing: the allow-list is the invoking user's (``--allow``, ``D5PIPE_ALLOW``,
     ``~/.config/d5pipe/allow.yaml``); an entry outside it is an error."""

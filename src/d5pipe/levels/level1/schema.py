@@ -18,6 +18,7 @@ COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", 
 @dataclass
 class Level1Conf:
     batch_size: int = at_least(32, 1)
+    """Samples per inference batch and per forward+backward."""
     dtype: str = choice("float32", DTYPES)
     """``float32``, ``float64``, ``bfloat16`` or ``float16``."""
     impl: str = choice("eager", IMPLS)
@@ -37,12 +38,14 @@ class Level1Conf:
     """User runtimes: name -> target (``_target_`` under the allow-list of the person running d5pipe) returning a
     d5pipe.levels.level1.runtimes.contract.Engine."""
     device: str = "cpu"
+    """``cpu``, ``cuda`` or ``cuda:N``."""
     layout: str = choice("contiguous", LAYOUTS)
     """``contiguous`` or ``channels_last`` (4-D inputs, i.e. the CNN)."""
     fwd_bwd: bool = True
     """Measure forward+backward too (``fwd_bwd_time``, ``train_throughput``) on the PyTorch runtimes;
     false: inference only (the other runtimes measure inference only)."""
     measure_memory: bool = True
+    """Record peak tensor memory of inference and of forward+backward."""
     micro_batches: int = later(1, min=1)
     """Forward+backward of the batch in this many micro-batches whose gradients accumulate (the
     same gradient, less activation memory: ``peak_memory_fwd_bwd`` against 1); inference is

@@ -30,8 +30,11 @@ class TrainConf:
     custom_optimizers: dict[str, Any] = field(default_factory=dict)
     """User optimizers: name -> target (any ``torch.optim.Optimizer``; d5pipe passes ``params``)."""
     lr: float = positive(1e-3)
+    """Learning rate."""
     momentum: float = at_least(0.9, 0.0)
+    """Momentum of the built-in ``sgd``."""
     weight_decay: float = at_least(0.0, 0.0)
+    """Weight decay passed to the optimizer."""
     schedule: str = "constant"
     """``constant``, ``cosine`` (to 0 over all epochs), ``step`` (x ``gamma`` every ``step_epochs``)
     or a key of ``custom_schedulers``. Stepped once per epoch."""
@@ -40,10 +43,15 @@ class TrainConf:
     step_epochs: int = at_least(0, 0)
     """``step`` schedule period in epochs; 0 means max(1, epochs // 3)."""
     gamma: float = positive(0.1)
+    """``step`` schedule: the factor applied to the learning rate every ``step_epochs``."""
     batch_size: int = at_least(32, 1)
+    """Training samples per step."""
     eval_batch_size: int = at_least(512, 1)
+    """Samples per batch when evaluating on the test split."""
     epochs: int = at_least(5, 1)
+    """Passes over the training split."""
     deterministic: bool = True
+    """Deterministic algorithms: a re-run ends with the same ``weights_sha256`` (false: that checksum is informational only)."""
     target_accuracy: Optional[float] = between(0.9, 0.0, 1.0, closed_high=True)  # noqa: UP045
     """Test accuracy whose first crossing gives ``time_to_target_s``; null disables it."""
     num_workers: int = at_least(0, 0)
@@ -76,6 +84,7 @@ class TrainConf:
     sampler_alpha: float = later(1e-3, gt=0.0, lt=1.0)
     """The class-histogram check of a user sampler fails below this chi-square p-value."""
     device: str = "cpu"
+    """``cpu``, ``cuda`` or ``cuda:N``."""
     peak: bool = True
     """Measure the machine's matmul FLOP/s once per shard process and report ``pct_peak_flops``
     of the training throughput (FLOPs per sample are counted either way)."""
@@ -85,6 +94,7 @@ class TrainConf:
     """Level 2: an optimizer (built-in or custom) the point's optimizer must agree with: both run
     ``reference_steps`` steps from the same weights on the same batches (``optimizer_check``)."""
     reference_steps: int = at_least(20, 1)
+    """Steps both optimizers take for ``optimizer_check`` (with ``reference_optimizer``)."""
     reference_tolerance: float = at_least(1e-3, 0.0)
     """Largest accepted parameter divergence, relative to how far the reference moved the weights."""
     detect_rel_error: float = positive(0.01)

@@ -41,6 +41,7 @@ class DistributedConf:
     custom_strategies: dict[str, Any] = field(default_factory=dict)
     """User strategies: name -> target (a d5pipe.levels.level3.strategies.Strategy)."""
     ranks: int = at_least(1, 1)
+    """Processes taking part (data-parallel ranks)."""
     nodes: int = at_least(1, 1)
     """Nodes the ranks span (SLURM; ranks per node = ranks / nodes). 1: one node, or the whole
     allocation of ``executor.resources.level3.nodes``."""
