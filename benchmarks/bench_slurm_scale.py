@@ -170,6 +170,8 @@ def planned(run_dir: Path) -> set[str]:
 
 
 def dag_seconds(run_dir: Path, env: dict[str, str]) -> float:
+    """Snakemake's DAG build and walk for the run (a dry run after it; its calls are not the run's)."""
+    env = {k: v for k, v in env.items() if k != "D5_CALLS_LOG"}
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory",
                     str(run_dir), "--dry-run", "--forceall", "--quiet", "all", "--cores", "1"], env=env,
