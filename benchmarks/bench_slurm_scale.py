@@ -143,7 +143,9 @@ class ChildUsage:
 
 
 def sacct_elapsed(run_dir: Path, env: dict[str, str], since: str) -> list[float]:
-    """sacct's Elapsed (s) of every job and array task whose working directory is ``run_dir``."""
+    """sacct's Elapsed (s) of every job and array task whose working directory is ``run_dir``
+    (the benchmark's own query: not counted among the run's calls)."""
+    env = {k: v for k, v in env.items() if k != "D5_CALLS_LOG"}
     proc = subprocess.run(["sacct", "-n", "-P", "-X", "-a", "-S", since, "-o", "JobID,Elapsed,WorkDir"],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     out = []

@@ -179,3 +179,5 @@ def test_the_driver_reads_the_executors_view_and_asks_slurm_only_when_it_is_stal
     Feed(time.time() - WRITTEN_STALE_S - 1, ["71"], answered=time.time()).write(path)  # the executor stopped writing
     assert watch._known(["71"]) == {"71"} and len(asked) == 1
     assert Feed.read_usable(path, began) is None
+    young = Feed.read_usable(tmp_path / "none.json", time.time() - 5)  # the executor has not written yet
+    assert young is not None and young.jobs() == [] and Feed.read_usable(tmp_path / "none.json", began) is None

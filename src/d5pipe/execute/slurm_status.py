@@ -137,10 +137,17 @@ class Feed:
         write_text(path, json.dumps(body, sort_keys=True) + "\n", durable=False)
 
     @classmethod
-    def read_usable(cls, path: Path, started: float) -> Feed | None:
-        """The feed at ``path`` when :meth:`usable` for a run started at ``started``; else None."""
+    def read_usable(cls, path: Path, started: float, now: float | None = None) -> Feed | None:
+        """The feed at ``path`` when :meth:`usable` for a run started at ``started``; an empty one
+        while this run's executor has not written yet (for up to :data:`WRITTEN_STALE_S`: it writes
+        at its first round, before it submits anything); else None."""
+        now = time.time() if now is None else now
         feed = cls.read(path)
-        return feed if feed is not None and feed.usable(started) else None
+        if feed is not None and feed.usable(started, now):
+            return feed
+        if (feed is None or feed.written < started) and now - started < WRITTEN_STALE_S:
+            return cls(now, [])
+        return None
 
     @classmethod
     def read(cls, path: Path) -> Feed | None:
