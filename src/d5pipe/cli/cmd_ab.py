@@ -1,4 +1,5 @@
-"""``d5pipe ab A B --out DIR``: re-run two sides interleaved in time and compare them, paired.
+"""``d5pipe ab A B --out DIR``: re-run two sides interleaved in time and compare them, paired; the
+output opens with what the two re-runs (OUT/a, OUT/b) differ in (d5pipe.provenance.run_diff).
 
 A and B are run directories or bundle archives (``d5pipe run ... --dry-run --out A`` makes one
 without measuring). By default the comparison is carried on until decided (``--no-until-decided``:
@@ -52,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
     from d5pipe.core.errors import D5PipeError
     from d5pipe.execute.ab import SIDES, SideSpec, parse_env, run_ab
     from d5pipe.provenance.bundle import opened_bundle
+    from d5pipe.provenance.run_diff import run_differences
     from d5pipe.results.compare_table import format_table, summary_line
 
     apply_allow(args.allow)
@@ -66,6 +68,7 @@ def main(args: argparse.Namespace) -> int:
         result = run_ab(specs, args.out, args.repetitions, timing_policy_from_args(args), policy_from_args(args),
                         seed=args.seed, interleave=not args.no_interleave, until_decided=args.until_decided,
                         budget_s=args.budget, max_repetitions=args.max_repetitions)
+    print("\n".join(run_differences(args.out / "a", args.out / "b").lines()))
     print(format_table(result.comparison).rsplit("\n", 1)[0])
     if args.until_decided:
         left = result.rounds[-1]["undecided"]

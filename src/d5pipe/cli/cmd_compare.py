@@ -1,5 +1,6 @@
-"""``d5pipe compare A B``: the configurations two runs share, each timing changed, equivalent or
-inconclusive, the other metrics identical or not.
+"""``d5pipe compare A B``: what the two runs differ in (config, environment, code, machine), then
+the configurations they share, each timing changed, equivalent or inconclusive, the other metrics
+identical or not.
 
 The output ends with one line counting the verdicts. Exit codes: 0, :data:`REGRESSION_EXIT` (4)
 a timing ``changed`` for the worse by more than ``--fail-on-regression`` percent,
@@ -16,6 +17,7 @@ from pathlib import Path
 from d5pipe.cli.arguments import fraction, percent, percent_or_zero
 from d5pipe.core.atomic import write_json
 from d5pipe.provenance.bundle import opened_bundle
+from d5pipe.provenance.run_diff import run_differences
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
 from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
@@ -83,11 +85,13 @@ def verdict_exit(result: RunComparison, args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     with opened_bundle(args.a) as dir_a, opened_bundle(args.b) as dir_b:
+        differs = run_differences(dir_a, dir_b)
         result = compare_runs(dir_a, dir_b, policy_from_args(args), args.allow_different,
                               labels=(str(args.a), str(args.b)), timing=timing_policy_from_args(args))
+    print("\n".join(differs.lines()))
     print(format_table(result).rsplit("\n", 1)[0])
     if args.json is not None:
-        write_json(args.json, to_json(result))
+        write_json(args.json, {**to_json(result), "differences": differs.to_json()})
     if not result.paired:
         print("note: A and B were measured at different times; a drift of the machine between them reads as a "
               "change. `d5pipe ab A B` measures both sides interleaved.")

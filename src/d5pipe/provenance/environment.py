@@ -255,20 +255,25 @@ def _explain(key: str, a: Any, b: Any) -> str:
     return f"{key}: {_short(a)} -> {_short(b)}"
 
 
+def differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(dotted key, "key: old -> new")`` for each leaf that differs between two nested dicts
+    (records or configs), sorted by key."""
+    fa, fb = flatten(a), flatten(b)
+    return [(key, _explain(key, fa.get(key), fb.get(key)))
+            for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]
+
+
 def diff_records(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """One line per difference between two records; differences that change the hash come first."""
-    fa, fb = flatten(a), flatten(b)
-    keys = sorted(set(fa) | set(fb))
     relevant: list[str] = []
     other: list[str] = []
-    for key in keys:
-        va, vb = fa.get(key), fb.get(key)
-        if va == vb or key == "schema_version" or key.startswith("lock."):  # packages and git say it
+    for key, line in differences(a, b):
+        if key == "schema_version" or key.startswith("lock."):  # packages and git say it
             continue
         if is_hash_relevant(key):
-            relevant.append(_explain(key, va, vb) + "  [hash]")
+            relevant.append(line + "  [hash]")
         else:
-            other.append(_explain(key, va, vb))
+            other.append(line)
     return relevant + other
 
 
