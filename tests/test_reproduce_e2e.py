@@ -272,7 +272,8 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     assert all(set(g.point_id) <= ids[str(s)] for s, g in df.groupby("stage"))
     added_since = {"level2": {"data_wait", "first_batch_s", "data_stall_fraction"},  # issue 38's data waits
                    "level3": {"rank_samples_disjoint", "test_loss", "test_accuracy",  # issues 38 and 40
-                              "shared_host"}}  # issue 60: whether the nodes are one machine
+                              "shared_host",  # issue 60: whether the nodes are one machine
+                              "bind", "ranks_share_cpus"}}  # issue 59: where the ranks ran
     assert {str(s): sorted({m for m in g.metric if not m.startswith("plausibility:")} - added_since.get(str(s), set()))
             for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
     assert all(added <= set(df[df.stage == stage].metric) for stage, added in added_since.items())
