@@ -247,7 +247,23 @@ def _bare_executor(tmp_path: Path) -> Any:
     executor.schedule = Schedule(0.0)
     executor.succeeded = []
     executor.report_job_success = executor.succeeded.append
+    executor.ready = True
     return executor
+
+
+def test_a_status_round_before_the_executor_is_set_up_keeps_every_job() -> None:
+    """Snakemake starts the status loop before the executor's __post_init__: a round then must not
+    touch what __post_init__ sets (it died there, and the run waited forever)."""
+    import asyncio
+
+    from d5pipe.execute.slurm_executor import Executor
+
+    executor = Executor.__new__(Executor)  # nothing set up
+
+    async def round_() -> list[Any]:
+        return [j async for j in executor.check_active_jobs(["job-1"])]
+
+    assert asyncio.run(round_()) == ["job-1"]
 
 
 def _job(jobid: int, slurm_id: str) -> Any:

@@ -80,6 +80,11 @@ def share_limits(limits: SiteLimits) -> None:
 class Executor(plugin.Executor):
     """The plugin's executor with d5pipe's limits (module docstring)."""
 
+    ready = False
+    """Set at the end of :meth:`__post_init__`: Snakemake starts the status loop before it calls
+    it, and a round that ran first died on the attributes set there (the loop's thread ended
+    silently and the run waited forever for jobs that had finished)."""
+
     def __post_init__(self, test_mode: bool = False) -> None:
         rd = RunDir.of(".")  # Snakemake runs in the run directory
         self.events, self.feed_path = rd.slurm_events_log, rd.slurm_status_file
@@ -123,6 +128,7 @@ class Executor(plugin.Executor):
         self._collected = threading.local()
         self._raiser = threading.Thread(target=self._raise_loop, name="d5pipe-throttle", daemon=True)
         self._raiser.start()
+        self.ready = True
 
     def _raise_loop(self) -> None:
         while not self.flight.stopped.wait(self.flight.poll_s):
@@ -197,6 +203,10 @@ class Executor(plugin.Executor):
         query failed keeps every job active (the plugin's own yields none of them: on 128 nodes with
         slurmdbd stopped for two minutes the run then waited forever). The round's view goes to
         the driver (d5pipe.execute.slurm_status.Feed)."""
+        if not self.ready:  # nothing is submitted before __post_init__ ends
+            for job in active_jobs:
+                yield job
+            return
         rest = []
         for job in active_jobs:
             code = self._ended(job)
