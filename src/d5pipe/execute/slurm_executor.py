@@ -216,8 +216,8 @@ class Executor(plugin.Executor):
                 if log is not None and not self.workflow.executor_settings.keep_successful_logs:
                     Path(log).unlink(missing_ok=True)  # as the plugin does for a success it saw in sacct
                 continue
-            if code is not None and (self.exits[job.job.jobid], str(code)) not in self.failed_exits:
-                self.failed_exits.add((self.exits[job.job.jobid], str(code)))
+            if code is not None and (failed := (self.exits[job.job.jobid], str(code))) not in self.failed_exits:
+                self.failed_exits.add(failed)
                 self.schedule.hurry()
             rest.append(job)
         now = time.monotonic()
@@ -243,8 +243,8 @@ class Executor(plugin.Executor):
             self.logger.warning(f"d5pipe: could not write {self.feed_path}: {exc}")
 
     async def _plugin_round(self, active_jobs: list[Any]) -> Any:
-        def counts() -> tuple[int, int]:  # the plugin sets them in __post_init__, after its status loop started
-            return getattr(self, "_status_query_calls", 0), getattr(self, "_status_query_failures", 0)
+        def counts() -> tuple[int, int]:  # set by the plugin's __post_init__, which `ready` waits for
+            return self._status_query_calls, self._status_query_failures
 
         before = counts()
         kept: set[int] = set()
