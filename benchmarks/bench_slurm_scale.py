@@ -30,6 +30,7 @@ Needs root (the sandbox) and Debian's Slurm. Usage:
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import shutil
@@ -104,13 +105,25 @@ def call_summary(calls: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     }
 
 
+TRAIN_SHARE = 20
+"""One shard in this many is the second stage's (level 2: a tiny MLP trained one epoch)."""
+
+
 def experiment(shards: int, per_shard: int) -> str:
-    sizes = list(range(1, shards + 1))
+    """Two stages of ``shards`` shards of ``per_shard`` points: level 0 (operator ``sum`` over sizes
+    x batches) and level 2 (one in :data:`TRAIN_SHARE` of the shards: learning rates)."""
+    train = max(1, shards // TRAIN_SHARE)
+    sizes = list(range(1, shards - train + 1))
     batches = list(range(1, per_shard + 1))
-    return (f"# @package _global_\nname: slurm_scale\nseed: 5\nstages: [level0]\nrepetitions: 1\n"
+    lrs = [round(1e-4 * (k + 1), 6) for k in range(train * per_shard)]
+    return (f"# @package _global_\nname: slurm_scale\nseed: 5\nstages: [level0, level2]\nrepetitions: 1\n"
             f"shards: {{points_per_shard: {per_shard}, max_jobs_per_stage: 0}}\n"
             f"timer: {_flow(TIMER)}\noperators: {_flow(OPERATORS)}\n"
-            f"sweep:\n  grid:\n    operators.size: {sizes}\n    operators.batch: {batches}\n")
+            "model: {name: mlp, hidden: [8]}\n"
+            "dataset: {name: synthetic, n_samples: 64, image_shape: [], n_features: 8, n_classes: 2}\n"
+            "train: {peak: false, optimizer: sgd, lr: 0.05, epochs: 1, batch_size: 32, target_accuracy: null}\n"
+            f"sweep:\n  grid:\n    operators.size: {sizes}\n    operators.batch: {batches}\n"
+            f"    train.lr: {lrs}\n")
 
 
 def run_timed(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> dict[str, Any]:
@@ -123,7 +136,24 @@ def run_timed(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float)
         proc.kill()
         out, _ = proc.communicate()
         out += f"\n(killed after {timeout_s} s)"
-    return {"rc": proc.returncode, "wall_s": time.monotonic() - t0, "out": out}
+        timed_out = True
+    else:
+        timed_out = False
+    return {"rc": proc.returncode, "wall_s": time.monotonic() - t0, "out": out, "timed_out": timed_out}
+
+
+def cancel_all(env: dict[str, str]) -> None:
+    """Cancel whatever a peer left in the sandbox (a peer stopped at its timeout leaves its jobs
+    running) and wait until slurmctld has none running: the next measurement starts on idle nodes
+    (the benchmark's own calls: not counted)."""
+    env = {k: v for k, v in env.items() if k != "D5_CALLS_LOG"}
+    subprocess.run(["scancel", "-u", getpass.getuser()], env=env, capture_output=True, timeout=120, check=False)
+    for _ in range(120):
+        out = subprocess.run(["squeue", "-h", "-t", "PD,R,CG", "-o", "%i"], env=env, capture_output=True,
+                             text=True, timeout=60, check=False).stdout
+        if not out.strip():
+            return
+        time.sleep(2)
 
 
 class ChildUsage:
@@ -220,7 +250,8 @@ rule shard:
 """
 
 
-def snakemake_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[str, str]) -> dict[str, Any]:
+def snakemake_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[str, str],
+                   timeout_s: float) -> dict[str, Any]:
     """Plain Snakemake + snakemake-executor-plugin-slurm, one SLURM job per shard (its defaults)."""
     d = work / f"peer-snakemake-{shards}"
     d.mkdir(parents=True, exist_ok=True)
@@ -229,8 +260,10 @@ def snakemake_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[
     log = work / f"calls-snakemake-{shards}.log"
     argv = [sys.executable, "-m", "snakemake", "--executor", "slurm", "--jobs", str(args.jobs), "--config",
             f"shards={shards}", "--latency-wait", "5", "--slurm-init-seconds-before-status-checks", "10"]
-    res = run_timed(argv, {**env, **THREAD_ENV, "D5_CALLS_LOG": str(log)}, d, args.timeout)
+    res = run_timed(argv, {**env, **THREAD_ENV, "D5_CALLS_LOG": str(log)}, d, timeout_s)
+    cancel_all(env)
     return {"rc": res["rc"], "wall_s": res["wall_s"], "calls": call_summary(read_calls(log), res["wall_s"]),
+            "done": len(list((d / "done").glob("*"))), "timed_out": res["timed_out"],
             "tail": res["out"][-800:] if res["rc"] != 0 else ""}
 
 
@@ -242,13 +275,15 @@ from omegaconf import DictConfig
 @hydra.main(version_base=None, config_path=".", config_name="config")
 def main(cfg: DictConfig) -> None:
     subprocess.run([sys.executable, "{point_job}", "floor", "{per_shard}", f"work/{{cfg.shard}}"], check=True)
+    open(f"{done}/{{cfg.shard}}", "w").close()
 
 if __name__ == "__main__":
     main()
 """
 
 
-def submitit_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[str, str]) -> dict[str, Any]:
+def submitit_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[str, str],
+                  timeout_s: float) -> dict[str, Any]:
     """Hydra's submitit launcher: ``--multirun`` of the shards, one array for the whole sweep."""
     try:
         import hydra_plugins.hydra_submitit_launcher  # noqa: F401
@@ -256,15 +291,18 @@ def submitit_peer(shards: int, args: argparse.Namespace, work: Path, env: dict[s
         return {"skipped": "hydra-submitit-launcher is not installed (pip install hydra-submitit-launcher)"}
     d = work / f"peer-submitit-{shards}"
     d.mkdir(parents=True, exist_ok=True)
+    (d / "done").mkdir(exist_ok=True)
     (d / "app.py").write_text(HYDRA_APP.format(point_job=HERE / "sweep_overhead" / "point_job.py",
-                                               per_shard=args.points_per_shard))
+                                               per_shard=args.points_per_shard, done=d / "done"))
     (d / "config.yaml").write_text("shard: 0\ndefaults:\n  - override hydra/launcher: submitit_slurm\n")
     log = work / f"calls-submitit-{shards}.log"
     argv = [sys.executable, "app.py", "--multirun", f"shard=range(0,{shards})",
             f"hydra.launcher.array_parallelism={args.jobs}", "hydra.launcher.timeout_min=30",
             "hydra.launcher.mem_gb=1"]
-    res = run_timed(argv, {**env, **THREAD_ENV, "D5_CALLS_LOG": str(log)}, d, args.timeout)
+    res = run_timed(argv, {**env, **THREAD_ENV, "D5_CALLS_LOG": str(log)}, d, timeout_s)
+    cancel_all(env)
     return {"rc": res["rc"], "wall_s": res["wall_s"], "calls": call_summary(read_calls(log), res["wall_s"]),
+            "done": len(list((d / "done").glob("*"))), "timed_out": res["timed_out"],
             "tail": res["out"][-800:] if res["rc"] != 0 else ""}
 
 
@@ -294,12 +332,14 @@ def main() -> int:
     ap.add_argument("--shards", default="500,1000,2000")
     ap.add_argument("--points-per-shard", type=int, default=10)
     ap.add_argument("--max-array-size", type=int, default=1001)
-    ap.add_argument("--max-job-count", type=int, default=1500)
+    ap.add_argument("--max-job-count", type=int, default=400)
     ap.add_argument("--min-job-age", type=int, default=60)
-    ap.add_argument("--jobs", type=int, default=256, help="tasks in flight (d5pipe --jobs, the peers' --jobs)")
+    ap.add_argument("--jobs", type=int, default=20, help="tasks in flight (d5pipe --jobs, the peers' --jobs)")
     ap.add_argument("--poll-s", type=float, default=10.0)
     ap.add_argument("--peers", action="store_true")
     ap.add_argument("--peers-at", type=int, default=0, help="the sweep size the peers run at (default: the largest)")
+    ap.add_argument("--peer-timeout-factor", type=float, default=1.5,
+                    help="a peer is stopped (and counted unfinished) after this many times d5pipe's wall time")
     ap.add_argument("--slurm-conf", type=Path)
     ap.add_argument("--timeout", type=float, default=7200)
     ap.add_argument("--keep", action="store_true")
@@ -318,8 +358,9 @@ def main() -> int:
         for shards in sizes:
             row = {"d5pipe": d5pipe_sweep(shards, args, work, env, slots)}
             if args.peers and shards == (args.peers_at or max(sizes)):
-                row["snakemake"] = snakemake_peer(shards, args, work, env)
-                row["submitit"] = submitit_peer(shards, args, work, env)
+                limit = max(300.0, args.peer_timeout_factor * row["d5pipe"]["wall_s"])
+                row["snakemake"] = snakemake_peer(shards, args, work, env, limit)
+                row["submitit"] = submitit_peer(shards, args, work, env, limit)
             rows.append(row)
             d = row["d5pipe"]
             c = d["calls"]
@@ -341,7 +382,9 @@ def main() -> int:
                         print(f"  peer {peer}: skipped: {p['skipped']}")
                         continue
                     pc = p["calls"]
-                    print(f"  peer {peer}: exit {p['rc']}, wall {p['wall_s']:.0f} s, scheduler queries "
+                    end = (f"stopped unfinished at {p['wall_s']:.0f} s" if p["timed_out"]
+                           else f"exit {p['rc']}, wall {p['wall_s']:.0f} s")
+                    print(f"  peer {peer}: {end}, {p['done']} of {shards} shards done, scheduler queries "
                           f"{pc['queries']} ({pc['queries_per_min']}/min), sbatch {pc['sbatch']}, rejected "
                           f"{pc['rejected']}")
                     if p.get("tail"):

@@ -46,13 +46,17 @@ def test_arrays_never_use_an_index_at_the_limit_and_fit_what_may_be_submitted() 
     assert (plan.chunk, plan.arrays) == (10, 15) and plan.waves == 5  # 3 arrays of 10 fit under 30
     assert SiteLimits(max_array_size=1001, max_job_count=40).array_chunk(1000) == 38  # 5% of 40 kept free
     assert submission_plan(0, low, 1000).arrays == 0
+    # a stage larger than the room goes in arrays of half of it: one runs while the next fills
+    waves = submission_plan(2000, SiteLimits(max_job_count=400), 1000)
+    assert (waves.chunk, waves.arrays) == (190, 11) and waves.waves == 6
+    assert submission_plan(380, SiteLimits(max_job_count=400), 1000).chunk == 380  # fits: one array
 
 
 class FakeSlurm:
     """slurmctld as far as the Flight sees it: arrays with throttles, tasks that start and finish."""
 
-    def __init__(self, name: str, seed: int = 0) -> None:
-        self.name = name
+    def __init__(self, name: str, seed: int = 0, finish_p: float = 0.5) -> None:
+        self.name, self.finish_p = name, finish_p
         self.rng = random.Random(seed)
         self.next_id = 100
         self.tasks: dict[str, list[str]] = {}  # array id -> task states
@@ -61,6 +65,12 @@ class FakeSlurm:
         self.others = 0  # other users' jobs in the controller
         self.lock = threading.Lock()
         self.most_running = 0
+        self.done: dict[str, int] = {}  # array id -> tasks ended (the exit files they wrote)
+        self.queries = 0
+
+    def finished(self, aid: str) -> int:
+        with self.lock:
+            return self.done.get(aid, 0)
 
     def submit(self, n: int) -> str:
         with self.lock:
@@ -84,8 +94,9 @@ class FakeSlurm:
         with self.lock:
             for aid, states in self.tasks.items():
                 for i, s in enumerate(states):
-                    if s == "RUNNING" and self.rng.random() < 0.5:
+                    if s == "RUNNING" and self.rng.random() < self.finish_p:
                         states[i] = "COMPLETED"
+                        self.done[aid] = self.done.get(aid, 0) + 1
                 if aid in self.held:
                     continue
                 cap = self.throttle.get(aid, len(states))
@@ -98,20 +109,37 @@ class FakeSlurm:
 
     def squeue(self) -> str:
         with self.lock:
+            self.queries += 1
             lines = [f"{a}|{k + 1}|{s}|{self.name}|me" for a, st in self.tasks.items() for k, s in enumerate(st)]
             lines += [f"{9000 + k}|N/A|RUNNING|other|you" for k in range(self.others)]
             return "\n".join(lines)
 
 
-def test_the_run_wide_limit_holds_across_arrays_and_every_task_runs() -> None:
+@pytest.mark.parametrize("files", [False, True])
+def test_the_run_wide_limit_holds_across_arrays_and_every_task_runs(files: bool) -> None:
     """Eight arrays of ten (two stages' worth) under executor.jobs=7: never more than 7 running at
-    once, whatever order tasks finish in, and every array submitted and run to the end."""
-    slurm = FakeSlurm("run-1", seed=3)
+    once, whatever order tasks finish in, and every array submitted and run to the end -- with or
+    without the exit files' word (which spares looks at the queue: the next test)."""
+    run_arrays(FakeSlurm("run-1", seed=3), files)
+
+
+def test_the_exit_files_spare_looks_at_the_queue() -> None:
+    """While the files say the filling array cannot have started its last tasks, or that no task
+    ended since the last look, the queue is not asked: fewer squeue calls for the same run (tasks
+    that last several looks, as real ones do)."""
+    blind, told = FakeSlurm("run-6", seed=5, finish_p=0.05), FakeSlurm("run-6", seed=5, finish_p=0.05)
+    run_arrays(blind, files=False)
+    run_arrays(told, files=True)
+    assert told.queries < blind.queries / 2, (told.queries, blind.queries)
+
+
+def run_arrays(slurm: FakeSlurm, files: bool) -> None:
     flight = Flight(SiteLimits(max_array_size=11, max_job_count=40, max_submit_jobs=30), limit=7,
-                    name="run-1", query=slurm.squeue, update=slurm.update, poll_s=0.0, user="me")
+                    name=slurm.name, query=slurm.squeue, update=slurm.update, poll_s=0.0, user="me",
+                    finished=slurm.finished if files else None)
     submitted = 0
     for _array in range(8):
-        while not flight.admit_now(10, array=True):
+        while not flight.try_admit(10, array=True):
             slurm.step()
             if flight.busy():  # as the executor's loop: a look at the queue only when a throttle may rise
                 flight.raise_throttle()

@@ -9,7 +9,10 @@ name ``slurm``; a plain ``snakemake --executor slurm`` still gets the plugin as 
   ``MaxArraySize=1001`` rejects. Here each chunk of at most ``MaxArraySize - 1`` tasks
   (d5pipe.execute.slurm_limits.SiteLimits.array_chunk) is a call of its own.
 * **Waves.** A submission waits until it fits under ``MaxJobCount`` (every task in slurmctld,
-  finished ones included for ``MinJobAge``) and the user's ``MaxSubmitJobs``.
+  finished ones included for ``MinJobAge``) and the user's ``MaxSubmitJobs``. A stage larger than
+  that room goes in arrays of half of it, so that waves overlap (``SiteLimits.array_chunk``); the
+  wait for the filling array's last tasks to start is judged from the exit files while they say it
+  cannot be over yet (``Flight.surely_filling``).
 * **One limit on the run's tasks in flight** (``executor.jobs``), across stages and arrays. At most
   one array of the run has tasks that have not started (the *filling* array); its
   ``ArrayTaskThrottle`` is what the limit leaves after every other array's running tasks and the
@@ -90,6 +93,8 @@ class Executor(plugin.Executor):
         self.events, self.feed_path = rd.slurm_events_log, rd.slurm_status_file
         self.exits: dict[int, Path] = {}
         """Snakemake job ID -> the exit file its script writes (d5pipe.execute.slurm_status)."""
+        self.array_exits: dict[str, list[Path]] = {}
+        """Array's SLURM ID -> its tasks' exit files."""
         self.failed_exits: set[tuple[Path, str]] = set()
         self.feed = Feed(0.0, ["-"])  # written at the first round
         self._fed_answer: float | None = None
@@ -122,7 +127,8 @@ class Executor(plugin.Executor):
 
         self.flight = Flight(self.site_limits, int(config.get(FLIGHT_KEY, 100)), self.run_uuid, query,
                              scontrol_update, poll_s=float(config.get(POLL_KEY, POLL_S)),
-                             array_cap=int(config.get(THROTTLE_KEY, 0)), say=self.logger.info, waited=waited)
+                             array_cap=int(config.get(THROTTLE_KEY, 0)), say=self.logger.info, waited=waited,
+                             finished=self._array_finished)
         self.logger.info(f"d5pipe: SLURM site limits: {self.site_limits.describe()}; arrays of at most "
                          f"{self.max_array_size} tasks; at most {self.flight.limit} tasks of the run in flight")
         self._collected = threading.local()
@@ -156,8 +162,14 @@ class Executor(plugin.Executor):
             ids.append(str(job_info.external_jobid))
         super()._report_job_submission_threadsafe(job_info)
 
+    def _array_finished(self, array_id: str) -> int:
+        """Tasks of the array ``array_id`` whose exit file is written (d5pipe.execute.slurm_flight)."""
+        prefix = f"{array_id}_"
+        return sum(1 for path in self.array_exits.get(array_id, ())
+                   if (got := read_exit(Path(path))) is not None and got[0].startswith(prefix))
+
     def run_array_jobs(self, jobs: list[Any]) -> None:
-        size = max(1, int(self.max_array_size))
+        size = self.site_limits.array_chunk(int(self.workflow.executor_settings.array_limit), len(jobs))
         for start in range(0, len(jobs), size):
             chunk = jobs[start:start + size]
             if not self.flight.admit(len(chunk), array=True):
@@ -167,7 +179,9 @@ class Executor(plugin.Executor):
                 super().run_array_jobs(chunk)  # one sbatch: --array=1-len(chunk)
                 ids = self._collected.ids
                 if ids:
-                    self.flight.submitted(ids[0].split("_", 1)[0], len(chunk))
+                    array_id = ids[0].split("_", 1)[0]
+                    self.array_exits[array_id] = [self.exits[j.jobid] for j in chunk if j.jobid in self.exits]
+                    self.flight.submitted(array_id, len(chunk))
             finally:
                 self._collected.ids = None
                 self.flight.lock.release()

@@ -20,6 +20,9 @@ ACTIVE = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDE
 """squeue states of a job that still counts towards ``MaxSubmitJobs`` and the run's limit."""
 QUEUE_FORMAT = "%F|%K|%T|%j|%u"
 POLL_S = 10.0
+TRUST_FILES_S = 60.0
+"""Longest a look at the queue is put off on the jobs' exit files' word (a task killed before its
+script wrote one is then seen by the next look)."""
 
 
 @dataclass
@@ -76,8 +79,13 @@ class Flight:
     def __init__(self, limits: SiteLimits, limit: int, name: str, query: Callable[[], str | None],
                  update: Callable[[list[str]], None], poll_s: float = POLL_S, user: str | None = None,
                  array_cap: int = 0, say: Callable[[str], None] = lambda _m: None,
-                 waited: Callable[[int, str, float], None] = lambda _n, _why, _s: None) -> None:
+                 waited: Callable[[int, str, float], None] = lambda _n, _why, _s: None,
+                 finished: Callable[[str], int] | None = None) -> None:
         self.limits, self.limit, self.name = limits, max(1, int(limit)), name
+        self.finished = finished
+        """Array ID -> its tasks whose exit file is written (what the file system says without
+        slurmctld); None: no such word, every judgement comes from the queue."""
+        self._finished_seen = -1
         self.query, self.update, self.poll_s, self.say, self.waited = query, update, float(poll_s), say, waited
         self.user = user or getpass.getuser()
         self.array_cap = int(array_cap)
@@ -97,11 +105,33 @@ class Flight:
         """The queue as of at most :attr:`poll_s` ago (one squeue when older)."""
         with self.lock:
             if time.monotonic() - self._at >= self.poll_s:
+                finished = self._finished_total()
                 text = self.query()
                 self._at = time.monotonic()
                 if text is not None:
                     self.view = parse_queue(text, self.name, self.user)
+                    self._finished_seen = finished
             return self.view
+
+    def _finished_total(self) -> int:
+        return sum(self.finished(a) for a in self.sizes) if self.finished is not None else -1
+
+    def _files_trusted(self) -> bool:
+        return self.finished is not None and time.monotonic() - self._at < TRUST_FILES_S
+
+    def surely_filling(self) -> bool:
+        """Whether the filling array last seen surely has tasks not started yet, by the exit files
+        alone: its tasks, less its throttle (the most that can run), less those ended, are more
+        than none. A new array then waits without a look at the queue."""
+        filling = self.view.filling
+        if filling is None or filling not in self.sizes or self.finished is None or not self._files_trusted():
+            return False
+        return self.sizes[filling] - self.throttle.get(filling, self.limit) - self.finished(filling) > 0
+
+    def quiet(self) -> bool:
+        """Whether no task of the run's arrays has ended since the last look at the queue: then
+        no slot was freed and no throttle may rise."""
+        return self._files_trusted() and self._finished_total() == self._finished_seen
 
     def used(self, view: QueueView) -> int:
         """Slots of the run's limit taken: running array tasks, the filling array's throttle, singles."""
@@ -136,11 +166,19 @@ class Flight:
         self.why = why
         return False
 
+    def try_admit(self, tasks: int, array: bool) -> bool:
+        """:meth:`admit_now`, unless the exit files alone say that a new array must wait
+        (:meth:`surely_filling`): then False with no look at the queue."""
+        if array and self.surely_filling():
+            self.why = f"array {self.view.filling} still has task(s) waiting to start"
+            return False
+        return self.admit_now(tasks, array)
+
     def admit(self, tasks: int, array: bool) -> bool:
         """Wait until ``tasks`` may be submitted (:meth:`admit_now`); False once stopped. A wait
         is told to ``waited`` (tasks, the first reason, seconds) once it ends."""
         t0, first = time.monotonic(), ""
-        while not self.admit_now(tasks, array):
+        while not self.try_admit(tasks, array):
             first = first or self.why
             if self.why != self._waiting_said:
                 self.say(f"d5pipe: waiting to submit {tasks} task(s): {self.why}")
@@ -171,6 +209,8 @@ class Flight:
     def raise_throttle(self) -> None:
         """Give the filling array what the others have freed (one squeue at most per poll)."""
         with self.lock:
+            if self.quiet():
+                return
             view = self.refresh()
             filling = view.filling
             if filling is None:

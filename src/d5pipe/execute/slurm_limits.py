@@ -80,10 +80,16 @@ class SiteLimits:
         """Jobs d5pipe keeps pending or running at most (the association's limit, else the job room)."""
         return min(self.job_room, self.max_submit_jobs) if self.max_submit_jobs else self.job_room
 
-    def array_chunk(self, array_limit: int) -> int:
+    def array_chunk(self, array_limit: int, tasks: int = 0) -> int:
         """Tasks per array: ``executor.array_limit``, at most ``MaxArraySize - 1`` (indices 1..N),
-        at most what may be submitted at once and at most :data:`TASKS_PER_CALL`."""
-        return max(1, min(int(array_limit), self.max_array_size - 1, self.submit_room, TASKS_PER_CALL))
+        at most what may be submitted at once and at most :data:`TASKS_PER_CALL`. A stage of more
+        ``tasks`` than may be submitted at once goes in arrays of at most half that room: one
+        array runs while the next fills, and the one before is purged (``MinJobAge``) meanwhile,
+        so the waves overlap instead of each waiting for the last to leave slurmctld."""
+        chunk = min(int(array_limit), self.max_array_size - 1, self.submit_room, TASKS_PER_CALL)
+        if tasks > self.submit_room:
+            chunk = min(chunk, self.submit_room // 2)
+        return max(1, chunk)
 
     def describe(self) -> str:
         submit = self.max_submit_jobs if self.max_submit_jobs else "unlimited"
@@ -142,7 +148,7 @@ class SubmissionPlan:
 
 def submission_plan(shards: int, limits: SiteLimits, array_limit: int) -> SubmissionPlan:
     """Arrays and waves of ``shards`` array tasks under ``limits`` (see the module docstring)."""
-    chunk = limits.array_chunk(array_limit)
+    chunk = limits.array_chunk(array_limit, shards)
     arrays = math.ceil(shards / chunk) if shards else 0
     per_wave = max(1, limits.submit_room // chunk)
     return SubmissionPlan(shards=shards, chunk=chunk, arrays=arrays, waves=math.ceil(arrays / per_wave) if arrays else 0)
