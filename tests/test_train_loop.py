@@ -87,3 +87,15 @@ def test_cpu_step_clock_pairs_marks() -> None:
         clock.mark()
     seconds = clock.seconds()
     assert len(seconds) == 3 and all(s > 0 for s in seconds)
+
+
+def test_an_epochs_len_counts_its_batches_and_the_workers_dataset_its_samples() -> None:
+    """``len()`` says what it counts (#57 item 8): the in-process loader's (GatheredBatches) is the
+    batches of an epoch, the index-batch Dataset's (BatchByIndices) the samples its indices address."""
+    from d5pipe.levels.level2.train_loop import BatchByIndices, GatheredBatches
+
+    x, y = torch.randn(10, 3), torch.arange(10)
+    loader = make_loader(x, y, batch_size=4, seed=0)
+    assert isinstance(loader, GatheredBatches)
+    assert len(loader) == len(list(loader)) == 3  # 4 + 4 + 2 samples
+    assert len(BatchByIndices(x, y)) == 10
