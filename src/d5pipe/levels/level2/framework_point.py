@@ -37,7 +37,7 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
-from d5pipe.levels.level2.frameworks.agreement import Agreement, check, losses_rel_err, prepare, run_steps
+from d5pipe.levels.level2.frameworks.agreement import Agreement, check, prepare, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
@@ -48,7 +48,7 @@ from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
-from d5pipe.levels.verify import NO_DETECT, tolerance, verdict
+from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
 from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.stats import Summary, summarize
 
@@ -195,7 +195,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     weights = framework.weights()
     finite = all(bool(np.isfinite(w).all()) for w in weights.values())
     sane = sanity_checks(run.losses, run.curves, {}, finite, data.n_classes)
-    metrics = [*_verdict(conf.framework, agreement, losses_rel_err(run.losses[:1], reference.losses[:1])),
+    metrics = [*_verdict(conf.framework, agreement, max_relative_difference(run.losses[:1], reference.losses[:1])),
                *_metrics(run, step, compile_s, weights, count_parameters(model)), *sane[0]]
     return PointOutcome(metrics=metrics, samples={"step_time_s": run.step_times, "compile_s": [compile_s],
                                                   "epoch_train_time_s": run.curves["epoch_train_time_s"],
