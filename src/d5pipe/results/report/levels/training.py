@@ -20,7 +20,7 @@ from d5pipe.results.report.frames import (
     varying_axes,
     wide_table,
 )
-from d5pipe.results.report.levels.common import finish, folded_table, repetition_means, upper_bounds
+from d5pipe.results.report.levels.common import finish, folded_table, repetition_means, side_by_side, upper_bounds
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.plots import curves as plot_curves
 from d5pipe.results.report.plots import metric_vs_axis
@@ -37,12 +37,9 @@ FRAMEWORK_METRICS = ("framework_check", "framework_update_rel_l2", "framework_lo
 def frameworks_table(rows: pd.DataFrame) -> list[Block]:
     """Each training framework's check, compile time, step time and what it reached, side by side
     (the step-time speedup of each over torch, with its verdict, is in the side-by-side comparison)."""
-    axes = varying_axes(rows, repeat=True)
+    axes, metrics, by = side_by_side(rows, "train.framework", FRAMEWORK_METRICS)
     if "train.framework" not in axes:
         return []
-    names = set(metric_names(rows))
-    metrics = [m for m in FRAMEWORK_METRICS if m in names]
-    by = ["train.framework", *[a for a in axes if a not in ("train.framework", REPEAT_AXIS)]]
     return [folded_table(rows, metrics, by, (
         "Training frameworks side by side, each over its repetitions (separate processes): the check against "
         "PyTorch in float64 from the same weights and batches (framework_check; the float64 run's weight-update "
