@@ -24,16 +24,7 @@ relative error is meaningless where ``ref`` is near zero). Within tolerance when
 Two trajectories (an optimizer against its reference, a framework's weight update against the
 float64 reference's) are compared by :func:`relative_divergence`, ``||p - p_ref|| / ||p_ref - p_0||``.
 
-Tolerances, ``(l2, max_rel)`` per check kind (:data:`TOLERANCES`) and dtype of the code under test:
-
-=========  =====================  =====================  ==============
-dtype      operator               network                framework
-=========  =====================  =====================  ==============
-float64    1e-10, 1e-9            1e-10, 1e-9            1e-6
-float32    1e-5, 1e-4             1e-5, 1e-4             1e-4
-float16    5e-3, 2e-2             5e-3, 1e-2
-bfloat16   4e-2, 1.6e-1           3e-2, 5e-2
-=========  =====================  =====================  ==============
+Tolerances, ``(l2, max_rel)`` per check kind and dtype of the code under test, are :data:`TOLERANCES`:
 
 * ``operator`` (level 0 ``correctness``): about 10x / 40x the unit roundoff u of the dtype for low
   precision (output rounding alone gives ~u/sqrt(3) relative L2 error; accumulation in float32

@@ -89,10 +89,8 @@ def _check_metrics(conf: OperatorsConf, fn: Callable[..., torch.Tensor], referen
     if conf.check_correctness:
         # inputs do not require grad; no no_grad() so a compiled impl is not recompiled
         fwd = forward_report(fn(*inputs), reference, ref_inputs, dtype, tol)
-        metrics += verdict_metrics("", "correctness", fwd)
+        metrics += verdict_metrics("", "correctness", fwd, extra)
         extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
-        if fwd.note:
-            extra["correctness_note"] = fwd.note
     if conf.check_backward:
         try:
             bwd = check_backward(fn, reference, inputs, ref_inputs, dtype, gen, tol)
@@ -101,9 +99,7 @@ def _check_metrics(conf: OperatorsConf, fn: Callable[..., torch.Tensor], referen
                 raise
             extra["warnings"].append(f"grad_check not run: backward unsupported here ({err})")
         else:
-            metrics += verdict_metrics("grad_", "grad_check", bwd)
-            if bwd.note:
-                extra["grad_check_note"] = bwd.note
+            metrics += verdict_metrics("grad_", "grad_check", bwd, extra)
     return metrics
 
 

@@ -41,7 +41,7 @@ from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedN
 from d5pipe.levels.level2.frameworks.graph import Graph
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.level2.frameworks.trace import initial_weights, load_weights, model_tensors, trace
-from d5pipe.levels.level2.metrics import metric, training_metrics
+from d5pipe.levels.level2.metrics import add_epoch, metric, training_metrics
 from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
@@ -88,23 +88,19 @@ def _check(model: nn.Module, graph: Graph, w0: dict[str, np.ndarray], spec: Opti
                             "float64")
 
 
-CURVES = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_train_time_s", "cum_train_time_s",
-          "samples_per_s")
-
-
 @dataclass
 class Trained:
     """What the timed run gave: every step's loss and time, the per-epoch curves."""
 
     losses: list[float] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
-    curves: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CURVES})
+    curves: dict[str, list[float]] = field(default_factory=dict)
     epoch_samples: list[int] = field(default_factory=list)
 
 
 def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int) -> Trained:
     """``train.epochs`` epochs of timed steps, each epoch's weights evaluated by PyTorch off the clock."""
-    out, cum = Trained(), 0.0
+    out = Trained()
     evaluator = copy.deepcopy(model).float()
     tensors = model_tensors(evaluator, graph)
     batches = _batches(conf, data, seed)
@@ -117,12 +113,10 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
             n += len(y)
         out.losses += losses
         out.step_times += times
-        cum += sum(times)
         load_weights(tensors, framework.weights())
         test_loss, test_acc = evaluate(evaluator, data.x_test, data.y_test, conf.eval_batch_size, CPU)
-        for k, v in zip(CURVES, (epoch, float(np.average(losses)), test_loss, test_acc, sum(times), cum,
-                                 n / sum(times)), strict=True):
-            out.curves[k].append(v)
+        add_epoch(out.curves, sum(times), n, epoch=epoch, train_loss=float(np.average(losses)), test_loss=test_loss,
+                  test_accuracy=test_acc)
         out.epoch_samples.append(n)
     return out
 

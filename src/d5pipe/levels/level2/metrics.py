@@ -1,7 +1,6 @@
-"""The metrics of a training point: what each name means (:data:`TRAINING_METRICS`, read by the
-report and ``docs/reference/metrics.md``) and the one builder both training paths feed
-(:func:`training_metrics`: PyTorch's loop in d5pipe.levels.level2.point, a framework's in
-d5pipe.levels.level2.framework_point). Imports without torch.
+"""A training point's metrics: what each name means (:data:`TRAINING_METRICS`; the report and
+docs/reference/metrics.md read it) and :func:`training_metrics`, which PyTorch's loop
+(d5pipe.levels.level2.point) and a framework's (framework_point) both feed. Imports without torch.
 
 ``train.metrics`` adds metrics of its own: each entry is a built-in name (``macro_f1``) or a target
 (d5pipe.levels.targets) called after training as ``fn(model, x_test, y_test)`` with the model in
@@ -43,48 +42,32 @@ TRAINING_METRICS: dict[str, Declared] = {
     "best_test_accuracy": Declared("", "numerical", None, "the best test accuracy after any epoch"),
     "test_loss": Declared("", "numerical", None, "the final epoch's model's mean loss on the test split"),
     "train_loss": Declared("", "numerical", None, "the final epoch's sample-weighted mean step loss"),
-    "train_accuracy": Declared("", "numerical", None,
-                               "the final epoch's model on the training split (PyTorch's loop only)"),
-    "time_to_target_s": Declared("s", "timing", "step_time_s",
-                                 "training time to the end of the first epoch whose test accuracy reaches "
-                                 "train.target_accuracy (NaN if none); a re-run is tested on the step times"),
-    "epochs_to_target": Declared("epochs", "numerical", None, "that epoch (NaN if none)"),
-    "samples_per_s": Declared("samples/s", "timing", "epoch_samples_per_s",
-                              "all training samples over all training time (the per-epoch rates' harmonic "
-                              "mean, weighted by samples)"),
-    "train_time_s": Declared("s", "timing", "epoch_train_time_s",
-                             "wall time of the training loops, evaluation and logging excluded"),
-    "step_time": Declared("s", "timing", "step_time_s", "median step time over every step [95% CI]; its "
-                                                        "spread is in step_time_iqr, _min, _mean, _std, _cv, ..."),
+    "train_accuracy": Declared("", "numerical", None, "the final epoch's model on the training split (PyTorch's loop)"),
+    "time_to_target_s": Declared("s", "timing", "step_time_s", "training time until the first epoch whose test "
+                                 "accuracy reaches train.target_accuracy (NaN: never); re-runs test the step times"),
+    "epochs_to_target": Declared("epochs", "numerical", None, "that epoch (NaN: never)"),
+    "samples_per_s": Declared("samples/s", "timing", "epoch_samples_per_s", "all training samples over all training "
+                              "time (the per-epoch rates' harmonic mean, weighted by samples)"),
+    "train_time_s": Declared("s", "timing", "epoch_train_time_s", "the training loops' wall time, evaluation excluded"),
+    "step_time": Declared("s", "timing", "step_time_s", "median step time [95% CI]; spread: step_time_iqr, _cv, ..."),
     "compile_s": Declared("s", "timing", "compile_s", "a framework's compile or trace, never part of a step"),
     "data_wait": Declared("s", "timing", "data_wait_s", "a step's wait for its batch: median over steps [95% CI]"),
-    "first_batch_s": Declared("s", "timing", "first_batch_s",
-                              "an epoch's first wait (the loader's start): median over epochs [95% CI]"),
-    "data_stall_fraction": Declared("", "timing", "epoch_stall_fraction",
-                                    "per epoch, waits / (waits + steps): median over epochs [95% CI]"),
-    "loader_samples_per_s": Declared("samples/s", "timing", "loader_batch_samples_per_s",
-                                     "train.measure_loader: the loader alone, median of its per-batch rates"),
-    "step_time_in_memory": Declared("s", "timing", "in_memory_step_s",
-                                    "train.measure_loader: a step on batches held in memory, median [95% CI]"),
-    "model_samples_per_s": Declared("samples/s", "timing", "in_memory_samples_per_s",
-                                    "train.measure_loader: the model's rate, a batch over each in-memory step"),
-    "step_peak_memory": Declared("B", "numerical", None, "train.measure_memory: the peak tensor memory of one "
-                                                         "batch's forward and backward, in train.micro_batches parts"),
-    "weights_sha256": Declared("", "info", None, "sha256 of the final weights (kind deterministic with "
-                                                 "train.deterministic in PyTorch's loop)"),
+    "first_batch_s": Declared("s", "timing", "first_batch_s", "an epoch's first wait (the loader's start): median"),
+    "data_stall_fraction": Declared("", "timing", "epoch_stall_fraction", "waits / (waits + steps): median of epochs"),
+    "loader_samples_per_s": Declared("samples/s", "timing", "loader_batch_samples_per_s", "the loader alone, median"),
+    "step_time_in_memory": Declared("s", "timing", "in_memory_step_s", "a step on batches held in memory, median"),
+    "model_samples_per_s": Declared("samples/s", "timing", "in_memory_samples_per_s", "a batch over an in-memory step"),
+    "step_peak_memory": Declared("B", "numerical", None, "peak tensor memory of one batch's forward and backward"),
+    "weights_sha256": Declared("", "info", None, "the final weights' sha256 (deterministic with train.deterministic)"),
     "n_parameters": Declared("", "count", None, "the model's parameters"),
     "train_steps": Declared("", "count", None, "optimizer steps taken"),
-    "optimizer_check": Declared("", "verdict", None, "the optimizer against train.reference_optimizer "
-                                                     "(d5pipe.levels.level2.optimizer_check)"),
+    "optimizer_check": Declared("", "verdict", None, "the optimizer against train.reference_optimizer"),
     "optimizer_divergence": Declared("", "numerical", None, "||p - p_ref|| / ||p_ref - p_0|| after the same steps"),
-    "framework_check": Declared("", "verdict", None, "a framework against PyTorch in float64 "
-                                                     "(d5pipe.levels.level2.frameworks.agreement)"),
+    "framework_check": Declared("", "verdict", None, "a framework against PyTorch in float64 from the same weights"),
     "framework_loss_rel_err": Declared("", "numerical", None, "float64: the largest relative loss difference"),
     "framework_update_rel_l2": Declared("", "numerical", None, "float64: the weight update's relative L2 difference"),
-    "framework_running_stats_rel_l2": Declared("", "numerical", None,
-                                               "float64: the batch norms' running statistics' relative L2 difference"),
-    "framework_loss_rel_err_float32": Declared("", "numerical", None,
-                                               "the timed float32 run's first loss, relative difference"),
+    "framework_running_stats_rel_l2": Declared("", "numerical", None, "float64: the same of batch norms' statistics"),
+    "framework_loss_rel_err_float32": Declared("", "numerical", None, "the float32 run's first loss, relative error"),
 }
 """Every metric name of a training point and its one meaning (``train.metrics``, ``sampler_*``,
 ``sanity:*``, ``micro_batch_*`` and the FLOP metrics are declared where they are built)."""
@@ -108,12 +91,21 @@ def epochs_to_target(curves: dict[str, list[float]], target: float | None) -> in
     return next((i + 1 for i, a in enumerate(curves["test_accuracy"]) if target is not None and a >= target), None)
 
 
+def add_epoch(curves: dict[str, list[float]], seconds: float, samples: int, **values: float) -> dict[str, float]:
+    """Append one epoch's ``values`` to ``curves``, then its training time, the running total and its
+    rate (``epoch_train_time_s``, ``cum_train_time_s``, ``samples_per_s``); returns the epoch's row."""
+    cum = sum(curves.get("epoch_train_time_s", [])) + seconds
+    row = {**values, "epoch_train_time_s": seconds, "cum_train_time_s": cum, "samples_per_s": samples / seconds}
+    for k, v in row.items():
+        curves.setdefault(k, []).append(v)
+    return row
+
+
 def training_metrics(curves: dict[str, list[float]], step_times: list[float], epoch_samples: list[int],
                      target: float | None, weights_sha256: str, n_parameters: int, deterministic: bool = False
                      ) -> tuple[list[Metric], dict[str, list[float]], list[str]]:
-    """A training run's metrics, their raw samples and the step times' warnings, from its per-epoch
-    ``curves`` (test_accuracy, test_loss, train_loss, epoch_train_time_s, cum_train_time_s,
-    samples_per_s; train_accuracy where measured), every step's time and each epoch's samples."""
+    """A run's metrics, their raw samples and the step times' warnings, from its per-epoch ``curves``
+    (:func:`add_epoch`'s), every step's time and each epoch's samples."""
     total = sum(curves["epoch_train_time_s"])
     reached = epochs_to_target(curves, target)
     step = summarize(step_times)
@@ -124,10 +116,10 @@ def training_metrics(curves: dict[str, list[float]], step_times: list[float], ep
         "time_to_target_s": float(curves["cum_train_time_s"][reached - 1]) if reached else math.nan,
         "epochs_to_target": float(reached) if reached else math.nan,
         "samples_per_s": sum(epoch_samples) / total, "train_time_s": total}
-    metrics = [metric(name, value) for name, value in measured.items()]
-    metrics += [*step.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
-                metric("weights_sha256", weights_sha256, "deterministic" if deterministic else None),
-                metric("n_parameters", n_parameters), metric("train_steps", len(step_times))]
+    metrics = [*(metric(name, value) for name, value in measured.items()),
+               *step.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
+               metric("weights_sha256", weights_sha256, "deterministic" if deterministic else None),
+               metric("n_parameters", n_parameters), metric("train_steps", len(step_times))]
     samples = {"step_time_s": step_times, "epoch_train_time_s": curves["epoch_train_time_s"],
                "epoch_samples_per_s": curves["samples_per_s"]}
     return metrics, samples, list(step.warnings)

@@ -86,9 +86,8 @@ def in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int,
 
 def measure_loader(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device
                    ) -> tuple[list[Metric], dict[str, list[float]]]:
-    """:func:`loader_alone` and :func:`in_memory_steps` as metrics and their samples:
-    ``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
-    (median, CI) and the model's consumption rate ``model_samples_per_s`` (a batch over each step)."""
+    """:func:`loader_alone` and :func:`in_memory_steps` as metrics (``loader_samples_per_s``,
+    ``step_time_in_memory``, ``model_samples_per_s``; d5pipe.levels.level2.metrics) and their samples."""
     rates = loader_alone(data, conf, seed, device)
     in_memory, batch = in_memory_steps(model, data, conf, seed, device)
     metrics = [median_metric("loader_samples_per_s", rates)] if rates else []

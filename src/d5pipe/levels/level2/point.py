@@ -56,7 +56,14 @@ from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, state_dict_sha256
 from d5pipe.levels.lazy_samples import LazySamples
-from d5pipe.levels.level2.metrics import epochs_to_target, extra_metrics, median_metric, metric, training_metrics
+from d5pipe.levels.level2.metrics import (
+    add_epoch,
+    epochs_to_target,
+    extra_metrics,
+    median_metric,
+    metric,
+    training_metrics,
+)
 from d5pipe.levels.level2.optimizer_check import check_optimizer
 from d5pipe.levels.level2.pipeline import measure_loader, train_labels, training_loader, training_seed
 from d5pipe.levels.level2.sampler_check import check_sampler
@@ -119,27 +126,21 @@ def fit(
     optimizer = make_optimizer(asdict(conf), model.parameters())
     scheduler = make_scheduler(asdict(conf), optimizer)  # stepped once per epoch
     loader = training_loader(conf, data, seed, device)
-    names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
-             "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
-    curves: dict[str, list[float]] = {k: [] for k in names}
+    curves: dict[str, list[float]] = {}
     epochs: list[EpochStats] = []
     steps = 0
-    cum = 0.0
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
         epochs.append(stats)
         steps += len(stats.step_times_s)
-        cum += stats.train_time_s
         scheduler.step()
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
         # accuracy of the epoch's final model on the training split (not counted in the loop)
         _, train_acc = evaluate(model, data.x_train, data.y_train, conf.eval_batch_size, device)
-        row = (epoch, lr, stats.train_loss, train_acc, test_loss, test_acc,
-               stats.train_time_s, cum, stats.samples / stats.train_time_s)
-        for k, v in zip(names, row, strict=True):
-            curves[k].append(v)
-        log.write({"event": "epoch", **{k: curves[k][-1] for k in names}})
+        row = add_epoch(curves, stats.train_time_s, stats.samples, epoch=epoch, lr=lr, train_loss=stats.train_loss,
+                        train_accuracy=train_acc, test_loss=test_loss, test_accuracy=test_acc)
+        log.write({"event": "epoch", **row})
         log.flush()
     return TrainResult(curves, [t for e in epochs for t in e.step_times_s], [w for e in epochs for w in e.wait_times_s],
                        [e.wait_times_s[0] for e in epochs if e.wait_times_s], [e.stall_fraction for e in epochs],
@@ -157,12 +158,6 @@ def _notes(conf: TrainConf, curves: dict[str, list[float]]) -> list[str]:
     if not conf.deterministic:
         notes.append("train.deterministic is false: weights_sha256 is informational only")
     return notes
-
-
-def _data_metrics(result: TrainResult) -> list[Metric]:
-    """How long the steps waited for their batches (``data_wait``, ``first_batch_s``, ``data_stall_fraction``)."""
-    return [median_metric("data_wait", result.wait_times_s), median_metric("first_batch_s", result.first_waits_s),
-            median_metric("data_stall_fraction", result.epoch_stall_fraction)]
 
 
 MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
@@ -236,7 +231,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         curves, result.step_times_s, result.epoch_samples, conf.target_accuracy, weights, count_parameters(model),
         conf.deterministic)
     throughput = next(m for m in metrics if m.name == "samples_per_s")
-    metrics += _data_metrics(result)
+    metrics += [median_metric("data_wait", result.wait_times_s), median_metric("first_batch_s", result.first_waits_s),
+                median_metric("data_stall_fraction", result.epoch_stall_fraction)]  # how long the steps waited
     checks = {"optimizer_check": checked, "micro_batch_check": micro, "sampler_check": sampling}
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:

@@ -53,8 +53,7 @@ MIN_WINDOW = 5
 """Steps per window at least; fewer than ``2 * MIN_WINDOW`` steps are not judged."""
 CHANCE_MIN_STEPS = 100
 """Optimizer steps before ``above_chance`` judges a run."""
-NOT_JUDGED = "not judged"
-"""A rule with too little to go on (its outcomes otherwise: d5pipe.levels.verify's)."""
+NOT_JUDGED = "not judged"  # a rule with too little to go on; its other outcomes are d5pipe.levels.verify's
 
 
 @dataclass(frozen=True)

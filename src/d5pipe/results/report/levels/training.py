@@ -41,13 +41,10 @@ def frameworks_table(rows: pd.DataFrame) -> list[Block]:
     if "train.framework" not in axes:
         return []
     return [folded_table(rows, metrics, by, (
-        "Training frameworks side by side, each over its repetitions (separate processes): the check against "
-        "PyTorch in float64 from the same weights and batches (framework_check; the float64 run's weight-update "
-        "difference and the float32 run's loss difference), then the mean -- geometric for times -- [95% "
-        "t-interval across repetitions] of the compile or trace time (never part of a step), the step time "
-        "(each repetition's median), the throughput, the final test accuracy and the time to "
-        "train.target_accuracy; the check's differences as their largest over the repetitions. A framework "
-        "that failed its check is timed too, and never ranked"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
+        "Training frameworks side by side, each over its repetitions (separate processes): the mean -- geometric "
+        "for times -- [95% t-interval across repetitions], the check's differences as their largest (each "
+        "metric's meaning: the table at the end). A framework that failed its check is timed too, and never "
+        "ranked"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
 
 
 def input_pipeline(rows: pd.DataFrame) -> list[Block]:
@@ -78,10 +75,8 @@ def input_pipeline(rows: pd.DataFrame) -> list[Block]:
     if "data_stall_fraction" in names and len(axes) > 0:
         cols, body, total = wide_table(rows, present, axes)
         more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
-        blocks.append(Table(cols, body, "Input pipeline: the share of step time spent waiting for the next batch "
-                            "(data_stall_fraction, median over epochs [95% CI]), each step's wait (data_wait) and "
-                            "an epoch's first (first_batch_s: the loader's start), the step time with and without "
-                            f"a loader{more}"))
+        blocks.append(Table(cols, body, "Input pipeline: how long the steps waited for their data, the step time "
+                            f"with and without a loader (each metric's meaning: the table at the end){more}"))
     return blocks
 
 
