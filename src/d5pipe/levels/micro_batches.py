@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from d5pipe.core.outcome import Metric
-from d5pipe.levels.verify import DEFAULT_DETECT, verdict
+from d5pipe.levels.verify import DEFAULT_DETECT, FAIL, UNDETECTABLE, relative_divergence, verdict
 
 
 def split(xb: torch.Tensor, yb: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -79,14 +79,13 @@ def check(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, toleranc
     micro-batches of ``xb`` against the full batch's."""
     full = _gradient(model, xb, yb, 1)
     accumulated = _gradient(model, xb, yb, k)
-    norm = float(full.norm())
-    error = float((accumulated - full).norm()) / norm if norm > 0 else float((accumulated - full).norm())
+    error = relative_divergence(accumulated.cpu(), full.cpu(), 0.0)  # from zero: ||acc - full|| / ||full||
     said = verdict(error, tolerance, detect)
     detail = (f"gradient of {k} micro-batches of the point's first batch ({len(yb)} samples) against the full batch's: "
-              f"relative L2 error {error:.3g} {'>' if said == 'fail' else '<='} {tolerance:g}")
-    if said == "undetectable":
+              f"relative L2 error {error:.3g} {'>' if said == FAIL else '<='} {tolerance:g}")
+    if said == UNDETECTABLE:
         detail += f" (a tolerance of {tolerance:g} cannot see a {detect:g} error)"
-    if said == "fail":
+    if said == FAIL:
         detail += " (a layer couples the samples of a batch, e.g. BatchNorm: micro-batches compute something else)"
     metrics = [Metric("micro_batch_check", said, "", "verdict", detail=detail),
                Metric("micro_batch_grad_rel_error", error, "", "numerical")]

@@ -24,16 +24,7 @@ relative error is meaningless where ``ref`` is near zero). Within tolerance when
 Two trajectories (an optimizer against its reference, a framework's weight update against the
 float64 reference's) are compared by :func:`relative_divergence`, ``||p - p_ref|| / ||p_ref - p_0||``.
 
-Tolerances, ``(l2, max_rel)`` per check kind (:data:`TOLERANCES`) and dtype of the code under test:
-
-=========  =====================  =====================  ==============
-dtype      operator               network                framework
-=========  =====================  =====================  ==============
-float64    1e-10, 1e-9            1e-10, 1e-9            1e-6
-float32    1e-5, 1e-4             1e-5, 1e-4             1e-4
-float16    5e-3, 2e-2             5e-3, 1e-2
-bfloat16   4e-2, 1.6e-1           3e-2, 5e-2
-=========  =====================  =====================  ==============
+Tolerances, ``(l2, max_rel)`` per check kind and dtype of the code under test, are :data:`TOLERANCES`:
 
 * ``operator`` (level 0 ``correctness``): about 10x / 40x the unit roundoff u of the dtype for low
   precision (output rounding alone gives ~u/sqrt(3) relative L2 error; accumulation in float32
@@ -60,31 +51,23 @@ bfloat16   4e-2, 1.6e-1           3e-2, 5e-2
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-TOLERANCES: dict[str, dict[torch.dtype, tuple[float, float]]] = {
-    "operator": {
-        torch.float64: (1e-10, 1e-9),
-        torch.float32: (1e-5, 1e-4),
-        torch.float16: (5e-3, 2e-2),
-        torch.bfloat16: (4e-2, 1.6e-1),
-    },
-    "network": {
-        torch.float64: (1e-10, 1e-9),
-        torch.float32: (1e-5, 1e-4),
-        torch.float16: (5e-3, 1e-2),
-        torch.bfloat16: (3e-2, 5e-2),
-    },
-    "framework": {
-        torch.float64: (1e-6, 1e-6),
-        torch.float32: (1e-4, 1e-4),
-    },
+if TYPE_CHECKING:  # torch only where a tensor is compared: the outcomes and the table import without it
+    import torch
+
+PASS, FAIL, UNDETECTABLE = "pass", "fail", "undetectable"
+"""The three outcomes of a check (module docstring); a check with no tolerance says :func:`passed`."""
+TOLERANCES: dict[str, dict[str, tuple[float, float]]] = {
+    "operator": {"float64": (1e-10, 1e-9), "float32": (1e-5, 1e-4), "float16": (5e-3, 2e-2), "bfloat16": (4e-2, 1.6e-1)},
+    "network": {"float64": (1e-10, 1e-9), "float32": (1e-5, 1e-4), "float16": (5e-3, 1e-2), "bfloat16": (3e-2, 5e-2)},
+    "framework": {"float64": (1e-6, 1e-6), "float32": (1e-4, 1e-4)},
 }
-"""``(l2, max_rel)`` per check kind and dtype (module docstring)."""
+"""``(l2, max_rel)`` per check kind and dtype name (module docstring)."""
 GRAD_TOLERANCE_FACTOR = 2.0
 """Gradients of an operator are held to this many times its forward tolerance."""
 DEFAULT_DETECT = 0.01
@@ -96,15 +79,25 @@ def tolerance(check: str, dtype: torch.dtype | str, l2: float | None = None,
               max_rel: float | None = None) -> tuple[float, float]:
     """The ``(l2, max_rel)`` tolerance of a ``check`` kind of :data:`TOLERANCES` for ``dtype`` (a
     torch dtype or its name); ``l2``/``max_rel`` (a point's override) replace the table's value."""
-    d_l2, d_max = TOLERANCES[check][getattr(torch, dtype) if isinstance(dtype, str) else dtype]
+    d_l2, d_max = TOLERANCES[check][str(dtype).removeprefix("torch.")]
     return (d_l2 if l2 is None else float(l2)), (d_max if max_rel is None else float(max_rel))
+
+
+def passed(ok: bool) -> str:
+    """``pass`` or ``fail``: the outcome of a check that is right or wrong, with no tolerance."""
+    return PASS if ok else FAIL
 
 
 def verdict(err: float, tol: float, detect: float = DEFAULT_DETECT, ok: bool = True) -> str:
     """``pass``, ``fail`` or ``undetectable`` (module docstring); ``ok=False`` forces ``fail``."""
     if not ok or not math.isfinite(err) or err > tol:
-        return "fail"
-    return "pass" if tol < detect else "undetectable"
+        return FAIL
+    return PASS if tol < detect else UNDETECTABLE
+
+
+def _ratio(num: float, den: float) -> float:
+    """``num / den`` of two norms; when ``den`` is 0: 0 if ``num`` is too, else inf."""
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
 @dataclass(frozen=True)
@@ -126,6 +119,8 @@ class ErrorReport:
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol_l2: float, tol_max_rel: float) -> ErrorReport:
     """Errors of ``out`` against the float64 ``ref`` and whether they are within tolerance."""
+    import torch
+
     if tuple(out.shape) != tuple(ref.shape):
         return ErrorReport(math.nan, math.nan, math.nan, tol_l2, tol_max_rel, False,
                            f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
@@ -134,14 +129,12 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol_l2: float, tol_max_rel: fl
     if not bool(torch.isfinite(out64).all()):
         return ErrorReport(math.inf, math.inf, math.inf, tol_l2, tol_max_rel, False, "non-finite output")
     diff = out64 - ref64
-    ref_norm = float(torch.linalg.vector_norm(ref64))
     ref_max = float(ref64.abs().max()) if ref64.numel() else 0.0
-    err_norm = float(torch.linalg.vector_norm(diff))
+    err_l2 = _ratio(float(torch.linalg.vector_norm(diff)), float(torch.linalg.vector_norm(ref64)))
     err_max_abs = float(diff.abs().max()) if diff.numel() else 0.0
-    err_l2 = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else math.inf)
-    err_max_rel = err_max_abs / ref_max if ref_max > 0 else (0.0 if err_max_abs == 0 else math.inf)
-    passed = err_l2 <= tol_l2 and err_max_rel <= tol_max_rel
-    return ErrorReport(err_l2, err_max_abs, err_max_rel, tol_l2, tol_max_rel, passed)
+    err_max_rel = _ratio(err_max_abs, ref_max)
+    return ErrorReport(err_l2, err_max_abs, err_max_rel, tol_l2, tol_max_rel,
+                       err_l2 <= tol_l2 and err_max_rel <= tol_max_rel)
 
 
 def worst(reports: list[ErrorReport]) -> ErrorReport:
@@ -162,6 +155,8 @@ def worst(reports: list[ErrorReport]) -> ErrorReport:
 
 def flat_params(model: torch.nn.Module) -> torch.Tensor:
     """Every parameter, flattened into one float64 CPU tensor."""
+    import torch
+
     return torch.cat([p.detach().reshape(-1).to("cpu", torch.float64) for p in model.parameters()])
 
 
@@ -170,9 +165,15 @@ def relative_divergence(params: Any, reference: Any, start: Any) -> float:
     how far two trajectories from ``start`` drifted apart, relative to how far the reference moved
     (a 1% error in every update gives 0.01); ``inf`` when not finite or when only ``params`` moved."""
     p, r, s = (np.asarray(v, dtype=np.float64) for v in (params, reference, start))
-    moved = float(np.linalg.norm(r - s))
-    diff = float(np.linalg.norm(p - r))
-    if moved == 0.0:
-        return 0.0 if diff == 0.0 else math.inf
-    err = diff / moved
+    err = _ratio(float(np.linalg.norm(p - r)), float(np.linalg.norm(r - s)))
+    return err if math.isfinite(err) else math.inf
+
+
+def max_relative_difference(got: Sequence[float], ref: Sequence[float]) -> float:
+    """The largest element-wise ``|got - ref| / |ref|`` (``|ref|`` floored at 1e-12) of two
+    sequences of one length, e.g. two runs' losses; inf when the lengths differ, are 0 or not finite."""
+    a, b = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    if len(a) != len(b) or not len(a):
+        return math.inf
+    err = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
     return err if math.isfinite(err) else math.inf

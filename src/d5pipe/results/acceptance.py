@@ -10,6 +10,7 @@ import pandas as pd
 
 from d5pipe.config.recipes import OPS, VERDICT_COLUMNS, VERDICT_PREFIX, validate_acceptance
 from d5pipe.core.errors import D5PipeError
+from d5pipe.levels.verify import passed
 from d5pipe.results.columns import METRIC_COLUMNS
 
 
@@ -52,6 +53,6 @@ def evaluate_acceptance(results: pd.DataFrame, acceptance: Sequence[dict[str, An
                 error = f"{rule['metric']}={observed:g}, required {threshold}"
             rows.append({**base, "point_id": point_id, "stage": rule["stage"],
                          "metric": VERDICT_PREFIX + rule["metric"], "value": observed,
-                         "text": "pass" if error is None else "fail",
+                         "text": passed(error is None),
                          "unit": unit, "kind": "verdict", "status": "ok", "error": error})
     return pd.DataFrame(rows, columns=columns)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from d5pipe.levels.verify import FAIL, PASS
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -32,7 +34,7 @@ NOT_RUN_PREFIX = "not run:"
 def check_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The check rows (``kind == verdict`` with text pass/fail) of ok points."""
     rows = results[(results["kind"] == "verdict") & (results["status"] == "ok")]
-    return rows[rows["text"].isin(["pass", "fail"])]
+    return rows[rows["text"].isin([PASS, FAIL])]
 
 
 def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
@@ -46,11 +48,11 @@ def point_verdicts(results: pd.DataFrame) -> pd.DataFrame:
     keys = ["stage", "point_id"]
     pts = results.drop_duplicates(keys)[[*keys, "status", "error"]].reset_index(drop=True)
     chk = check_rows(results)
-    failed = chk[chk["text"] == "fail"]
+    failed = chk[chk["text"] == FAIL]
     first = failed.drop_duplicates(keys)[[*keys, "metric", "error", "value"]].rename(
         columns={"metric": "f_metric", "error": "f_error", "value": "f_value"})
     counts = failed.groupby(keys).size().rename("n_failed").reset_index()
-    passed = chk.loc[chk["text"] == "pass", keys].drop_duplicates().assign(has_pass=True)
+    passed = chk.loc[chk["text"] == PASS, keys].drop_duplicates().assign(has_pass=True)
     m = pts.merge(first, on=keys, how="left").merge(counts, on=keys, how="left").merge(passed, on=keys, how="left")
     status = m["status"].astype(str)
     text = m["error"].astype(object).where(m["error"].notna(), "").astype(str)

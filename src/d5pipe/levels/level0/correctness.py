@@ -28,19 +28,6 @@ def forward_report(out: torch.Tensor, reference: Callable[..., torch.Tensor], re
     return compare(out, ref, tol_l2, tol_max)
 
 
-def check_forward(
-    impl: Callable[..., torch.Tensor],
-    reference: Callable[..., torch.Tensor],
-    inputs: list[torch.Tensor],
-    ref_inputs: list[torch.Tensor],
-    dtype: torch.dtype,
-    tol: Tol = (None, None),
-) -> ErrorReport:
-    """Run the implementation and the float64 reference once and compare the outputs."""
-    out = impl(*inputs)  # inputs do not require grad; no no_grad() so a compiled impl is not recompiled
-    return forward_report(out, reference, ref_inputs, dtype, tol)
-
-
 def reference_gradients(reference: Callable[..., torch.Tensor], ref_inputs: list[torch.Tensor],
                         dtype: torch.dtype, gen: torch.Generator
                         ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:

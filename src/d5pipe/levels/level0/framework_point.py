@@ -93,10 +93,8 @@ def _checks(conf: OperatorsConf, spec: OperatorSpec, framework: Framework, prepa
     out = torch.from_numpy(prepared.output())
     if conf.check_correctness:
         fwd = forward_report(out, spec.reference, ref_inputs, dtype, tol)
-        metrics += verdict_metrics("", "correctness", fwd)
+        metrics += verdict_metrics("", "correctness", fwd, extra)
         extra["tolerance"] = {"l2": fwd.tol_l2, "max_rel": fwd.tol_max_rel}
-        if fwd.note:
-            extra["correctness_note"] = fwd.note
     if conf.check_backward and not framework.differentiates:
         extra["notes"].append(f"{framework.name} runs forward only: no gradient check")
     elif conf.check_backward:
@@ -106,9 +104,7 @@ def _checks(conf: OperatorsConf, spec: OperatorSpec, framework: Framework, prepa
             grads = [None if g is None else torch.from_numpy(g)
                      for g in prepared.gradients(upstream.to(torch.float64).numpy())]
         bwd = gradients_report(out.shape, ref_out, grads, ref_grads, dtype, tol)
-        metrics += verdict_metrics("grad_", "grad_check", bwd)
-        if bwd.note:
-            extra["grad_check_note"] = bwd.note
+        metrics += verdict_metrics("grad_", "grad_check", bwd, extra)
     return metrics
 
 

@@ -31,7 +31,10 @@ def build_inputs(
     return inputs, ref_inputs, gen
 
 
-def verdict_metrics(prefix: str, name: str, report: ErrorReport) -> list[Metric]:
+def verdict_metrics(prefix: str, name: str, report: ErrorReport, extra: dict[str, Any]) -> list[Metric]:
+    """A check's verdict and errors; its note, if any, goes to ``extra[name + "_note"]``."""
+    if report.note:
+        extra[f"{name}_note"] = report.note
     return [
         Metric(name, report.verdict(), "", "verdict"),
         Metric(f"{prefix}err_l2", report.err_l2, "", "numerical"),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -37,20 +36,20 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
-from d5pipe.levels.level2.frameworks.agreement import Agreement, check, losses_rel_err, prepare, run_steps
+from d5pipe.levels.level2.frameworks.agreement import Agreement, check, prepare, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.level2.frameworks.trace import initial_weights, load_weights, model_tensors, trace
+from d5pipe.levels.level2.metrics import add_epoch, metric, training_metrics
 from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
-from d5pipe.levels.verify import NO_DETECT, tolerance, verdict
+from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
 from d5pipe.measure.determinism import seed_everything
-from d5pipe.measure.stats import Summary, summarize
 
 CPU = torch.device("cpu")
 
@@ -89,24 +88,19 @@ def _check(model: nn.Module, graph: Graph, w0: dict[str, np.ndarray], spec: Opti
                             "float64")
 
 
-CURVES = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_train_time_s", "cum_train_time_s",
-          "samples_per_s")
-
-
 @dataclass
 class Trained:
     """What the timed run gave: every step's loss and time, the per-epoch curves."""
 
     losses: list[float] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
-    curves: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in CURVES})
+    curves: dict[str, list[float]] = field(default_factory=dict)
     epoch_samples: list[int] = field(default_factory=list)
-    epochs_to_target: int | None = None
 
 
 def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int) -> Trained:
     """``train.epochs`` epochs of timed steps, each epoch's weights evaluated by PyTorch off the clock."""
-    out, cum = Trained(), 0.0
+    out = Trained()
     evaluator = copy.deepcopy(model).float()
     tensors = model_tensors(evaluator, graph)
     batches = _batches(conf, data, seed)
@@ -119,15 +113,11 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
             n += len(y)
         out.losses += losses
         out.step_times += times
-        cum += sum(times)
         load_weights(tensors, framework.weights())
         test_loss, test_acc = evaluate(evaluator, data.x_test, data.y_test, conf.eval_batch_size, CPU)
-        for k, v in zip(CURVES, (epoch, float(np.average(losses)), test_loss, test_acc, sum(times), cum,
-                                 n / sum(times)), strict=True):
-            out.curves[k].append(v)
+        add_epoch(out.curves, sum(times), n, epoch=epoch, train_loss=float(np.average(losses)), test_loss=test_loss,
+                  test_accuracy=test_acc)
         out.epoch_samples.append(n)
-        if out.epochs_to_target is None and conf.target_accuracy is not None and test_acc >= conf.target_accuracy:
-            out.epochs_to_target = epoch
     return out
 
 
@@ -139,35 +129,11 @@ def _verdict(name: str, agreement: Agreement, f32_err: float) -> list[Metric]:
     if not f32_err <= f32_tol:
         why.append(f"{name} in float32: its first loss differs by {f32_err:.3g} from PyTorch float64 "
                    f"(tolerance {f32_tol:g})")
-    return [Metric("framework_loss_rel_err", agreement.loss_rel_err, "", "numerical"),
-            Metric("framework_update_rel_l2", agreement.update_rel_l2, "", "numerical"),
-            Metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2, "", "numerical"),
-            Metric("framework_loss_rel_err_float32", f32_err, "", "numerical"),
-            Metric("framework_check", said, "", "verdict", detail="; ".join(why) or None)]
-
-
-def _metrics(run: Trained, step: Summary, compile_s: float, weights: dict[str, np.ndarray],
-             n_parameters: int) -> list[Metric]:
-    """The timed run's metrics (``step``: its step times summarised), named as the level-2 loop names them."""
-    curves = run.curves
-    total = sum(curves["epoch_train_time_s"])
-    reached = run.epochs_to_target
-    return [
-        Metric("compile_s", compile_s, "s", "timing", samples="compile_s"),
-        *step.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
-        Metric("samples_per_s", sum(run.epoch_samples) / total, "samples/s", "timing", samples="epoch_samples_per_s"),
-        Metric("train_time_s", total, "s", "timing", samples="epoch_train_time_s"),
-        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
-        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
-        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
-        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
-        Metric("time_to_target_s", float(curves["cum_train_time_s"][reached - 1]) if reached else math.nan, "s",
-               "timing", samples="step_time_s"),
-        Metric("epochs_to_target", float(reached) if reached else math.nan, "epochs", "numerical"),
-        Metric("weights_sha256", _sha256(weights), "", "info"),
-        Metric("n_parameters", n_parameters, "", "count"),
-        Metric("train_steps", len(run.step_times), "", "count"),
-    ]
+    return [metric("framework_loss_rel_err", agreement.loss_rel_err),
+            metric("framework_update_rel_l2", agreement.update_rel_l2),
+            metric("framework_running_stats_rel_l2", agreement.running_stats_rel_l2),
+            metric("framework_loss_rel_err_float32", f32_err),
+            metric("framework_check", said, detail="; ".join(why) or None)]
 
 
 def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed: int, seed_note: str) -> PointOutcome:
@@ -191,20 +157,19 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     framework = make("float32")
     told, compile_s = prepare(framework, graph, w0, spec, first[0], threads)
     run = _train(framework, model, graph, conf, data, seed)
-    step = summarize(run.step_times)
     weights = framework.weights()
     finite = all(bool(np.isfinite(w).all()) for w in weights.values())
     sane = sanity_checks(run.losses, run.curves, {}, finite, data.n_classes)
-    metrics = [*_verdict(conf.framework, agreement, losses_rel_err(run.losses[:1], reference.losses[:1])),
-               *_metrics(run, step, compile_s, weights, count_parameters(model)), *sane[0]]
-    return PointOutcome(metrics=metrics, samples={"step_time_s": run.step_times, "compile_s": [compile_s],
-                                                  "epoch_train_time_s": run.curves["epoch_train_time_s"],
-                                                  "epoch_samples_per_s": run.curves["samples_per_s"]}, extra={
+    trained, samples, warnings = training_metrics(run.curves, run.step_times, run.epoch_samples, conf.target_accuracy,
+                                                  _sha256(weights), count_parameters(model))
+    metrics = [*_verdict(conf.framework, agreement, max_relative_difference(run.losses[:1], reference.losses[:1])),
+               metric("compile_s", compile_s), *trained, *sane[0]]
+    return PointOutcome(metrics=metrics, samples={**samples, "compile_s": [compile_s]}, extra={
         "framework": {"selected": conf.framework, "class": type(framework).__qualname__},
         "check": {"steps": len(first), "float64": asdict(agreement), "reference_losses": reference.losses},
         "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note},
         "told": told, "versions": framework.versions(), "curves": run.curves, "sanity": sane[1],
-        "warnings": list(step.warnings), "target_accuracy": conf.target_accuracy,
+        "warnings": warnings, "target_accuracy": conf.target_accuracy,
         "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
                   "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
                   "gathered and evaluation done off the clock"})

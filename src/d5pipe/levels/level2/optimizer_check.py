@@ -29,6 +29,7 @@ from torch import nn
 from d5pipe.core.outcome import Metric
 from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.datasets import Dataset
+from d5pipe.levels.level2.metrics import metric
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import make_loader
 from d5pipe.levels.optim import make_optimizer
@@ -61,8 +62,7 @@ def check_optimizer(initial: nn.Module, data: Dataset, train_cfg: dict[str, Any]
     _steps(reference, make_optimizer(train_cfg, reference.parameters(), conf.reference_optimizer), batches, seed)
     div = relative_divergence(flat_params(model), flat_params(reference), start)
     result = verdict(div, conf.reference_tolerance, conf.detect_rel_error)
-    metrics = [Metric("optimizer_check", result, "", "verdict"),
-               Metric("optimizer_divergence", div, "", "numerical")]
+    metrics = [metric("optimizer_check", result), metric("optimizer_divergence", div)]
     extra = {"reference_optimizer": conf.reference_optimizer, "steps": len(batches),
              "tolerance": conf.reference_tolerance, "detect_rel_error": conf.detect_rel_error,
              "note": "||p - p_ref|| / ||p_ref - p_0|| after the same steps from the same weights on the "

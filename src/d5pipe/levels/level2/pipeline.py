@@ -24,13 +24,13 @@ from d5pipe.core.seeds import derive_seed
 from d5pipe.levels.contract import PointContext
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.device import synchronize
+from d5pipe.levels.level2.metrics import median_metric
 from d5pipe.levels.level2.sampling import IndexBatches, make_sampler
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import Batches, LoaderOptions, StepLog, make_loader, train_epoch
 from d5pipe.levels.optim import make_optimizer
 from d5pipe.levels.schema import DatasetConf
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
-from d5pipe.measure.stats import summarize
 
 
 def training_loader(conf: TrainConf, data: Dataset, seed: int, device: torch.device,
@@ -84,26 +84,18 @@ def in_memory_steps(model: nn.Module, data: Dataset, conf: TrainConf, seed: int,
     return stats.step_times_s, len(held[0][1]) if held else 0
 
 
-def median_metric(name: str, values: list[float], unit: str, samples: str) -> Metric:
-    """``name``: the median of ``values`` with its CI, a timing whose raw samples are ``samples``."""
-    s = summarize(values)
-    return Metric(name, s.median, unit, "timing", s.ci_low, s.ci_high, samples)
-
-
 def measure_loader(model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device
                    ) -> tuple[list[Metric], dict[str, list[float]]]:
-    """:func:`loader_alone` and :func:`in_memory_steps` as metrics and their samples:
-    ``loader_samples_per_s`` (median of the loader's per-batch rates, CI), ``step_time_in_memory``
-    (median, CI) and the model's consumption rate ``model_samples_per_s`` (a batch over each step)."""
+    """:func:`loader_alone` and :func:`in_memory_steps` as metrics (``loader_samples_per_s``,
+    ``step_time_in_memory``, ``model_samples_per_s``; d5pipe.levels.level2.metrics) and their samples."""
     rates = loader_alone(data, conf, seed, device)
     in_memory, batch = in_memory_steps(model, data, conf, seed, device)
-    metrics = [median_metric("loader_samples_per_s", rates, "samples/s", "loader_batch_samples_per_s")] if rates else []
+    metrics = [median_metric("loader_samples_per_s", rates)] if rates else []
     samples = {"loader_batch_samples_per_s": rates} if rates else {}
     if in_memory and batch:
         samples.update(in_memory_step_s=in_memory, in_memory_samples_per_s=[batch / s for s in in_memory])
-        metrics += [median_metric("step_time_in_memory", in_memory, "s", "in_memory_step_s"),
-                    median_metric("model_samples_per_s", samples["in_memory_samples_per_s"], "samples/s",
-                                  "in_memory_samples_per_s")]
+        metrics += [median_metric("step_time_in_memory", in_memory),
+                    median_metric("model_samples_per_s", samples["in_memory_samples_per_s"])]
     return metrics, samples
 
 

@@ -3,20 +3,8 @@
 ``run_point(ctx)`` reads the ``model``, ``dataset`` and ``train`` sections, seeds everything from
 the point seed, trains for ``train.epochs`` epochs and evaluates on the test split after each.
 
-Reported metrics: ``test_accuracy``/``test_loss``/``train_loss`` (final epoch; ``train_loss`` is
-the sample-weighted mean of the epoch's step losses), ``train_accuracy`` (the epoch's final model
-evaluated on the training split), ``best_test_accuracy``,
-``time_to_target_s`` and ``epochs_to_target`` (first epoch whose test accuracy reaches
-``train.target_accuracy``, evaluated after each epoch; NaN with a note if never;
-``time_to_target_s`` names the step times as its samples, so a re-run is tested on those while
-``epochs_to_target`` is compared as a number), ``samples_per_s`` (all training samples over
-all training time = the harmonic mean of the per-epoch rates, weighted by samples),
-``step_time`` (median with 95% CI over every step), the input pipeline's ``data_wait`` (median
-with CI of each step's wait for its batch), ``first_batch_s`` and ``data_stall_fraction`` (per
-epoch: waits / (waits + steps); median over epochs with CI), with ``train.measure_loader`` the
-loader alone (``loader_samples_per_s``) and steps on batches held in memory (``step_time_in_memory``,
-``model_samples_per_s``), ``train_time_s`` and ``weights_sha256``
-(sha256 of the final state dict; kind ``deterministic`` when ``train.deterministic``),
+Its metrics, and what each name means: d5pipe.levels.level2.metrics.TRAINING_METRICS (built by
+:func:`~d5pipe.levels.level2.metrics.training_metrics`, as a framework's point builds them), with
 ``flops_per_sample`` (forward + backward of one training batch, counted; d5pipe.measure.flops),
 ``gflops`` (achieved at ``samples_per_s``) and, with ``train.peak``, ``pct_peak_flops`` against
 the machine's measured float32 matmul peak.
@@ -54,7 +42,6 @@ the point.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -69,9 +56,16 @@ from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, state_dict_sha256
 from d5pipe.levels.lazy_samples import LazySamples
-from d5pipe.levels.level2.metrics import extra_metrics
+from d5pipe.levels.level2.metrics import (
+    add_epoch,
+    epochs_to_target,
+    extra_metrics,
+    median_metric,
+    metric,
+    training_metrics,
+)
 from d5pipe.levels.level2.optimizer_check import check_optimizer
-from d5pipe.levels.level2.pipeline import measure_loader, median_metric, train_labels, training_loader, training_seed
+from d5pipe.levels.level2.pipeline import measure_loader, train_labels, training_loader, training_seed
 from d5pipe.levels.level2.sampler_check import check_sampler
 from d5pipe.levels.level2.sampling import make_sampler
 from d5pipe.levels.level2.sanity import sanity_checks
@@ -85,7 +79,6 @@ from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
 from d5pipe.measure.peak import flops_peak
-from d5pipe.measure.stats import summarize
 
 METRICS_SPLIT_BYTES = 1 << 30
 """``train.metrics`` on a generated dataset: the largest test split generated whole for them."""
@@ -124,8 +117,6 @@ class TrainResult:
     epoch_stall_fraction: list[float]
     epoch_samples: list[int]
     step_losses: list[float]
-    epochs_to_target: int | None
-    time_to_target_s: float | None
 
 
 def fit(
@@ -135,47 +126,31 @@ def fit(
     optimizer = make_optimizer(asdict(conf), model.parameters())
     scheduler = make_scheduler(asdict(conf), optimizer)  # stepped once per epoch
     loader = training_loader(conf, data, seed, device)
-    names = ("epoch", "lr", "train_loss", "train_accuracy", "test_loss", "test_accuracy",
-             "epoch_train_time_s", "cum_train_time_s", "samples_per_s")
-    curves: dict[str, list[float]] = {k: [] for k in names}
+    curves: dict[str, list[float]] = {}
     epochs: list[EpochStats] = []
     steps = 0
-    cum = 0.0
-    epochs_to_target: int | None = None
-    time_to_target: float | None = None
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
         epochs.append(stats)
         steps += len(stats.step_times_s)
-        cum += stats.train_time_s
         scheduler.step()
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
         # accuracy of the epoch's final model on the training split (not counted in the loop)
         _, train_acc = evaluate(model, data.x_train, data.y_train, conf.eval_batch_size, device)
-        row = (epoch, lr, stats.train_loss, train_acc, test_loss, test_acc,
-               stats.train_time_s, cum, stats.samples / stats.train_time_s)
-        for k, v in zip(names, row, strict=True):
-            curves[k].append(v)
-        log.write({"event": "epoch", **{k: curves[k][-1] for k in names}})
+        row = add_epoch(curves, stats.train_time_s, stats.samples, epoch=epoch, lr=lr, train_loss=stats.train_loss,
+                        train_accuracy=train_acc, test_loss=test_loss, test_accuracy=test_acc)
+        log.write({"event": "epoch", **row})
         log.flush()
-        target = conf.target_accuracy
-        if epochs_to_target is None and target is not None and test_acc >= target:
-            epochs_to_target, time_to_target = epoch, cum
     return TrainResult(curves, [t for e in epochs for t in e.step_times_s], [w for e in epochs for w in e.wait_times_s],
                        [e.wait_times_s[0] for e in epochs if e.wait_times_s], [e.stall_fraction for e in epochs],
-                       [e.samples for e in epochs], [v for e in epochs for v in e.step_losses], epochs_to_target,
-                       time_to_target)
+                       [e.samples for e in epochs], [v for e in epochs for v in e.step_losses])
 
 
-def _nan_if_none(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
-def _notes(conf: TrainConf, curves: dict[str, list[float]], epochs_to_target: int | None) -> list[str]:
+def _notes(conf: TrainConf, curves: dict[str, list[float]]) -> list[str]:
     """What the reader of a training point's record must know about its numbers."""
     notes: list[str] = []
-    if conf.target_accuracy is not None and epochs_to_target is None:
+    if conf.target_accuracy is not None and epochs_to_target(curves, conf.target_accuracy) is None:
         notes.append(
             f"target test accuracy {conf.target_accuracy} never reached in {conf.epochs} epochs "
             f"(best {max(curves['test_accuracy']):.4f}); time_to_target_s is NaN"
@@ -183,46 +158,6 @@ def _notes(conf: TrainConf, curves: dict[str, list[float]], epochs_to_target: in
     if not conf.deterministic:
         notes.append("train.deterministic is false: weights_sha256 is informational only")
     return notes
-
-
-def _train_metrics(conf: TrainConf, result: TrainResult, weights: str, n_parameters: int
-                   ) -> tuple[Metric, list[Metric], list[str]]:
-    """A training run's own metrics from its curves and timings, among them its throughput (what
-    its GFLOP/s are computed from), and the warnings of its step-time statistics."""
-    curves = result.curves
-    total_time = sum(curves["epoch_train_time_s"])
-    total_samples = sum(result.epoch_samples)
-    step_summary = summarize(result.step_times_s)
-    throughput = Metric("samples_per_s", total_samples / total_time, "samples/s", "timing",
-                        samples="epoch_samples_per_s")
-    metrics = [
-        Metric("test_accuracy", curves["test_accuracy"][-1], "", "numerical"),
-        Metric("best_test_accuracy", max(curves["test_accuracy"]), "", "numerical"),
-        Metric("test_loss", curves["test_loss"][-1], "", "numerical"),
-        Metric("train_loss", curves["train_loss"][-1], "", "numerical"),
-        Metric("train_accuracy", curves["train_accuracy"][-1], "", "numerical"),
-        # one value per run; its step times are the samples a re-run is tested against
-        Metric("time_to_target_s", _nan_if_none(result.time_to_target_s), "s", "timing",
-               samples="step_time_s"),
-        Metric("epochs_to_target", _nan_if_none(result.epochs_to_target), "epochs", "numerical"),
-        throughput,
-        Metric("train_time_s", total_time, "s", "timing", samples="epoch_train_time_s"),
-        *step_summary.to_metrics("step_time", "s", "step_time_s", prefix="step_time_"),
-        *_data_metrics(result),
-        Metric("weights_sha256", weights, "", "deterministic" if conf.deterministic else "info"),
-        Metric("n_parameters", n_parameters, "", "count"),
-        Metric("train_steps", len(result.step_times_s), "", "count"),
-    ]
-    return throughput, metrics, list(step_summary.warnings)
-
-
-def _data_metrics(result: TrainResult) -> list[Metric]:
-    """How long the steps waited for their batches: ``data_wait`` (median over steps, CI),
-    ``first_batch_s`` (median over epochs of the first batch's wait: the loader's start) and
-    ``data_stall_fraction`` (median over epochs of waits / (waits + steps), CI)."""
-    return [median_metric("data_wait", result.wait_times_s, "s", "data_wait_s"),
-            median_metric("first_batch_s", result.first_waits_s, "s", "first_batch_s"),
-            median_metric("data_stall_fraction", result.epoch_stall_fraction, "", "epoch_stall_fraction")]
 
 
 MEMORY_NOTE = ("one batch's forward and backward after training, in train.micro_batches parts; "
@@ -291,12 +226,17 @@ def run_point(ctx: PointContext) -> PointOutcome:
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
-    notes = _notes(conf, curves, result.epochs_to_target)
-    throughput, metrics, step_warnings = _train_metrics(conf, result, weights, count_parameters(model))
+    notes = _notes(conf, curves)
+    metrics, trained_samples, step_warnings = training_metrics(
+        curves, result.step_times_s, result.epoch_samples, conf.target_accuracy, weights, count_parameters(model),
+        conf.deterministic)
+    throughput = next(m for m in metrics if m.name == "samples_per_s")
+    metrics += [median_metric("data_wait", result.wait_times_s), median_metric("first_batch_s", result.first_waits_s),
+                median_metric("data_stall_fraction", result.epoch_stall_fraction)]  # how long the steps waited
     checks = {"optimizer_check": checked, "micro_batch_check": micro, "sampler_check": sampling}
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
-        metrics.append(Metric("step_peak_memory", memory.bytes, "B", "numerical"))
+        metrics.append(metric("step_peak_memory", memory.bytes))
     metrics += loader[0]
     if counted is not None:
         n = min(conf.batch_size, len(data.y_train))
@@ -304,15 +244,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
         metrics += flop_metrics("", counted / n, throughput, peak)
     return PointOutcome(
         metrics=metrics,
-        samples={
-            "step_time_s": result.step_times_s,
-            "data_wait_s": result.wait_times_s,
-            "first_batch_s": result.first_waits_s,
-            "epoch_stall_fraction": result.epoch_stall_fraction,
-            **loader[1],
-            "epoch_train_time_s": curves["epoch_train_time_s"],
-            "epoch_samples_per_s": curves["samples_per_s"],
-        },
+        samples={**trained_samples, "data_wait_s": result.wait_times_s, "first_batch_s": result.first_waits_s,
+                 "epoch_stall_fraction": result.epoch_stall_fraction, **loader[1]},
         extra={
             "curves": curves,
             "seeds": seeds,

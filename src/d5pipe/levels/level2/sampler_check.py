@@ -23,6 +23,7 @@ import torch
 from scipy.stats import chisquare
 
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.verify import FAIL, passed
 
 SamplerFactory = Callable[[int], Iterable[int]]
 """``factory(seed)``: a fresh sampler whose generator is seeded with ``seed``."""
@@ -40,24 +41,24 @@ def once_per_epoch(epoch: np.ndarray, n: int) -> tuple[str, str]:
     ok = outside == 0 and repeated == 0 and missing == 0 and len(epoch) == n
     detail = (f"{len(epoch)} indices drawn for {n} samples: {repeated} drawn more than once, "
               f"{missing} never, {outside} out of range")
-    return ("pass" if ok else "fail"), detail
+    return passed(ok), detail
 
 
 def class_histogram(epoch: np.ndarray, labels: np.ndarray, n_classes: int, alpha: float) -> tuple[str, float, str]:
     """(verdict, p, detail): the epoch's class counts against the dataset's class proportions."""
     valid = epoch[(epoch >= 0) & (epoch < len(labels))]
     if len(valid) == 0:
-        return "fail", float("nan"), "the epoch drew no valid index"
+        return FAIL, float("nan"), "the epoch drew no valid index"
     expected_share = np.bincount(labels, minlength=n_classes) / len(labels)
     observed = np.bincount(labels[valid], minlength=n_classes)
     present = expected_share > 0
     if observed[~present].any():
-        return "fail", 0.0, "the epoch drew classes the dataset does not have"
+        return FAIL, 0.0, "the epoch drew classes the dataset does not have"
     p = float(chisquare(observed[present], expected_share[present] * len(valid)).pvalue) if present.sum() > 1 else 1.0
     worst = int(np.argmax(np.abs(observed / len(valid) - expected_share)))
     detail = (f"chi-square p = {p:.3g} (fails below {alpha:g}); class {worst}: {observed[worst] / len(valid):.3f} "
               f"of the epoch, {expected_share[worst]:.3f} of the dataset")
-    return ("pass" if p >= alpha else "fail"), p, detail
+    return passed(p >= alpha), p, detail
 
 
 def check_sampler(factory: SamplerFactory, labels: torch.Tensor, seed: int, n_classes: int,
@@ -76,7 +77,7 @@ def check_sampler(factory: SamplerFactory, labels: torch.Tensor, seed: int, n_cl
         Metric("sampler_once_per_epoch", once, "", "verdict", detail=once_detail),
         Metric("sampler_class_histogram", hist, "", "verdict", detail=hist_detail),
         Metric("sampler_histogram_p", p, "", "info"),
-        Metric("sampler_seeded_order", "pass" if same else "fail", "", "verdict",
+        Metric("sampler_seeded_order", passed(same), "", "verdict",
                detail=f"two samplers seeded alike: {order_detail}"),
     ]
     extra = {"once_per_epoch": once_detail, "class_histogram": hist_detail, "seeded_order": order_detail,

@@ -41,6 +41,7 @@ from statistics import median
 from typing import Any
 
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.verify import FAIL, PASS
 
 PREFIX = "sanity:"
 DIVERGENCE_RATIO = 1.25
@@ -52,7 +53,7 @@ MIN_WINDOW = 5
 """Steps per window at least; fewer than ``2 * MIN_WINDOW`` steps are not judged."""
 CHANCE_MIN_STEPS = 100
 """Optimizer steps before ``above_chance`` judges a run."""
-PASS, FAIL, NOT_JUDGED = "pass", "fail", "not judged"
+NOT_JUDGED = "not judged"  # a rule with too little to go on; its other outcomes are d5pipe.levels.verify's
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import numpy as np
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.level3.collectives import actual_message_bytes, busbw_factor
 from d5pipe.levels.level3.scaling import ring_allreduce_bytes
+from d5pipe.levels.verify import passed
 from d5pipe.measure.stats import rate_metric, summarize
 
 TIMING_NOTE = (
@@ -91,7 +92,7 @@ def staleness_metrics(ranks: list[dict[str, Any]], extra: dict[str, Any]) -> lis
               f"max {worst}, bound {bound}; histogram {extra['staleness_histogram']}")
     return [Metric("staleness_max", worst, "", "count"),
             Metric("staleness_mean", float(np.mean(values)) if values else 0.0, "", "numerical"),
-            Metric("staleness_bounded", "pass" if worst <= bound else "fail", "", "verdict", detail=detail)]
+            Metric("staleness_bounded", passed(worst <= bound), "", "verdict", detail=detail)]
 
 
 def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
@@ -133,7 +134,7 @@ def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch
                     rate_metric("busbw_GBps", size * factor / 1e9, summary, "GB/s", key),
                     Metric("message_bytes", size, "B", "deterministic"),
                     Metric("busbw_factor", factor, "", "deterministic"),
-                    Metric("collective_correct", "pass" if correct else "fail", "", "verdict")]
+                    Metric("collective_correct", passed(correct), "", "verdict")]
     allocations = [r.get("allocation") or {} for r in ranks]
     if allocations[0]:  # the buffer timed (d5pipe.levels.level3.placement.allocate)
         huge = [int(h) for h in (a.get("huge_page_bytes") for a in allocations) if h is not None]
@@ -198,7 +199,7 @@ def train_outcome(
     workers = workers_of(ranks)
     hashes = {r["params_sha256"] for r in workers}
     if strategy.get("consistent", True):
-        out.metrics.append(Metric("params_identical", "pass" if len(hashes) == 1 else "fail", "", "verdict"))
+        out.metrics.append(Metric("params_identical", passed(len(hashes) == 1), "", "verdict"))
     else:  # replicas differ between synchronisations by design
         out.metrics.append(Metric("replicas_identical", len(hashes) == 1, "", "info"))
     out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in workers])), "", "numerical"))

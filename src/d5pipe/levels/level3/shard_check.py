@@ -17,6 +17,7 @@ import numpy as np
 
 from d5pipe.core.atomic import write_bytes
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.verify import FAIL, passed
 
 
 def samples_file(out_dir: Path, rank: int) -> Path:
@@ -49,7 +50,7 @@ def check_shards(per_rank: list[np.ndarray], n_train: int, global_batch: int) ->
              "last partial global batch)" if covered else f"no full epoch in {steps} steps ({per_epoch} make one)")
     detail = (f"{len(per_rank)} ranks, {steps} steps, shares of {sorted(sizes)} samples: {overlapping} steps with "
               f"overlapping shares, {repeated} epochs with a sample drawn twice; {cover}")
-    return ("pass" if ok else "fail"), detail
+    return passed(ok), detail
 
 
 def shard_metric(out_dir: Path, ranks: list[int], n_train: int, global_batch: int) -> Metric:
@@ -57,6 +58,6 @@ def shard_metric(out_dir: Path, ranks: list[int], n_train: int, global_batch: in
     try:
         per_rank = [np.load(samples_file(out_dir, r)) for r in ranks]
     except OSError as exc:
-        return Metric("rank_samples_disjoint", "fail", "", "verdict", detail=f"a rank's sample indices are missing ({exc})")
+        return Metric("rank_samples_disjoint", FAIL, "", "verdict", detail=f"a rank's sample indices are missing ({exc})")
     verdict, detail = check_shards(per_rank, n_train, global_batch)
     return Metric("rank_samples_disjoint", verdict, "", "verdict", detail=detail)

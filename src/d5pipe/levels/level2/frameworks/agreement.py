@@ -30,7 +30,7 @@ import numpy as np
 from d5pipe.levels.declare import Compiles
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, TrainingFramework
 from d5pipe.levels.level2.frameworks.graph import Graph
-from d5pipe.levels.verify import NO_DETECT, relative_divergence, tolerance, verdict
+from d5pipe.levels.verify import NO_DETECT, PASS, max_relative_difference, relative_divergence, tolerance, verdict
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Agreement:
     def passed(self) -> bool:
         """Every compared difference within the tolerance (d5pipe.levels.verify.verdict, no detection limit)."""
         checked = (self.update_rel_l2, self.running_stats_rel_l2) if self.updates_checked else ()
-        return verdict(max((self.loss_rel_err, *checked)), self.tolerance, NO_DETECT) == "pass"
+        return verdict(max((self.loss_rel_err, *checked)), self.tolerance, NO_DETECT) == PASS
 
     def why(self) -> str:
         if self.passed:
@@ -101,21 +101,12 @@ def _rel_l2(got: Steps, ref: Steps, initial: dict[str, np.ndarray], names: Seque
     return relative_divergence(*(np.concatenate([w[n].ravel() for n in names]) for w in (got.weights, ref.weights, initial)))
 
 
-def losses_rel_err(got: Sequence[float], ref: Sequence[float]) -> float:
-    """The largest relative difference of two loss sequences of one length (inf otherwise, or NaN)."""
-    a, b = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    if len(a) != len(b) or not len(a):
-        return np.inf
-    err = float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
-    return err if np.isfinite(err) else np.inf
-
-
 def check(steps: Steps, reference: Steps, initial: dict[str, np.ndarray], graph: Graph,
           dtype: str = "float32") -> Agreement:
     """The largest relative loss difference over the steps (float32: the first step's), the relative
     L2 difference of the whole update (all parameters as one vector) and of the running statistics'
     change (both held to the tolerance in float64); NaN fails."""
     first = 1 if dtype == "float32" else len(reference.losses)  # see the module docstring
-    return Agreement(losses_rel_err(steps.losses[:first], reference.losses[:first]), _rel_l2(steps, reference, initial, list(graph.shapes)),
+    return Agreement(max_relative_difference(steps.losses[:first], reference.losses[:first]), _rel_l2(steps, reference, initial, list(graph.shapes)),
                      _rel_l2(steps, reference, initial, list(graph.buffer_shapes)), tolerance("framework", dtype)[0],
                      dtype == "float64")

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.report.answers import answer_blocks
 from d5pipe.results.report.blocks import Block, Figure, Section, Table
 from d5pipe.results.report.comparison_section import comparison_blocks
@@ -93,6 +94,13 @@ def generic(data: RunData, stage: str, title: str) -> Section:
     """The section of a level without a module of its own: its side-by-side answers, its
     configurations and its per-point table (added by d5pipe.results.report.build)."""
     return finish(data, stage, title, [])
+
+
+def side_by_side(rows: pd.DataFrame, axis: str, wanted: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """For a table of ``axis``'s values side by side: the varying axes, the metrics of ``wanted``
+    the run has, and the axes to group by (``axis`` first, repetitions folded)."""
+    axes, names = varying_axes(rows, repeat=True), set(metric_names(rows))
+    return axes, [m for m in wanted if m in names], [axis, *[a for a in axes if a not in (axis, REPEAT_AXIS)]]
 
 
 def folded_table(rows: pd.DataFrame, metrics: Sequence[str], axes: list[str], caption: str,

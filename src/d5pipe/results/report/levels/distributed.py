@@ -18,7 +18,7 @@ from d5pipe.results.report.frames import (
     varying_axes,
     wide_table,
 )
-from d5pipe.results.report.levels.common import finish, folded_table, upper_bounds
+from d5pipe.results.report.levels.common import finish, folded_table, side_by_side, upper_bounds
 from d5pipe.results.report.loader import RunData
 
 
@@ -51,12 +51,9 @@ FOLDED_CAPTION = ("Strategies side by side, each over its repetitions (separate 
 def strategies_table(rows: pd.DataFrame) -> list[Block]:
     """Each distributed strategy's time, communication and what the model reached, side by side
     (the speedup of each over allreduce, with its verdict, is in the side-by-side comparison)."""
-    axes = varying_axes(rows, repeat=True)
+    axes, metrics, by = side_by_side(rows, "distributed.strategy", STRATEGY_METRICS)
     if "distributed.strategy" not in axes:
         return []
-    names = set(metric_names(rows))
-    metrics = [m for m in STRATEGY_METRICS if m in names]
-    by = ["distributed.strategy", *[a for a in axes if a not in ("distributed.strategy", REPEAT_AXIS)]]
     if REPEAT_AXIS in axes:
         return [folded_table(rows, metrics, by, FOLDED_CAPTION)]
     cols, body, total = wide_table(rows, metrics, by)

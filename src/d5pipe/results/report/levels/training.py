@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.levels.level2.metrics import TRAINING_METRICS
 from d5pipe.levels.level2.stage import LEVEL
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.figures import verdict_table
@@ -19,7 +20,7 @@ from d5pipe.results.report.frames import (
     varying_axes,
     wide_table,
 )
-from d5pipe.results.report.levels.common import finish, folded_table, repetition_means, upper_bounds
+from d5pipe.results.report.levels.common import finish, folded_table, repetition_means, side_by_side, upper_bounds
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.plots import curves as plot_curves
 from d5pipe.results.report.plots import metric_vs_axis
@@ -36,20 +37,14 @@ FRAMEWORK_METRICS = ("framework_check", "framework_update_rel_l2", "framework_lo
 def frameworks_table(rows: pd.DataFrame) -> list[Block]:
     """Each training framework's check, compile time, step time and what it reached, side by side
     (the step-time speedup of each over torch, with its verdict, is in the side-by-side comparison)."""
-    axes = varying_axes(rows, repeat=True)
+    axes, metrics, by = side_by_side(rows, "train.framework", FRAMEWORK_METRICS)
     if "train.framework" not in axes:
         return []
-    names = set(metric_names(rows))
-    metrics = [m for m in FRAMEWORK_METRICS if m in names]
-    by = ["train.framework", *[a for a in axes if a not in ("train.framework", REPEAT_AXIS)]]
     return [folded_table(rows, metrics, by, (
-        "Training frameworks side by side, each over its repetitions (separate processes): the check against "
-        "PyTorch in float64 from the same weights and batches (framework_check; the float64 run's weight-update "
-        "difference and the float32 run's loss difference), then the mean -- geometric for times -- [95% "
-        "t-interval across repetitions] of the compile or trace time (never part of a step), the step time "
-        "(each repetition's median), the throughput, the final test accuracy and the time to "
-        "train.target_accuracy; the check's differences as their largest over the repetitions. A framework "
-        "that failed its check is timed too, and never ranked"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
+        "Training frameworks side by side, each over its repetitions (separate processes): the mean -- geometric "
+        "for times -- [95% t-interval across repetitions], the check's differences as their largest (each "
+        "metric's meaning: the table at the end). A framework that failed its check is timed too, and never "
+        "ranked"), largest=("framework_update_rel_l2", "framework_loss_rel_err_float32"))]
 
 
 def input_pipeline(rows: pd.DataFrame) -> list[Block]:
@@ -80,10 +75,8 @@ def input_pipeline(rows: pd.DataFrame) -> list[Block]:
     if "data_stall_fraction" in names and len(axes) > 0:
         cols, body, total = wide_table(rows, present, axes)
         more = f" (first {len(body)} of {total} points)" if total > len(body) else ""
-        blocks.append(Table(cols, body, "Input pipeline: the share of step time spent waiting for the next batch "
-                            "(data_stall_fraction, median over epochs [95% CI]), each step's wait (data_wait) and "
-                            "an epoch's first (first_batch_s: the loader's start), the step time with and without "
-                            f"a loader{more}"))
+        blocks.append(Table(cols, body, "Input pipeline: how long the steps waited for their data, the step time "
+                            f"with and without a loader (each metric's meaning: the table at the end){more}"))
     return blocks
 
 
@@ -104,6 +97,13 @@ def stall_sentence(rows: pd.DataFrame, axes: list[str]) -> list[Block]:
     return [Text(f"Waiting for data: {name(worst)} spends {per.iloc[0]:.1%} of its step time waiting for the next "
                  f"batch, the most of the {len(per)} configurations; {name(best)} the least, {per.iloc[-1]:.1%} "
                  "(data_stall_fraction, median over epochs and repetitions).", "note")]
+
+
+def glossary(rows: pd.DataFrame) -> list[Block]:
+    """What each level-2 metric of the run means (d5pipe.levels.level2.metrics.TRAINING_METRICS)."""
+    names = set(metric_names(rows))
+    body = [[n, d.unit, d.about] for n, d in TRAINING_METRICS.items() if n in names]
+    return [Table(["metric", "unit", "meaning"], body, "What the training metrics of this run mean", wrap={2})] if body else []
 
 
 def section(data: RunData) -> Section:
@@ -149,4 +149,5 @@ def section(data: RunData) -> Section:
     if acc:
         blocks += verdict_table(data, LEVEL.name, rows, acc, varying_axes(rows, repeat=True), "Acceptance thresholds of the recipe")
     blocks += upper_bounds(rows, [("samples_per_s", "")])
+    blocks += glossary(rows)
     return finish(data, LEVEL.name, LEVEL.title, blocks)
