@@ -128,7 +128,7 @@ def rapl(root: Path = POWERCAP) -> Meter | Unavailable:
 def nvml(index: int = 0) -> Meter | Unavailable:
     """The NVIDIA GPU ``index``'s energy counter, or why not."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return Unavailable("no NVML: the pynvml package is not installed")
     try:
