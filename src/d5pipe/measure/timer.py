@@ -38,7 +38,7 @@ import numpy as np
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import conf_from_dict
-from d5pipe.measure import lockstep
+from d5pipe.measure import energy, lockstep
 from d5pipe.measure.stats import CONFIDENCE, Summary, median_ci, summarize
 from d5pipe.measure.timer_schema import TimerConf, check_timer
 
@@ -143,6 +143,9 @@ class Measurement:
     device: str
     config: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    energy: dict[str, Any] = field(default_factory=dict)
+    """d5pipe.measure.energy's record of the timed blocks: joules, per call, watts and the method;
+    or ``available: False`` and the reason."""
 
     @property
     def median(self) -> float:
@@ -208,8 +211,19 @@ def measure(
     calls = _calls_for(per_call, conf.min_block_s, overhead)
     min_block = max(conf.min_block_s, overhead / MAX_OVERHEAD_FRACTION)
     samples: list[float] = []
+    span, timed_calls = energy.Span(energy.meter(device)), 0
+
+    def block(n: int) -> float:
+        """One timed block of ``n`` calls, its energy read around it (outside the clock's time)."""
+        nonlocal timed_calls
+        span.begin()
+        took = clock.time_block(fn, n)
+        span.end()
+        timed_calls += n
+        return took
+
     while True:
-        block_s = clock.time_block(fn, calls)
+        block_s = block(calls)
         turn()
         if block_s >= 0.5 * min_block or spent():
             samples.append(block_s / calls)
@@ -230,7 +244,7 @@ def measure(
         if spent():
             stop_reason = "budget"
             break
-        samples.append(clock.time_block(fn, calls) / calls)
+        samples.append(block(calls) / calls)
         turn()
 
     summary = summarize(samples)
@@ -254,4 +268,5 @@ def measure(
         device=device,
         config=dataclasses.asdict(conf),
         warnings=warnings,
+        energy=span.record(timed_calls),
     )

@@ -43,6 +43,7 @@ from typing import Any
 
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
+from d5pipe.measure.energy import meter as energy_meter
 from d5pipe.provenance import probes as envprobe
 from d5pipe.provenance.lock import editable_commit, lock_record
 from d5pipe.rundir.layout import MANIFEST_FILE, RunDir
@@ -184,6 +185,7 @@ def _cached_record(cache_dir: str | None, light: bool) -> str:
         record["torch"].update(num_threads=torch.get_num_threads(),
                                num_interop_threads=torch.get_num_interop_threads())
     record.update(
+        energy=energy_meter("cpu").describe(),  # per job: a node may let its jobs read RAPL or not
         hostname=socket.gethostname(),
         env={k: os.environ.get(k) for k in (*HASHED_ENV_VARS, *RECORDED_ENV_VARS)},
         git=envprobe.git_info(),

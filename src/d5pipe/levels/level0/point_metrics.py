@@ -14,6 +14,7 @@ from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.verify import ErrorReport
 from d5pipe.measure.ceilings import NARROW, REFRESH_NEAR, machine_ceilings, roofline
+from d5pipe.measure.energy import energy_metrics
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import Measurement
 
@@ -107,6 +108,7 @@ def timed_metrics(ctx: PointContext, conf: OperatorsConf, spec: OperatorSpec, dt
     gbps = rate_metric("gbps", nbytes / 1e9, m.summary, "GB/s", "time")
     metrics = [
         *m.summary.to_metrics("time", "s", "time"),
+        *energy_metrics(m.energy),
         gflops,
         gbps,
         Metric("target_met", m.target_met, "", "info"),

@@ -56,6 +56,7 @@ from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.determinism import seed_everything
+from d5pipe.measure.energy import energy_metrics
 from d5pipe.measure.flops import FLOPS_NOTE, count_flops, flop_metrics, safe_count
 from d5pipe.measure.memory import peak_memory
 from d5pipe.measure.peak import flops_peak
@@ -177,6 +178,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
     metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
     throughput = rate_metric(rate_name, float(conf.batch_size), m.summary, "samples/s", key)
     metrics.append(throughput)
+    metrics += energy_metrics(m.energy, "sample", float(conf.batch_size), f"_{mode}")
     counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
     if counted is not None:
         fpeak = flops_peak(ctx.cache, str(device), torch_dtype(conf.dtype, "level1.dtype")) if conf.peak else None

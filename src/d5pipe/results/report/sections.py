@@ -58,6 +58,16 @@ def report_built() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def energy_fact(data: RunData) -> str:
+    """How energy was measured (d5pipe.measure.energy), or "unavailable (<why>)"."""
+    measured = int(data.results["metric"].astype(str).str.startswith("energy_per_").sum())
+    record = (data.manifest.get("environment") or {}).get("energy") or {}
+    if measured:
+        how = f"{record.get('method')}: {record.get('caveat')}" if record.get("available") else "see each point's timer record"
+        return f"{measured} value(s) measured ({how})"
+    return f"unavailable ({record.get('reason', 'not recorded in this run')})"
+
+
 def provenance(data: RunData) -> Section:
     m = data.manifest
     facts = [
@@ -68,6 +78,7 @@ def provenance(data: RunData) -> Section:
         ["config hash", str(m.get("config_hash", ""))],
         ["root seed", str(m.get("seed", data.config.get("seed", "")))],
         ["environment hash", str(m.get("env_hash", ""))],
+        ["energy", energy_fact(data)],
     ]
     hashes = sorted(str(h) for h in data.results["env_hash"].dropna().unique() if str(h))
     if len(hashes) > 1:  # the warning itself is under Warnings (several environments), once
