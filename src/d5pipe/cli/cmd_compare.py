@@ -21,6 +21,7 @@ from d5pipe.provenance.run_diff import run_differences
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
 from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.profiles import explain_comparison
 from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, DEFAULT_RUN_NOISE, Policy
 
 REGRESSION_EXIT = 4
@@ -88,6 +89,7 @@ def main(args: argparse.Namespace) -> int:
         differs = run_differences(dir_a, dir_b)
         result = compare_runs(dir_a, dir_b, policy_from_args(args), args.allow_different,
                               labels=(str(args.a), str(args.b)), timing=timing_policy_from_args(args))
+        explain_comparison(result, dir_a, dir_b)
     print("\n".join(differs.lines()))
     print(format_table(result).rsplit("\n", 1)[0])
     if args.json is not None:

@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("d5pipe.cli.cmd_cancel", "stop a SLURM run: its detached driver and its jobs"),
     "cache": ("d5pipe.cli.cmd_cache", "the prepared datasets shared by run directories; --clear"),
     "history": ("d5pipe.cli.cmd_history", "every finished run kept: import, runs, series, latest, check, trend"),
+    "profile": ("d5pipe.cli.cmd_profile", "profile one point of a run afterwards (profile.parquet, traces, report)"),
     "peaks": ("d5pipe.cli.cmd_peaks", "the machine's ceilings (FLOP/s per dtype, bandwidth per memory level)"),
 }
 

@@ -33,6 +33,7 @@ from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.levels.registry import STAGES
 from d5pipe.measure import lockstep
+from d5pipe.measure.profile import enabled as profiling
 from d5pipe.plan.point_config import point_config, stage_base
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, Record
@@ -175,6 +176,7 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
     executor = dict(rd.executor)
     run_point = STAGES[stage].runner()  # imported once, before the worker is forked
     cache: dict[str, Any] = {}
+    profile = rd.config.get("profile") if profiling(rd.config.get("profile")) else None
 
     def run_one(k: int) -> str:
         pt = points[k]
@@ -185,6 +187,7 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
             experiment=spec["experiment"], stage=stage, point_id=pid, params=pt["params"],
             config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
             work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
+            profile=profile, profile_dir=rd.profile_dir(stage),
         )
         try:
             rec = run_point_record(ctx, env_hash, run_point)

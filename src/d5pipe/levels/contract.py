@@ -47,6 +47,11 @@ class PointContext:
     """Where ``prepare_data`` materialised the datasets (see d5pipe.levels.datasets)."""
     executor: dict[str, Any]
     """The executor section (local or slurm) as a plain dict."""
+    profile: dict[str, Any] | None = None
+    """The run's ``profile`` section when a profiled pass is asked for (d5pipe.measure.profile),
+    else None; the point's timed pass is the same either way."""
+    profile_dir: Path | None = None
+    """Where the profiled pass writes its trace file."""
     cache: dict[str, Any] = field(default_factory=dict)
     """Shared by all points of one shard process (e.g. a machine-peak measurement, level 3's
     rank sessions); what needs closing is registered with :func:`register_closer`."""
@@ -67,3 +72,19 @@ def run_closers(cache: dict[str, Any]) -> None:
             closer(cache)
         except Exception:  # noqa: BLE001 - a closer must not mask the shard's results
             pass
+
+
+def profile_pass(ctx: PointContext, extra: dict[str, Any], fn: Callable[[], object], phase: str,
+                 device: str = "cpu", sync: Callable[[], None] = lambda: None) -> None:
+    """The point's profiled pass of ``phase`` (d5pipe.measure.profile), after its timed pass, when
+    the run asks for one: appended to the record's ``profile`` list; its trace goes to
+    ``ctx.profile_dir``. Nothing otherwise."""
+    if not ctx.profile or not ctx.profile.get("enabled"):
+        return
+    from d5pipe.measure.profile import profile_calls
+
+    name = f"{ctx.point_id}.{phase}.trace.json"
+    trace = ctx.profile_dir / name if ctx.profile_dir is not None else None
+    extra.setdefault("profile", []).append(
+        profile_calls(fn, int(ctx.profile.get("iterations", 5)), trace, cuda=device.startswith("cuda"),
+                      sync=sync, phase=phase))

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.results.columns import axis_column_name, stage_axes
+from d5pipe.results.profiles import profile_rows
 from d5pipe.results.verdicts import NOT_RUN_PREFIX
 from d5pipe.rundir.layout import RunDir
 from d5pipe.rundir.record import CorruptRecord, parse_record
@@ -70,6 +71,8 @@ class Collected:
     """Metric field -> one entry per metric row."""
     warnings: list[tuple[str, str, str]] = field(default_factory=list)
     curves: list[tuple[str, str, str, float, float]] = field(default_factory=list)
+    profiles: list[dict[str, Any]] = field(default_factory=list)
+    """Rows of the records' profiled passes (d5pipe.results.profiles)."""
     samples: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)
     """(stage, point_id) -> metric name -> the raw samples that metric summarises."""
 
@@ -149,6 +152,8 @@ def _add_point(cols: Collected, stage: str, pid: str, rec: dict[str, Any]) -> No
     if extra:
         for w in extra.get("warnings") or ():
             cols.warnings.append((stage, pid, str(w)))
+        if "profile" in extra:
+            cols.profiles += profile_rows(stage, pid, rec.get("params") or {}, extra["profile"])
         curves = extra.get("curves")
         if isinstance(curves, dict):
             steps = curves.get("epoch") or curves.get("step") or []

@@ -73,6 +73,10 @@ class PointComparison:
     comparisons: list[Comparison]
     """Status, seed and every non-timing metric, folded over the repetitions."""
     timings: list[TimingComparison] = field(default_factory=list)
+    ids: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    """The point IDs of the configuration's repetitions in A and in B."""
+    why: str = ""
+    """Where a changed timing's time went, from both sides' profiles (d5pipe.results.profiles)."""
 
     def worst(self) -> int:
         """0: something changed or differs, 1: inconclusive, 2: the rest (for ordering)."""
@@ -315,7 +319,9 @@ def compare_loaded(ref: dict[tuple[str, str], PointData], new: dict[tuple[str, s
         common = sorted(set(reps_a) & set(reps_b))
         pairs = [(r, c) for r in common for c in compare_point(reps_a[r], reps_b[r], policy, check_seeds)]
         params = {k: v for k, v in first.params.items() if k != REPEAT_AXIS}
-        points.append(PointComparison(key[0], first.point_id, params, _fold(pairs, len(common))))
+        points.append(PointComparison(key[0], first.point_id, params, _fold(pairs, len(common)),
+                                      ids=(tuple(p.point_id for p in reps_a.values()),
+                                           tuple(p.point_id for p in reps_b.values()))))
         names = timing_names(reps_a)
         sides = {name: (timing_side(reps_a, name), timing_side(reps_b, name)) for name in names}
         follows = derived_timings({n: s[0].values for n, s in sides.items()})
@@ -368,7 +374,7 @@ def to_json(result: RunComparison) -> dict[str, Any]:
                    "correction": result.policy.correction, "paired": result.paired},
         "counts": result.counts(),
         "points": [{"stage": p.stage, "point_id": p.point_id, "params": p.params,
-                    "timings": [t.to_dict() for t in p.timings],
+                    "timings": [t.to_dict() for t in p.timings], **({"why": p.why} if p.why else {}),
                     "comparisons": [c.to_dict() for c in p.comparisons]} for p in result.points],
         "only_a": [list(k) for k in result.only_ref],
         "only_b": [list(k) for k in result.only_new],

@@ -129,6 +129,8 @@ def format_table(result: RunComparison) -> str:
         params = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(p.params.items()))
         lines.append(_fit(f"{p.stage} {_short_id(p.point_id)}" + (f"  ({params})" if params else ""), WIDTH))
         lines += _timing_lines(p.timings)
+        if p.why:
+            lines.append(_fit(f"    where the time went (profiles): {p.why}", 10 * WIDTH))
         lines += _other_lines([c for c in p.comparisons if not (c.metric == "status" and c.verdict == "reproduced")])
     lines.append(_fit(summary_line(result), 10 * WIDTH))
     return "\n".join(lines)

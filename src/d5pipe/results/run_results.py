@@ -28,6 +28,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.results.collect import SampleSource, collect, stage_summary
 from d5pipe.results.columns import to_frame
 from d5pipe.results.comparisons import comparisons
+from d5pipe.results.profiles import profile_frame
 from d5pipe.results.run_warnings import run_warnings, warnings_frame
 from d5pipe.results.verdicts import RunVerdict, point_verdicts, run_verdict
 from d5pipe.rundir.layout import RunDir
@@ -48,6 +49,8 @@ class RunResults:
     d5pipe.results.run_warnings.COLUMNS; written as ``warnings.parquet``."""
     curves: pd.DataFrame
     """stage, point_id, series, step, value."""
+    profiles: pd.DataFrame
+    """``profile.parquet`` (d5pipe.results.profiles.COLUMNS); empty when no point was profiled."""
     comparisons: pd.DataFrame
     """Every side-by-side pair (d5pipe.results.comparisons)."""
     samples: SampleSource
@@ -101,6 +104,7 @@ def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
         run_dir=rd, frame=with_comparison_rows(df, pairs), verdicts=verdicts, verdict=run_verdict(verdicts),
         warnings=found,
         curves=pd.DataFrame(cols.curves, columns=["stage", "point_id", "series", "step", "value"]),
+        profiles=profile_frame(cols.profiles, rd),
         comparisons=pairs, samples=samples, accounting=acct, incidents=happened if acct is not None else None)
 
 
@@ -189,6 +193,8 @@ def write_results(res: RunResults) -> Path:
         write_frame(stage_summary(res.frame, str(stage)), rd.side_table(f"summary_{stage}"))
     write_frame(res.warnings, rd.side_table("warnings"))
     write_frame(res.curves, rd.side_table("curves"))
+    if not res.profiles.empty:
+        write_frame(res.profiles, rd.side_table("profile"))
     write_frame(res.comparisons, rd.side_table("comparisons"))
     if res.accounting is not None:
         write_frame(res.accounting, rd.side_table("accounting"))

@@ -13,10 +13,12 @@ Layout (``RUN`` = the run directory)::
     RUN/shards/<stage>/<shard>.json    shard completion markers (Snakemake outputs)
     RUN/shards/<stage>/<shard>.attempts points the shard started (crash accounting)
     RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
+    RUN/profiles/<stage>/<point_id>.*  a profiled pass's trace (d5pipe.measure.profile) and, from
+                                       ``d5pipe profile``, its record
     RUN/env/<env_hash>.json            the environment record of each distinct job environment
     RUN/logs/<rule>/...                Snakemake job logs
     RUN/logs/slurm_events.jsonl        what the SLURM driver saw (d5pipe.rundir.slurm_events)
-    RUN/results.parquet (+ summary_<stage>, warnings, curves, comparisons), RUN/report.html, RUN/report.md,
+    RUN/results.parquet (+ summary_<stage>, warnings, curves, comparisons, profile), RUN/report.html, RUN/report.md,
     RUN/verdict.json                   the run's verdict (what d5pipe run/status exit with)
     RUN/CHECKSUMS.sha256               the seal that makes the directory a bundle
 
@@ -178,6 +180,13 @@ class RunDir:
 
     def work(self, stage: str, point_id: str) -> Path:
         return self.root / "work" / stage / point_id
+
+    def profile_dir(self, stage: str) -> Path:
+        return self.root / "profiles" / stage
+
+    def profile_record(self, stage: str, point_id: str) -> Path:
+        """The record of a point profiled afterwards (``d5pipe profile``)."""
+        return self.profile_dir(stage) / f"{point_id}.json"
 
     def dataset(self, key: str) -> Path:
         return self.data_dir / f"{key}.npz"

@@ -16,7 +16,7 @@ import torch
 
 from d5pipe.core.fields import conf_from_dict
 from d5pipe.core.outcome import Metric, PointOutcome
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
 from d5pipe.levels.device import DTYPES, require_device, synchronize
 from d5pipe.levels.level0.correctness import check_backward, forward_report
 from d5pipe.levels.level0.framework_point import run_framework_point
@@ -164,5 +164,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         metrics += _backward_metrics(fn, inputs, ctx.config.get("timer"), conf.device, ctx.seed, extra)
 
     metrics += _check_metrics(conf, fn, reference, inputs, ref_inputs, dtype, gen, extra)
+    profile_pass(ctx, extra, lambda: fn(*inputs), "forward", conf.device,
+                 lambda: synchronize(torch.device(conf.device)))
     samples = {"time": list(m.samples), **extra.pop("_samples", {})}
     return PointOutcome(metrics=metrics, samples=samples, extra=extra)

@@ -43,7 +43,7 @@ from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.core.seeds import derive_seed
 from d5pipe.levels import micro_batches
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, synchronize, torch_dtype
 from d5pipe.levels.instantiate import build
@@ -185,6 +185,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
         metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
     extra[f"timer_{mode}"] = m.info()
     extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
+    profile_pass(ctx, extra, fn, mode, str(device), lambda: synchronize(device))
     if conf.measure_memory and on_torch:  # the torch allocator sees only PyTorch's own memory
         peak = peak_memory(fn, str(device))
         metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))

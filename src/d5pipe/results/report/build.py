@@ -13,6 +13,7 @@ from d5pipe.results.report.levels.common import generic
 from d5pipe.results.report.loader import RunData, report_data
 from d5pipe.results.report.markdown import render_markdown
 from d5pipe.results.report.node_section import node_variability
+from d5pipe.results.report.profile_section import profiles
 from d5pipe.results.report.sections import provenance, report_built, stage_table
 from d5pipe.results.report.slurm_section import slurm_jobs
 from d5pipe.results.report.verdict_sections import failures, overview, warnings
@@ -29,7 +30,8 @@ def build_sections(data: RunData) -> Report:
         level = make(data) if make is not None else generic(data, stage, entry.title if entry else stage)
         level.subsections.append(stage_table(data, stage))
         sections.append(level)
-    sections += [s for s in (node_variability(data), slurm_jobs(data), warnings(data), provenance(data)) if s is not None]
+    sections += [s for s in (profiles(data), node_variability(data), slurm_jobs(data), warnings(data), provenance(data))
+                 if s is not None]
     m = data.manifest
     name = str(m.get("experiment") or data.config.get("name") or data.run_dir.name)
     report_cfg = data.config.get("report")

@@ -5,7 +5,7 @@ re-run, re-measured or computed a second time."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,8 @@ class RunData:
     """(stage, point_id, metric) -> raw samples from the point record, or None."""
     comparisons: pd.DataFrame
     """Every side-by-side pair of the run (d5pipe.results.comparisons)."""
+    profiles: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """profile.parquet (d5pipe.results.profiles); empty when no point was profiled."""
 
     def stage_rows(self, stage: str) -> pd.DataFrame:
         return self.results[self.results["stage"] == stage]
@@ -88,4 +90,5 @@ def report_data(res: RunResults) -> RunData:
         verdicts=res.verdicts,
         samples=res.samples,
         comparisons=res.comparisons,
+        profiles=res.profiles,
     )

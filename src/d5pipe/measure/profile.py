@@ -1,0 +1,77 @@
+"""Where a point's time goes: one profiled pass, separate from the timed one.
+
+:func:`profile_calls` runs a point's function ``iterations`` more times under ``torch.profiler``
+(CPU, and CUDA where the device is a GPU), after the timer is done with it: the timed samples are
+the same with and without profiling. It returns one row per operator and input shapes (calls,
+self time, total time, share of the step: self time over the profiled loop's wall time) and
+writes the profiler's own trace (Chrome-trace JSON, which Perfetto and chrome://tracing open).
+
+The rows are the record's ``profile`` entry; d5pipe.results.profiles gathers them into the run's
+``profile.parquet``, the report's top operators and the operators a changed timing is made of.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from d5pipe.core.fields import at_least
+
+SOURCE = "torch.profiler"
+
+
+@dataclass
+class ProfileConf:
+    """The ``profile`` section: an opt-in profiled pass per point, after its timed pass."""
+
+    enabled: bool = False
+    """Profile every point of the run (``d5pipe profile RUN POINT_ID`` profiles one afterwards)."""
+    iterations: int = at_least(5, 1)
+    """Calls of the point's function (level 0, 1) under the profiler."""
+    top: int = at_least(10, 1)
+    """Operators per point the report lists, by self time."""
+
+
+def enabled(section: dict[str, Any] | None) -> bool:
+    return bool(section and section.get("enabled"))
+
+
+def profile_calls(fn: Callable[[], object], iterations: int, trace: Path | None = None,
+                  cuda: bool = False, sync: Callable[[], None] = lambda: None, phase: str = "call") -> dict[str, Any]:
+    """Profile ``iterations`` calls of ``fn`` (one warm call before, not profiled): rows per
+    (operator, input shapes), the loop's wall seconds per call, and the trace file written.
+    ``phase`` names what one call is (``forward``, ``inference``, ``train_step``)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities, record_shapes=True) as prof:
+        t0 = time.perf_counter()
+        for _ in range(iterations):
+            fn()
+        sync()
+        wall = time.perf_counter() - t0
+    rows = []
+    for evt in prof.key_averages(group_by_input_shape=True):
+        self_s = evt.self_cpu_time_total / 1e6
+        if cuda:
+            self_s += getattr(evt, "self_device_time_total", 0.0) / 1e6
+        rows.append({"operator": evt.key, "calls": int(evt.count), "self_s": self_s,
+                     "total_s": evt.cpu_time_total / 1e6, "share": self_s / wall if wall > 0 else None,
+                     "input_shapes": str(evt.input_shapes) if evt.input_shapes else ""})
+    rows.sort(key=lambda r: -r["self_s"])
+    out: dict[str, Any] = {"phase": phase, "source": SOURCE, "torch": torch.__version__, "iterations": iterations,
+                           "step_s": wall / iterations, "rows": rows}
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        tmp = trace.with_name(f".{trace.name}.{os.getpid()}.tmp")
+        prof.export_chrome_trace(str(tmp))
+        os.replace(tmp, trace)  # the profiler writes the file itself; published whole, as core.atomic does
+        out["trace"] = trace.name
+    return out

@@ -1,0 +1,86 @@
+"""Where the time goes (issue 53): a profiled pass per point after its timed pass, profile.parquet,
+the traces, the report's section, and ``compare`` naming the operator a slowdown is made of."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from d5pipe.measure.profile import profile_calls
+from d5pipe.results.profiles import by_operator, explain_change, top_operators
+from tests.conftest import PLUGIN_FIXTURES, TEST_CONF, d5pipe
+
+ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_FIXTURES), os.environ.get("PYTHONPATH")])),
+       "D5PIPE_ALLOW": "profile_ops"}
+
+
+def test_a_profiled_pass_gives_operators_their_share_and_writes_a_chrome_trace(tmp_path: Path) -> None:
+    a = torch.randn(32, 32)
+
+    def fn() -> object:
+        torch.sort(a.flatten())
+        return torch.mm(a, a)
+
+    out = profile_calls(fn, 4, tmp_path / "p.trace.json", phase="forward")
+    ops = {r["operator"]: r for r in out["rows"]}
+    assert {"aten::mm", "aten::sort"} <= set(ops)
+    assert ops["aten::mm"]["calls"] == 4 and ops["aten::sort"]["calls"] == 4
+    assert all(0 <= r["self_s"] <= r["total_s"] + 1e-9 for r in out["rows"])
+    assert 0 < sum(r["share"] for r in out["rows"]) <= 1.5  # self times within the profiled wall time
+    trace = json.loads((tmp_path / "p.trace.json").read_text())
+    assert any(e.get("name") == "aten::mm" for e in trace["traceEvents"])
+    assert out["trace"] == "p.trace.json" and out["phase"] == "forward" and out["step_s"] > 0
+
+
+def test_the_operator_that_grew_is_named_first() -> None:
+    rows = lambda sort_s: pd.DataFrame(  # noqa: E731
+        {"stage": "level0", "point_id": "p", "repetition": 0, "rank": 0, "phase": "forward",
+         "operator": ["aten::mm", "aten::sort"], "self_s": [3e-5, sort_s], "share": [0.5, 0.5],
+         "iterations": 3})
+    a, b = by_operator(rows(3e-6)), by_operator(rows(3e-4))
+    text = explain_change(a, b)
+    assert text.startswith("aten::sort +99 us of +99 us")
+    assert list(top_operators(rows(3e-4), 1)["operator"]) == ["aten::sort"]
+
+
+@pytest.mark.slow
+def test_profiled_runs_give_profile_parquet_traces_the_report_section_and_compare_names_the_change(
+        tmp_path: Path) -> None:
+    conf = ["--config-dir", str(TEST_CONF)]
+    a, b, off = tmp_path / "a", tmp_path / "b", tmp_path / "off"
+    for run, extra in ((a, {}), (b, {"PROFILE_OPS_EXTRA": "1"})):
+        r = d5pipe("run", "profiled", *conf, "--out", str(run), env={**ENV, **extra})
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof = pd.read_parquet(a / "profile.parquet")
+    results = pd.read_parquet(a / "results.parquet")
+    assert set(prof["point_id"]) == set(results["point_id"]) and len(set(prof["point_id"])) == 3
+    assert set(prof["repetition"]) == {0, 1, 2} and "aten::mm" in set(prof["operator"])
+    for name in set(prof["trace"]):
+        trace = json.loads((a / "profiles" / "level0" / name).read_text())
+        assert trace["traceEvents"]
+    html = (a / "report.html").read_text()
+    assert "Where the time goes" in html and "aten::mm" in html
+    r = d5pipe("compare", str(a), str(b))
+    assert r.returncode == 0, r.stderr
+    why = [line for line in r.stdout.splitlines() if "where the time went" in line]
+    assert why and why[0].split(": ", 1)[1].startswith("aten::sort +"), r.stdout
+    r = d5pipe("run", "profiled", *conf, "--out", str(off), "profile.enabled=false", "repetitions=1", env=ENV)
+    assert r.returncode == 0 and not (off / "profile.parquet").exists()
+    assert "Where the time goes" not in (off / "report.html").read_text()
+    # one point profiled afterwards: its own record (and timings) untouched
+    pid = str(pd.read_parquet(off / "results.parquet")["point_id"].iloc[0])
+    own = (off / "points" / "level0" / f"{pid}.json").read_bytes()
+    r = d5pipe("profile", str(off), pid, "--iterations", "2", env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "aten::mm" in r.stdout and (off / "points" / "level0" / f"{pid}.json").read_bytes() == own
+    later = pd.read_parquet(off / "profile.parquet")
+    assert set(later["point_id"]) == {pid} and set(later["iterations"]) == {2}
+    assert "Where the time goes" in (off / "report.html").read_text()
+    assert d5pipe("bundle", str(off), "--verify").returncode == 0  # re-sealed with the profile in it
+    bad = d5pipe("profile", str(off), "nosuchpoint", env=ENV)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nosuchpoint" in bad.stderr
