@@ -84,3 +84,19 @@ def test_profiled_runs_give_profile_parquet_traces_the_report_section_and_compar
     assert d5pipe("bundle", str(off), "--verify").returncode == 0  # re-sealed with the profile in it
     bad = d5pipe("profile", str(off), "nosuchpoint", env=ENV)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nosuchpoint" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_profiled_training_step_leaves_the_trained_weights_as_they_were(tmp_path: Path) -> None:
+    """Level 2: the profiled pass trains a copy, after the run: the weights' checksum is the same
+    with profiling on and off, and the profile holds the step's operators (the optimizer's too)."""
+    conf = ["--config-dir", str(TEST_CONF)]
+    on, off = tmp_path / "on", tmp_path / "off"
+    assert d5pipe("run", "profiled_train", *conf, "--out", str(on)).returncode == 0
+    assert d5pipe("run", "profiled_train", *conf, "--out", str(off), "profile.enabled=false").returncode == 0
+    sums = [pd.read_parquet(run / "results.parquet").set_index("metric").loc["weights_sha256", "text"]
+            for run in (on, off)]
+    assert sums[0] == sums[1] and len(str(sums[0])) == 64
+    prof = pd.read_parquet(on / "profile.parquet")
+    assert set(prof["phase"]) == {"train_step"} and set(prof["stage"]) == {"level2"}
+    assert {"aten::addmm", "aten::mm"} & set(prof["operator"]) and any("Adam" in op for op in prof["operator"])

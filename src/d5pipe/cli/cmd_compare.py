@@ -21,7 +21,7 @@ from d5pipe.provenance.run_diff import run_differences
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
 from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
-from d5pipe.results.profiles import explain_comparison
+from d5pipe.results.profile_changes import explain_comparison
 from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, DEFAULT_RUN_NOISE, Policy
 
 REGRESSION_EXIT = 4

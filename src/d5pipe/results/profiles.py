@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from d5pipe.rundir.layout import RunDir
-
-if TYPE_CHECKING:
-    from d5pipe.results.compare import RunComparison
 
 COLUMNS = ["stage", "point_id", "repetition", "rank", "phase", "operator", "input_shapes", "calls", "self_s",
            "total_s", "share", "step_s", "iterations", "source", "trace"]
@@ -119,31 +115,3 @@ def explain_change(a: pd.DataFrame, b: pd.DataFrame, limit: int = 3) -> str:
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:+.4g} us" if abs(seconds) < 1e-3 else f"{seconds * 1e3:+.4g} ms"
 
-
-def read_profiles(run_dir: Path) -> pd.DataFrame:
-    """A run's ``profile.parquet`` (empty when none was written)."""
-    path = RunDir.of(run_dir).side_table("profile")
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame(columns=COLUMNS)
-
-
-def explain_comparison(result: RunComparison, a: Path, b: Path, limit: int = 3) -> None:
-    """Set ``why`` on each configuration with a changed timing that both runs profiled: the
-    operators whose self time changed most (d5pipe compare, ab, reproduce)."""
-    changed = [p for p in result.points if any(t.verdict == "changed" and not t.derived_from for t in p.timings)]
-    if not changed:
-        return
-    pa_, pb_ = by_operator(read_profiles(a)), by_operator(read_profiles(b))
-    if pa_.empty or pb_.empty:
-        return
-    for point in changed:
-        ids_a, ids_b = point.ids
-        side_a = pa_[(pa_["stage"] == point.stage) & pa_["point_id"].isin(ids_a)]
-        side_b = pb_[(pb_["stage"] == point.stage) & pb_["point_id"].isin(ids_b)]
-        point.why = explain_change(_median_over_points(side_a), _median_over_points(side_b), limit)
-
-
-def _median_over_points(ops: pd.DataFrame) -> pd.DataFrame:
-    """One configuration's operators, the median over its repetitions (their point IDs)."""
-    if ops.empty:
-        return ops
-    return ops.groupby(["phase", "operator"], as_index=False)["self_per_call_s"].median()

@@ -52,9 +52,9 @@ from torch import nn
 from d5pipe.core.fields import conf_from_dict, setting
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels import micro_batches
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
 from d5pipe.levels.datasets import Dataset, load_for
-from d5pipe.levels.device import require_device, state_dict_sha256
+from d5pipe.levels.device import require_device, state_dict_sha256, synchronize
 from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.metrics import (
     add_epoch,
@@ -175,6 +175,20 @@ def _step_memory(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, d
     return peak
 
 
+def _profiled_step(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, conf: TrainConf) -> Any:
+    """One training step of a copy of the trained model with an optimizer of its own: what the
+    profiled pass (d5pipe.measure.profile) runs. The trained model and its metrics are untouched."""
+    twin = copy.deepcopy(model).train()
+    opt = make_optimizer(asdict(conf), twin.parameters())
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(twin(xb), yb).backward()
+        opt.step()
+    return step
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Train one point; see the module docstring for what is measured."""
     cfg = ctx.config
@@ -223,6 +237,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
         loader: tuple[list[Metric], dict[str, list[float]]] = ([], {})
         if conf.measure_loader:
             loader = measure_loader(model, data, conf, seed, device)
+        profiled: dict[str, Any] = {}
+        if ctx.profile:
+            profile_pass(ctx, profiled, _profiled_step(model, *first, conf), "train_step", str(device),
+                         lambda: synchronize(device))
     curves = result.curves
     extra_values = {m.name: m.value for m in added if isinstance(m.value, float)}
     sane = sanity_checks(result.step_losses, curves, extra_values, weights_finite, data.n_classes)
@@ -259,6 +277,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
                       + "; a step's data wait spans the end of the previous step (an epoch's first: before "
                         "the loader is asked) to its batch in hand, on the host clock",
             "notes": notes,
+            **profiled,
             "warnings": [*step_warnings, *flop_warnings],
             "flops": FLOPS_NOTE,
             "step_log": "steps.jsonl",
