@@ -36,6 +36,7 @@ from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.datasets import Dataset
 from d5pipe.levels.instantiate import build
+from d5pipe.levels.level2.early_stop import EarlyStop
 from d5pipe.levels.level2.frameworks.agreement import Agreement, check, prepare, run_steps
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph
@@ -96,6 +97,7 @@ class Trained:
     step_times: list[float] = field(default_factory=list)
     curves: dict[str, list[float]] = field(default_factory=dict)
     epoch_samples: list[int] = field(default_factory=list)
+    stopped: dict[str, Any] = field(default_factory=dict)
 
 
 def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int) -> Trained:
@@ -104,6 +106,7 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
     evaluator = copy.deepcopy(model).float()
     tensors = model_tensors(evaluator, graph)
     batches = _batches(conf, data, seed)
+    stop = EarlyStop.of(conf)
     for epoch in range(1, conf.epochs + 1):
         losses, times, n = [], [], 0
         for x, y in batches:
@@ -118,6 +121,9 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
         add_epoch(out.curves, sum(times), n, epoch=epoch, train_loss=float(np.average(losses)), test_loss=test_loss,
                   test_accuracy=test_acc)
         out.epoch_samples.append(n)
+        if stop.after_epoch(epoch, test_loss, test_acc):
+            break
+    out.stopped = stop.record(len(out.epoch_samples), conf.epochs)
     return out
 
 
@@ -163,13 +169,13 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     trained, samples, warnings = training_metrics(run.curves, run.step_times, run.epoch_samples, conf.target_accuracy,
                                                   _sha256(weights), count_parameters(model))
     metrics = [*_verdict(conf.framework, agreement, max_relative_difference(run.losses[:1], reference.losses[:1])),
-               metric("compile_s", compile_s), *trained, *sane[0]]
+               metric("compile_s", compile_s), *trained, *sane[0], metric("epochs_run", run.stopped["epochs_run"])]
     return PointOutcome(metrics=metrics, samples={**samples, "compile_s": [compile_s]}, extra={
         "framework": {"selected": conf.framework, "class": type(framework).__qualname__},
         "check": {"steps": len(first), "float64": asdict(agreement), "reference_losses": reference.losses},
         "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note},
         "told": told, "versions": framework.versions(), "curves": run.curves, "sanity": sane[1],
-        "warnings": warnings, "target_accuracy": conf.target_accuracy,
+        "warnings": warnings, "target_accuracy": conf.target_accuracy, "stopped": run.stopped,
         "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
                   "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
                   "gathered and evaluation done off the clock"})

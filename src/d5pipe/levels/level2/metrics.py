@@ -61,6 +61,8 @@ TRAINING_METRICS: dict[str, Declared] = {
     "weights_sha256": Declared("", "info", None, "the final weights' sha256 (deterministic with train.deterministic)"),
     "n_parameters": Declared("", "count", None, "the model's parameters"),
     "train_steps": Declared("", "count", None, "optimizer steps taken"),
+    "epochs_run": Declared("epochs", "count", None, "epochs trained: fewer than train.epochs when train.early_stop "
+                           "stopped the run (why: the record's extra.stopped)"),
     "optimizer_check": Declared("", "verdict", None, "the optimizer against train.reference_optimizer"),
     "optimizer_divergence": Declared("", "numerical", None, "||p - p_ref|| / ||p_ref - p_0|| after the same steps"),
     "framework_check": Declared("", "verdict", None, "a framework against PyTorch in float64 from the same weights"),

@@ -56,6 +56,7 @@ from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
 from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, state_dict_sha256, synchronize
 from d5pipe.levels.lazy_samples import LazySamples
+from d5pipe.levels.level2.early_stop import EarlyStop
 from d5pipe.levels.level2.metrics import (
     add_epoch,
     epochs_to_target,
@@ -117,6 +118,8 @@ class TrainResult:
     epoch_stall_fraction: list[float]
     epoch_samples: list[int]
     step_losses: list[float]
+    stopped: dict[str, Any]
+    """Why training ended (d5pipe.levels.level2.early_stop)."""
 
 
 def fit(
@@ -129,6 +132,7 @@ def fit(
     curves: dict[str, list[float]] = {}
     epochs: list[EpochStats] = []
     steps = 0
+    stop = EarlyStop.of(conf)
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
@@ -142,9 +146,13 @@ def fit(
                         train_accuracy=train_acc, test_loss=test_loss, test_accuracy=test_acc)
         log.write({"event": "epoch", **row})
         log.flush()
+        if stop.after_epoch(epoch, test_loss, test_acc):
+            log.write({"event": "early_stop", "epoch": epoch, "reason": stop.reason})
+            break
     return TrainResult(curves, [t for e in epochs for t in e.step_times_s], [w for e in epochs for w in e.wait_times_s],
                        [e.wait_times_s[0] for e in epochs if e.wait_times_s], [e.stall_fraction for e in epochs],
-                       [e.samples for e in epochs], [v for e in epochs for v in e.step_losses])
+                       [e.samples for e in epochs], [v for e in epochs for v in e.step_losses],
+                       stop.record(len(epochs), conf.epochs))
 
 
 def _notes(conf: TrainConf, curves: dict[str, list[float]]) -> list[str]:
@@ -152,7 +160,7 @@ def _notes(conf: TrainConf, curves: dict[str, list[float]]) -> list[str]:
     notes: list[str] = []
     if conf.target_accuracy is not None and epochs_to_target(curves, conf.target_accuracy) is None:
         notes.append(
-            f"target test accuracy {conf.target_accuracy} never reached in {conf.epochs} epochs "
+            f"target test accuracy {conf.target_accuracy} never reached in {len(curves['test_accuracy'])} epochs "
             f"(best {max(curves['test_accuracy']):.4f}); time_to_target_s is NaN"
         )
     if not conf.deterministic:
@@ -251,6 +259,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     throughput = next(m for m in metrics if m.name == "samples_per_s")
     metrics += [median_metric("data_wait", result.wait_times_s), median_metric("first_batch_s", result.first_waits_s),
                 median_metric("data_stall_fraction", result.epoch_stall_fraction)]  # how long the steps waited
+    metrics.append(metric("epochs_run", result.stopped["epochs_run"]))
     checks = {"optimizer_check": checked, "micro_batch_check": micro, "sampler_check": sampling}
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
@@ -277,6 +286,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
                       + "; a step's data wait spans the end of the previous step (an epoch's first: before "
                         "the loader is asked) to its batch in hand, on the host clock",
             "notes": notes,
+            "stopped": result.stopped,
             **profiled,
             "warnings": [*step_warnings, *flop_warnings],
             "flops": FLOPS_NOTE,

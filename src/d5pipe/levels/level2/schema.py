@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from d5pipe.core.fields import at_least, between, later, positive
 from d5pipe.levels.declare import Builtin, declared
+from d5pipe.levels.level2.early_stop import MODES as EARLY_STOP_MODES
 
 OPTIMIZERS: dict[str, Builtin] = declared(
     Builtin("sgd", "d5pipe.levels.optim.sgd", args=("lr", "momentum", "weight_decay")),
@@ -54,6 +55,15 @@ class TrainConf:
     """Deterministic algorithms: a re-run ends with the same ``weights_sha256`` (false: that checksum is informational only)."""
     target_accuracy: Optional[float] = between(0.9, 0.0, 1.0, closed_high=True)  # noqa: UP045
     """Test accuracy whose first crossing gives ``time_to_target_s``; null disables it."""
+    early_stop: str = later("off", choices=EARLY_STOP_MODES)
+    """Stop before ``epochs``: ``target`` once the test accuracy reaches ``target_accuracy``;
+    ``plateau`` once the test loss has not improved by more than ``early_stop_min_delta`` for
+    ``early_stop_patience`` epochs; ``either``: whichever first (d5pipe.levels.level2.early_stop).
+    The record says why training stopped; ``epochs_run`` how many epochs ran."""
+    early_stop_patience: int = later(3, min=1)
+    """``plateau``: epochs without improvement of the test loss before stopping."""
+    early_stop_min_delta: float = later(0.0, min=0.0)
+    """``plateau``: the least decrease of the test loss that counts as an improvement."""
     num_workers: int = at_least(0, 0)
     """DataLoader worker processes that gather (or generate) the training batches; 0: the training
     process itself, without DataLoader machinery for data held in memory."""

@@ -8,6 +8,7 @@ from typing import Any
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import default_of, setting
 from d5pipe.levels.config_checks import check_device_name, check_micro_batches, section
+from d5pipe.levels.level2.early_stop import check_early_stop
 from d5pipe.levels.level2.schema import OPTIMIZERS, TrainConf
 from d5pipe.levels.schema import DatasetConf, check_dataset, check_model
 from d5pipe.levels.targets import check_metrics, check_slots, metric_user_targets
@@ -27,6 +28,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_micro_batches(section(cfg, "train"), TrainConf, "train")
     check_augment(cfg)
     check_framework(cfg)
+    check_early_stop(dict(section(cfg, "train")))
 
 
 FRAMEWORK_LOOP_KEEPS: tuple[str, ...] = ("num_workers", "augment", "sampler", "reference_optimizer", "measure_loader",
