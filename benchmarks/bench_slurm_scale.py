@@ -325,6 +325,36 @@ def sandbox(args: argparse.Namespace, state: Path) -> tuple[dict[str, str], int]
     return env, total
 
 
+def print_d5pipe(d: dict[str, Any], slots: int) -> None:
+    c = d["calls"]
+    print(f"\n== {d['shards']} shards, {d['points']} points (exit {d['rc']})\n"
+          f"  wall {d['wall_s']:.0f} s; floor {d['floor_s']:.0f} s ({d['tasks_in_sacct']} tasks in sacct over "
+          f"{slots} slots); driver overhead {d['overhead_per_shard_s']:.3f} s/shard\n"
+          f"  Snakemake DAG build+walk (dry run, all jobs) {d['dag_s']:.1f} s; driver peak RSS "
+          f"{d['driver_peak_rss_mb']:.0f} MB, CPU {d['driver_cpu_s']:.0f} s\n"
+          f"  scheduler queries {c['queries']} ({c['queries_per_min']}/min: driver {c['queries_driver']}, "
+          f"jobs {c['queries_jobs']}); sbatch {c['sbatch']}, rejected {c['rejected']}; per minute {c['per_min']}\n"
+          f"  executions per point: exactly once {d['exactly_once']} (max {d['max_executions']}, "
+          f"missing {d['missing']})", flush=True)
+    if d["tail"]:
+        print(d["tail"])
+
+
+def print_peer(peer: str, p: dict[str, Any], shards: int) -> None:
+    if "skipped" in p:
+        print(f"  peer {peer}: skipped: {p['skipped']}", flush=True)
+        return
+    pc = p["calls"]
+    end = (f"stopped unfinished at {p['wall_s']:.0f} s" if p["timed_out"]
+           else f"exit {p['rc']}, wall {p['wall_s']:.0f} s")
+    pace = 60.0 * p["done"] / p["wall_s"] if p["wall_s"] > 0 else 0.0
+    print(f"  peer {peer}: {end}, {p['done']} of {shards} shards done ({pace:.1f} a minute), scheduler queries "
+          f"{pc['queries']} ({pc['queries_per_min']}/min), sbatch {pc['sbatch']}, rejected {pc['rejected']}",
+          flush=True)
+    if p.get("tail"):
+        print(f"    why: {p['tail'].strip().splitlines()[-1]}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=128)
@@ -357,38 +387,16 @@ def main() -> int:
     try:
         for shards in sizes:
             row = {"d5pipe": d5pipe_sweep(shards, args, work, env, slots)}
+            rows.append(row)
+            print_d5pipe(row["d5pipe"], slots)
+            (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))  # kept if a peer is stopped
             if args.peers and shards == (args.peers_at or max(sizes)):
                 limit = max(300.0, args.peer_timeout_factor * row["d5pipe"]["wall_s"])
                 row["snakemake"] = snakemake_peer(shards, args, work, env, limit)
+                print_peer("snakemake", row["snakemake"], shards)
                 row["submitit"] = submitit_peer(shards, args, work, env, limit)
-            rows.append(row)
-            d = row["d5pipe"]
-            c = d["calls"]
-            print(f"\n== {shards} shards, {d['points']} points (exit {d['rc']})\n"
-                  f"  wall {d['wall_s']:.0f} s; floor {d['floor_s']:.0f} s ({d['tasks_in_sacct']} tasks in sacct over "
-                  f"{slots} slots); driver overhead {d['overhead_per_shard_s']:.3f} s/shard\n"
-                  f"  Snakemake DAG build+walk (dry run, all jobs) {d['dag_s']:.1f} s; driver peak RSS "
-                  f"{d['driver_peak_rss_mb']:.0f} MB, CPU {d['driver_cpu_s']:.0f} s\n"
-                  f"  scheduler queries {c['queries']} ({c['queries_per_min']}/min: driver {c['queries_driver']}, "
-                  f"jobs {c['queries_jobs']}); sbatch {c['sbatch']}, rejected {c['rejected']}; per minute {c['per_min']}\n"
-                  f"  executions per point: exactly once {d['exactly_once']} (max {d['max_executions']}, "
-                  f"missing {d['missing']})", flush=True)
-            if d["tail"]:
-                print(d["tail"])
-            for peer in ("snakemake", "submitit"):
-                if peer in row:
-                    p = row[peer]
-                    if "skipped" in p:
-                        print(f"  peer {peer}: skipped: {p['skipped']}")
-                        continue
-                    pc = p["calls"]
-                    end = (f"stopped unfinished at {p['wall_s']:.0f} s" if p["timed_out"]
-                           else f"exit {p['rc']}, wall {p['wall_s']:.0f} s")
-                    print(f"  peer {peer}: {end}, {p['done']} of {shards} shards done, scheduler queries "
-                          f"{pc['queries']} ({pc['queries_per_min']}/min), sbatch {pc['sbatch']}, rejected "
-                          f"{pc['rejected']}")
-                    if p.get("tail"):
-                        print(f"    why: {p['tail'].strip().splitlines()[-1]}")
+                print_peer("submitit", row["submitit"], shards)
+                (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
         if len(rows) >= 2:
             first, last = rows[0]["d5pipe"], rows[-1]["d5pipe"]
             ratio = last["overhead_per_shard_s"] / first["overhead_per_shard_s"] if first["overhead_per_shard_s"] > 0 else float("nan")
