@@ -120,10 +120,11 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     """A framework point's path: the float64 check, then the float32 framework's timed steps."""
     from d5pipe.levels.instantiate import build
     from d5pipe.levels.level2.frameworks import FRAMEWORKS
-    from d5pipe.levels.level2.frameworks.agreement import check, losses_rel_err, prepare, run_steps
+    from d5pipe.levels.level2.frameworks.agreement import check, prepare, run_steps
     from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
     from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
     from d5pipe.levels.level2.frameworks.trace import initial_weights, trace
+    from d5pipe.levels.verify import max_relative_difference
 
     model = torch_resnet(a)
     graph = trace(model)
@@ -145,7 +146,7 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     out["told"], out["compile_s"] = prepare(fw, graph, w0, spec, data[0], a.threads)
     losses, out["step_s"], out["step_cpu_s"] = timed(lambda i: fw.step(*data[i]), a)
     if reference is not None:
-        out["check"]["float32_first_loss_rel_err"] = losses_rel_err(losses[:1], reference.losses[:1])
+        out["check"]["float32_first_loss_rel_err"] = max_relative_difference(losses[:1], reference.losses[:1])
     return out
 
 
