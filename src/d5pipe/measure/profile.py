@@ -12,13 +12,13 @@ The rows are the record's ``profile`` entry; d5pipe.results.profiles gathers the
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from d5pipe.core.atomic import replacing
 from d5pipe.core.fields import at_least
 
 SOURCE = "torch.profiler"
@@ -69,9 +69,7 @@ def profile_calls(fn: Callable[[], object], iterations: int, trace: Path | None 
     out: dict[str, Any] = {"phase": phase, "source": SOURCE, "torch": torch.__version__, "iterations": iterations,
                            "step_s": wall / iterations, "rows": rows}
     if trace is not None:
-        trace.parent.mkdir(parents=True, exist_ok=True)
-        tmp = trace.with_name(f".{trace.name}.{os.getpid()}.tmp")
-        prof.export_chrome_trace(str(tmp))
-        os.replace(tmp, trace)  # the profiler writes the file itself; published whole, as core.atomic does
+        with replacing(trace, durable=False, created=False) as tmp:  # the profiler writes the file itself
+            prof.export_chrome_trace(str(tmp))
         out["trace"] = trace.name
     return out
