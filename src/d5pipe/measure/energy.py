@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +67,11 @@ class Meter:
     caveat: str = ""
     reader: Any = None
     """For NVML: a callable returning the device's milli-joules (powercap counters are files)."""
-    spent: dict[str, float] = field(default_factory=dict)
 
     def read(self) -> list[int]:
         if self.reader is not None:
             return [int(self.reader())]
-        return [int(c.path.read_text().strip()) for c in self.counters]
+        return [_read_int(c.path) for c in self.counters]
 
     def joules(self, before: list[int], after: list[int]) -> dict[str, float]:
         """Joules per counter between two readings, one wrap of a counter allowed for."""
@@ -95,6 +94,11 @@ def _read_int(path: Path) -> int:
     return int(path.read_text().strip())
 
 
+def _zone_name(zone: Path) -> str:
+    """A powercap zone's ``name`` file (its directory name where it has none)."""
+    return (zone / "name").read_text().strip() if (zone / "name").exists() else zone.name
+
+
 def rapl(root: Path = POWERCAP) -> Meter | Unavailable:
     """The RAPL zones under ``root`` (a powercap tree), or why there are none to read."""
     if not root.is_dir():
@@ -105,11 +109,9 @@ def rapl(root: Path = POWERCAP) -> Meter | Unavailable:
     counters: list[Counter] = []
     for zone in zones:
         parts = zone.name.split(":")
-        name = (zone / "name").read_text().strip() if (zone / "name").exists() else zone.name
+        name = _zone_name(zone)
         if len(parts) > 2:  # a subzone: intel-rapl:N:M, named after its package
-            parent = root / ":".join(parts[:2])
-            pname = (parent / "name").read_text().strip() if (parent / "name").exists() else parent.name
-            name, total = f"{pname}/{name}", name == "dram"
+            name, total = f"{_zone_name(root / ':'.join(parts[:2]))}/{name}", name == "dram"
         else:
             total = True
         counters.append(Counter(name, zone / "energy_uj", _read_int(zone / "max_energy_range_uj"), 1e-6, total))
