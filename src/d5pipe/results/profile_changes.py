@@ -20,7 +20,7 @@ def read_profiles(run_dir: Path) -> pd.DataFrame:
 
 def explain_comparison(result: RunComparison, a: Path, b: Path, limit: int = 3) -> None:
     """Set ``why`` on each configuration with a changed timing that both runs profiled: the
-    operators whose self time changed most (d5pipe compare, ab, reproduce)."""
+    operators whose self time changed most (``d5pipe compare``; ``ab`` and ``reproduce`` do not ask yet)."""
     changed = [p for p in result.points if any(t.verdict == "changed" and not t.derived_from for t in p.timings)]
     if not changed:
         return

@@ -20,18 +20,18 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.rundir.layout import RunDir
 
 COLUMNS = ["stage", "point_id", "repetition", "rank", "phase", "operator", "input_shapes", "calls", "self_s",
            "total_s", "share", "step_s", "iterations", "source", "trace"]
-REPEAT = "repeat"
 
 
 def profile_rows(stage: str, point_id: str, params: dict[str, Any], passes: Any) -> list[dict[str, Any]]:
     """The rows of one record's ``profile`` entry (a list of passes; none when it holds none)."""
     if not isinstance(passes, list):
         return []
-    rep = params.get(REPEAT, 0)
+    rep = params.get(REPEAT_AXIS, 0)
     out = []
     for p in passes:
         if not isinstance(p, dict):
