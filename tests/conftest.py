@@ -71,6 +71,23 @@ CLUSTER_FIXTURES = frozenset({"slurm_cluster", "multinode_cluster", "sandbox"})
 
 
 @pytest.hookimpl(tryfirst=True)
+def rank_processes(under: Path) -> list[int]:
+    """PIDs of level-3 rank workers (Python processes) whose command line names a path under ``under`` (their session
+    directory or spec): what a test's points left running."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended while we looked
+        ranks = argv[0].rsplit(b"/", 1)[-1].startswith(b"python")  # not their launcher (prterun, torchrun)
+        if ranks and b"d5pipe.levels.level3.worker" in argv and any(str(under).encode() in a for a in argv):
+            pids.append(int(proc.name))
+    return pids
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that uses a SLURM test cluster is marked ``slurm`` (``make test`` runs those in a
     process of their own, scripts/run_tests.sh: the clusters share /etc/slurm/slurm.conf and may

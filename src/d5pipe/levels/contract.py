@@ -13,7 +13,7 @@ The shard (d5pipe.execute.shard) turns the outcome into one atomically written r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +47,17 @@ class PointContext:
     """Where ``prepare_data`` materialised the datasets (see d5pipe.levels.datasets)."""
     executor: dict[str, Any]
     """The executor section (local or slurm) as a plain dict."""
+    cache: dict[str, Any] = field(default_factory=dict)
+    """Shared by all points of one shard process (e.g. a machine-peak measurement, level 3's
+    rank sessions); what needs closing is registered with :func:`register_closer`."""
+    _: KW_ONLY
+    """Fields added after ``cache`` are keyword-only: callers pass ``cache`` by position, and a
+    field placed before it took the cache (level 3's rank sessions were then never closed)."""
     profile: dict[str, Any] | None = None
     """The run's ``profile`` section when a profiled pass is asked for (d5pipe.measure.profile),
     else None; the point's timed pass is the same either way."""
     profile_dir: Path | None = None
     """Where the profiled pass writes its trace file."""
-    cache: dict[str, Any] = field(default_factory=dict)
-    """Shared by all points of one shard process (e.g. a machine-peak measurement, level 3's
-    rank sessions); what needs closing is registered with :func:`register_closer`."""
 
 
 def register_closer(cache: dict[str, Any], closer: Callable[[dict[str, Any]], None]) -> None:
