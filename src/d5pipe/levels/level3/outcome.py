@@ -203,6 +203,8 @@ def train_outcome(
     else:  # replicas differ between synchronisations by design
         out.metrics.append(Metric("replicas_identical", len(hashes) == 1, "", "info"))
     out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in workers])), "", "numerical"))
+    # timed steps run: fewer than distributed.steps when distributed.early_stop ended the run (why: extra.stopped)
+    out.metrics.append(Metric("steps_run", len(times), "steps", "count"))
     notes = [TIMING_NOTE if strategy.get("lockstep", True) else ASYNC_TIMING_NOTE, COMM_NOTE]
     out.metrics += role_metrics(ranks, strategy, out.samples)
     out.metrics += staleness_metrics(ranks, out.extra)
@@ -221,4 +223,6 @@ def train_outcome(
     _common(out, launch)
     out.extra.update(notes=notes, warnings=list(summary.warnings), params_sha256=sorted(hashes),
                      losses_rank0=ranks[0]["losses"], n_params=int(ranks[0]["n_params"]))
+    if "stopped" in ranks[0]:  # d5pipe.levels.level3.early_stop: why the ranks stopped, the same on each
+        out.extra["stopped"] = ranks[0]["stopped"]
     return out

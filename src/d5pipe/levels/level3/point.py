@@ -37,7 +37,7 @@ from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
 from d5pipe.levels.dataset_key import is_lazy
 from d5pipe.levels.level2.schema import TrainConf
-from d5pipe.levels.level3 import outcome, quality, training
+from d5pipe.levels.level3 import early_stop, outcome, quality, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.level3.session import LAUNCH_ATTEMPTS, LaunchDied, RankSession, close_sessions, run_once, session_for
@@ -61,9 +61,11 @@ def _skip_if_unavailable(backend: str, device: str) -> None:
         raise PointSkipped(f"train.device={device} but no CUDA device is available")
 
 
-STRATEGY_KEYS: VariantKeys = {"distributed": (DistributedConf, ("strategy", "custom_strategies", "target_loss"))}
+STRATEGY_KEYS: VariantKeys = {"distributed": (DistributedConf, ("strategy", "custom_strategies", "target_loss",
+                                                                  "early_stop", "early_stop_patience",
+                                                                  "early_stop_min_delta"))}
 """A strategy sweep's variants start from the same model and draw the same global batches
-(d5pipe.levels.variant_seed); ``target_loss`` only reads the losses."""
+(d5pipe.levels.variant_seed); ``target_loss`` only reads the losses, early stopping only ends the run."""
 
 
 def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
@@ -100,8 +102,17 @@ def make_spec(ctx: PointContext, out_dir: Path) -> dict[str, Any]:
             model=dict(cfg["model"]),
             train=dict(cfg["train"]),
             data_seed=derive_seed(seed, "data"),
+            early_stop=early_stop.spec_of(dist_cfg),
         )
     return spec
+
+
+def steps_run(rank_results: list[dict[str, Any]]) -> int:
+    """The timed steps every rank ran (``distributed.early_stop`` may end them before ``steps``)."""
+    counts = {int(r.get("steps_run", len(r["times_s"]))) for r in rank_results}
+    if len(counts) != 1:
+        raise RuntimeError(f"ranks stopped after different numbers of timed steps: {sorted(counts)}")
+    return counts.pop()
 
 
 def _read_ranks(out_dir: Path, ranks: int) -> list[dict[str, Any]]:
@@ -206,8 +217,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
     serial = None
     deterministic = bool(setting(cfg["train"], TrainConf, "deterministic")) and \
         float(setting(cfg["model"], ModelConf, "dropout")) == 0.0
-    if dist_cfg["serial_check"] and deterministic:
-        serial = serial_comparison(spec, data, out_dir, float(dist_cfg["tolerance"]))
+    ran = steps_run(rank_results)
+    if dist_cfg["serial_check"] and deterministic:  # as many steps as the ranks ran
+        serial = serial_comparison({**spec, "steps": ran}, data, out_dir, float(dist_cfg["tolerance"]))
         serial["exact"] = bool((rank_results[0].get("strategy") or {}).get("exact", True))
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
     workers = [r["rank"] for r in outcome.workers_of(rank_results)]

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from d5pipe.core.fields import at_least, choice, later, positive
 from d5pipe.levels.declare import Builtin, declared
+from d5pipe.levels.level2.early_stop import MODES as EARLY_STOP_MODES
 
 BACKENDS: tuple[str, ...] = ("ddp", "horovod", "mpi")
 SCALINGS: tuple[str, ...] = ("strong", "weak")
@@ -82,6 +83,17 @@ class DistributedConf:
     target_loss: Optional[float] = later(None)  # noqa: UP045
     """Training: the mean step loss over the ranks whose first crossing (at or below it, in a timed
     step) gives ``time_to_target_loss_s`` and ``steps_to_target_loss``; null: not measured."""
+    early_stop: str = later("off", choices=EARLY_STOP_MODES)
+    """Training: stop before ``steps``, judged after each timed step on the workers' mean loss (the
+    value ``target_loss`` reads; a parameter server's servers are left out). ``target``: once it is at
+    or below ``target_loss``; ``plateau``: once it has not fallen by more than ``early_stop_min_delta``
+    below its best for ``early_stop_patience`` steps; ``either``: whichever first. Every rank stops
+    after the same step (d5pipe.levels.level3.early_stop); the record says why, ``steps_run`` how many
+    timed steps ran, and the serial comparison trains as many."""
+    early_stop_patience: int = later(10, min=1)
+    """``plateau``: timed steps without improvement of the workers' mean loss before stopping."""
+    early_stop_min_delta: float = later(0.0, min=0.0)
+    """``plateau``: the least decrease of the workers' mean loss that counts as an improvement."""
     bind: str = later("auto", choices=BINDINGS)
     """Rank placement under torchrun and mpirun. ``core`` pins local rank r to cores
     ``[r*t, (r+1)*t)`` of the usable ones (t = threads per rank), every thread of the process; ``none``

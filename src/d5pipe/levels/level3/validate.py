@@ -9,6 +9,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import default_of, setting
 from d5pipe.levels.config_checks import check_device_name, check_memory_storage, section
 from d5pipe.levels.level2.schema import TrainConf
+from d5pipe.levels.level3.early_stop import check as check_early_stop
 from d5pipe.levels.level3.schema import DistributedConf
 from d5pipe.levels.schema import check_dataset, check_model
 from d5pipe.levels.targets import check_slots
@@ -57,6 +58,7 @@ def check_distributed(dist: Mapping[str, Any]) -> None:
     target = dist.get("target_loss")
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float)) or target <= 0):
         raise D5PipeError(f"config error: key 'distributed.target_loss': {target!r} must be a loss above 0 (or null)")
+    check_early_stop(dict(dist))
     device = dist.get("device")
     if device is not None:
         check_device_name(device, "distributed.device")

@@ -28,7 +28,7 @@ import torch
 
 from d5pipe.core.atomic import write_json
 from d5pipe.levels.device import synchronize
-from d5pipe.levels.level3 import training
+from d5pipe.levels.level3 import early_stop, training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
 from d5pipe.levels.level3.placement import BIND_ENV, bind_from_env
@@ -56,7 +56,9 @@ def _load_data(path: str) -> Any:
 
 
 def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
-    """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up."""
+    """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up.
+    ``distributed.early_stop`` may end them sooner, on every rank after the same step
+    (d5pipe.levels.level3.early_stop)."""
     from d5pipe.levels.datasets import require_materialised
 
     data = _load_data(str(spec["data_path"]))
@@ -71,6 +73,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     step = strategy.make_step(model, opt, training.loss_fn(), comm)
     backend.counter.reset()  # parameter broadcast at set-up is not per-step traffic
     warmup, steps = int(spec["warmup_steps"]), int(spec["steps"])
+    stop = early_stop.from_spec(spec)
+    worker = strategy.role(rank, size) == "worker"
     times: list[float] = []
     step_bytes: list[int] = []
     step_calls: list[int] = []
@@ -95,6 +99,12 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
             times.append(t1 - t0)
             step_bytes.append(nbytes)
             step_calls.append(ncalls)
+            if stop.mode != "off":  # every rank decides on the same shared number, off the clock
+                mean = early_stop.shared_mean_loss(backend, loss, worker, device)
+                backend.counter.reset()  # the decision's exchange is not the step's traffic
+                if stop.after(len(times), mean, mean):
+                    break
+    ran = len(times)
     strategy.finish(model, comm)  # untimed, uncounted
     backend.counter.reset()
     save_samples(out_dir, rank, used)
@@ -109,9 +119,11 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "gradient_bytes": training.gradient_bytes(model),
         "n_params": sum(p.numel() for p in model.parameters()),
         "per_rank_batch": len(used[-1]) if used else 0,  # a worker's share (a server draws none)
-        "strategy": training.strategy_info(strategy, model, size, range(warmup, warmup + steps), backend.name),
+        "strategy": training.strategy_info(strategy, model, size, range(warmup, warmup + ran), backend.name),
         "role": strategy.role(rank, size),
         "observed": strategy.observed(),
+        "steps_run": ran,
+        "stopped": stop.record(ran, steps),
     }
 
 
