@@ -17,7 +17,9 @@ from d5pipe.levels.contract import PointContext, run_closers
 from d5pipe.levels.level3.early_stop import STEPS, from_spec, shared_mean_loss
 from d5pipe.levels.level3.point import run_point
 from d5pipe.levels.level3.validate import check_distributed
+from d5pipe.measure import energy
 from tests.conftest import d5pipe
+from tests.test_energy import fake_powercap
 
 STEPS_MAX, WARMUP = 12, 1
 TARGET_LOSS = 2.0
@@ -77,7 +79,11 @@ def _ctx(tmp_path: Path, cache: dict[str, Any]) -> PointContext:
 
 @pytest.mark.slow
 @pytest.mark.mpi
-def test_ranks_stop_together_at_the_target_loss_and_the_serial_model_trains_as_many_steps(tmp_path: Path) -> None:
+def test_ranks_stop_together_at_the_target_loss_and_the_serial_model_trains_as_many_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also (one launch for both) energy per step at level 3 (tests/test_energy_training.py): the
+    ranks read a fake powercap tree, whose counters stand still, and only local rank 0 reads it."""
+    monkeypatch.setenv(energy.POWERCAP_ENV, str(fake_powercap(tmp_path / "powercap")))
     cache: dict[str, Any] = {}
     try:
         out = run_point(_ctx(tmp_path, cache))
@@ -95,3 +101,7 @@ def test_ranks_stop_together_at_the_target_loss_and_the_serial_model_trains_as_m
     assert {(r["steps_run"], len(r["times_s"]), len(r["losses"])) for r in ranks} == {(ran, ran, WARMUP + ran)}
     assert m["matches_serial"] == "pass", m["serial_max_abs_diff"]  # the serial run trained WARMUP + ran steps
     assert len(out.samples["step_time_max_s"]) == ran
+    assert [r["energy"] is not None for r in ranks] == [True, False]  # one host: its local rank 0 reads RAPL
+    metered = out.extra["energy"]
+    assert metered["available"] and metered["method"] == energy.RAPL_METHOD and metered["measured_by"] == [0]
+    assert metered["per_rank"]["0"]["calls"] == ran and m["energy_per_step"] == 0.0 and m["power"] == 0.0

@@ -29,6 +29,9 @@ from typing import Any
 from d5pipe.core.outcome import Metric
 
 POWERCAP = Path("/sys/class/powercap")
+POWERCAP_ENV = "D5PIPE_POWERCAP"
+"""Where the powercap tree is when not at :data:`POWERCAP` (a container that mounts the host's
+elsewhere; the tests' fake tree, which level 3's rank processes inherit through the environment)."""
 RAPL_METHOD = "RAPL (Linux powercap energy_uj)"
 RAPL_CAVEAT = "whole-socket counters: other processes' work on the socket is included"
 NVML_METHOD = "NVML nvmlDeviceGetTotalEnergyConsumption"
@@ -99,8 +102,11 @@ def _zone_name(zone: Path) -> str:
     return (zone / "name").read_text().strip() if (zone / "name").exists() else zone.name
 
 
-def rapl(root: Path = POWERCAP) -> Meter | Unavailable:
-    """The RAPL zones under ``root`` (a powercap tree), or why there are none to read."""
+def rapl(root: Path | None = None) -> Meter | Unavailable:
+    """The RAPL zones under ``root`` (a powercap tree; default ``$D5PIPE_POWERCAP`` or
+    :data:`POWERCAP`), or why there are none to read."""
+    if root is None:
+        root = Path(os.environ.get(POWERCAP_ENV) or POWERCAP)
     if not root.is_dir():
         return Unavailable(f"no RAPL: {root} does not exist (no powercap driver, or not Linux)")
     zones = sorted(p for p in root.glob("intel-rapl:*") if (p / "energy_uj").exists())

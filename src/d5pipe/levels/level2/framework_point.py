@@ -42,7 +42,7 @@ from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedN
 from d5pipe.levels.level2.frameworks.graph import Graph
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.level2.frameworks.trace import initial_weights, load_weights, model_tensors, trace
-from d5pipe.levels.level2.metrics import add_epoch, metric, training_metrics
+from d5pipe.levels.level2.metrics import add_epoch, energy_step_metrics, metric, training_metrics
 from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
@@ -50,6 +50,7 @@ from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
 from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
+from d5pipe.measure import energy
 from d5pipe.measure.determinism import seed_everything
 
 CPU = torch.device("cpu")
@@ -98,6 +99,7 @@ class Trained:
     curves: dict[str, list[float]] = field(default_factory=dict)
     epoch_samples: list[int] = field(default_factory=list)
     stopped: dict[str, Any] = field(default_factory=dict)
+    energy: dict[str, Any] = field(default_factory=dict)
 
 
 def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int) -> Trained:
@@ -107,12 +109,15 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
     tensors = model_tensors(evaluator, graph)
     batches = _batches(conf, data, seed)
     stop = EarlyStop.of(conf)
+    span = energy.Span(energy.meter("cpu"))  # around each timed step, as its clock (the frameworks run on the CPU)
     for epoch in range(1, conf.epochs + 1):
         losses, times, n = [], [], 0
         for x, y in batches:
+            span.begin()
             t0 = time.perf_counter_ns()
             losses.append(framework.step(x, y))
             times.append((time.perf_counter_ns() - t0) * 1e-9)
+            span.end()
             n += len(y)
         out.losses += losses
         out.step_times += times
@@ -124,6 +129,8 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
         if stop.after_epoch(epoch, test_loss, test_acc):
             break
     out.stopped = stop.record(len(out.epoch_samples), conf.epochs)
+    out.energy = {**span.record(len(out.step_times)), "what": "the timed steps (framework.step); batches gathered "
+                  "and evaluation excluded"}
     return out
 
 
@@ -169,13 +176,13 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     trained, samples, warnings = training_metrics(run.curves, run.step_times, run.epoch_samples, conf.target_accuracy,
                                                   _sha256(weights), count_parameters(model))
     metrics = [*_verdict(conf.framework, agreement, max_relative_difference(run.losses[:1], reference.losses[:1])),
-               metric("compile_s", compile_s), *trained, *sane[0], metric("epochs_run", run.stopped["epochs_run"])]
+               metric("compile_s", compile_s), *trained, *sane[0], metric("epochs_run", run.stopped["epochs_run"]), *energy_step_metrics(run.energy)]
     return PointOutcome(metrics=metrics, samples={**samples, "compile_s": [compile_s]}, extra={
         "framework": {"selected": conf.framework, "class": type(framework).__qualname__},
         "check": {"steps": len(first), "float64": asdict(agreement), "reference_losses": reference.losses},
         "seeds": seeds, "training_seed": {"seed": seed, "point_seed": ctx.seed, "how": seed_note},
         "told": told, "versions": framework.versions(), "curves": run.curves, "sanity": sane[1],
-        "warnings": warnings, "target_accuracy": conf.target_accuracy, "stopped": run.stopped,
+        "warnings": warnings, "target_accuracy": conf.target_accuracy, "stopped": run.stopped, "energy": run.energy,
         "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
                   "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
                   "gathered and evaluation done off the clock"})

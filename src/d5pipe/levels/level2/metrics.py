@@ -20,6 +20,7 @@ from d5pipe.core.allowlist import TARGET_KEY
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.outcome import Metric, MetricKind
 from d5pipe.levels.targets import metric_targets
+from d5pipe.measure.energy import energy_metrics
 from d5pipe.measure.stats import summarize
 
 if TYPE_CHECKING:
@@ -63,6 +64,10 @@ TRAINING_METRICS: dict[str, Declared] = {
     "train_steps": Declared("", "count", None, "optimizer steps taken"),
     "epochs_run": Declared("epochs", "count", None, "epochs trained: fewer than train.epochs when train.early_stop "
                            "stopped the run (why: the record's extra.stopped)"),
+    "energy_per_step": Declared("J", "info", None, "energy of the training passes over the steps taken (RAPL: the "
+                                "host's packages and DRAM, other processes included; NVML: the GPU), evaluation "
+                                "excluded; absent where unreadable (why: the record's extra.energy)"),
+    "power": Declared("W", "info", None, "average power over the training passes, as energy_per_step"),
     "optimizer_check": Declared("", "verdict", None, "the optimizer against train.reference_optimizer"),
     "optimizer_divergence": Declared("", "numerical", None, "||p - p_ref|| / ||p_ref - p_0|| after the same steps"),
     "framework_check": Declared("", "verdict", None, "a framework against PyTorch in float64 from the same weights"),
@@ -86,6 +91,12 @@ def median_metric(name: str, values: Sequence[float]) -> Metric:
     """``name``: the median of ``values`` with its CI."""
     s = summarize(list(values))
     return metric(name, s.median, ci=(s.ci_low, s.ci_high))
+
+
+def energy_step_metrics(record: dict[str, Any]) -> list[Metric]:
+    """``energy_per_step`` and ``power`` from a d5pipe.measure.energy ``Span.record`` over the
+    steps taken; none where energy is unavailable (the record says why)."""
+    return [metric(m.name, m.value) for m in energy_metrics(record, "step")]
 
 
 def epochs_to_target(curves: dict[str, list[float]], target: float | None) -> int | None:

@@ -59,6 +59,7 @@ from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.early_stop import EarlyStop
 from d5pipe.levels.level2.metrics import (
     add_epoch,
+    energy_step_metrics,
     epochs_to_target,
     extra_metrics,
     median_metric,
@@ -76,11 +77,14 @@ from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind
 from d5pipe.levels.optim import make_optimizer, make_scheduler
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import metric_targets
+from d5pipe.measure import energy
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
 from d5pipe.measure.peak import flops_peak
 
+ENERGY_WHAT = "each epoch's training pass, as train_time_s (loader waits included); evaluation excluded"
+"""What ``extra.energy`` (``energy_per_step``, ``power``) covers."""
 METRICS_SPLIT_BYTES = 1 << 30
 """``train.metrics`` on a generated dataset: the largest test split generated whole for them."""
 
@@ -120,6 +124,8 @@ class TrainResult:
     step_losses: list[float]
     stopped: dict[str, Any]
     """Why training ended (d5pipe.levels.level2.early_stop)."""
+    energy: dict[str, Any]
+    """d5pipe.measure.energy's record of the training passes (or why there is none)."""
 
 
 def fit(
@@ -133,9 +139,11 @@ def fit(
     epochs: list[EpochStats] = []
     steps = 0
     stop = EarlyStop.of(conf)
+    span = energy.Span(energy.meter(str(device)))  # around each epoch's training pass, as train_time_s
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
-        stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches)
+        stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches,
+                            span)
         epochs.append(stats)
         steps += len(stats.step_times_s)
         scheduler.step()
@@ -152,7 +160,7 @@ def fit(
     return TrainResult(curves, [t for e in epochs for t in e.step_times_s], [w for e in epochs for w in e.wait_times_s],
                        [e.wait_times_s[0] for e in epochs if e.wait_times_s], [e.stall_fraction for e in epochs],
                        [e.samples for e in epochs], [v for e in epochs for v in e.step_losses],
-                       stop.record(len(epochs), conf.epochs))
+                       stop.record(len(epochs), conf.epochs), {**span.record(steps), "what": ENERGY_WHAT})
 
 
 def _notes(conf: TrainConf, curves: dict[str, list[float]]) -> list[str]:
@@ -259,7 +267,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
     throughput = next(m for m in metrics if m.name == "samples_per_s")
     metrics += [median_metric("data_wait", result.wait_times_s), median_metric("first_batch_s", result.first_waits_s),
                 median_metric("data_stall_fraction", result.epoch_stall_fraction)]  # how long the steps waited
-    metrics.append(metric("epochs_run", result.stopped["epochs_run"]))
+    metrics += [metric("epochs_run", result.stopped["epochs_run"]), *energy_step_metrics(result.energy)]
     checks = {"optimizer_check": checked, "micro_batch_check": micro, "sampler_check": sampling}
     metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
     if memory is not None:
@@ -287,6 +295,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
                         "the loader is asked) to its batch in hand, on the host clock",
             "notes": notes,
             "stopped": result.stopped,
+            "energy": result.energy,
             **profiled,
             "warnings": [*step_warnings, *flop_warnings],
             "flops": FLOPS_NOTE,

@@ -41,6 +41,7 @@ from d5pipe.levels.lazy_samples import LazySamples
 from d5pipe.levels.level2.augment import Augmented, EpochTagged
 from d5pipe.levels.micro_batches import backward
 from d5pipe.measure.determinism import loader_generator, seed_worker
+from d5pipe.measure.energy import Span
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 
@@ -317,12 +318,13 @@ def train_epoch(
     first_step: int = 0,
     log_every: int = 1,
     micro_batches: int = 1,
+    span: Span | None = None,
 ) -> EpochStats:
     """One pass over ``loader`` (batches already on ``device``); steps are timed and logged. A
     step's forward and backward run in ``micro_batches`` parts (d5pipe.levels.micro_batches).
 
     ``train_time_s`` is the wall time of the pass up to the device being idle; the step log is
-    written after that.
+    written after that. ``span`` (d5pipe.measure.energy) reads its energy around the same pass.
     """
     loss_fn = nn.CrossEntropyLoss()
     model.train()
@@ -332,6 +334,8 @@ def train_epoch(
     labels: list[torch.Tensor] = []
     lr = float(optimizer.param_groups[0]["lr"])
     synchronize(device)
+    if span is not None:
+        span.begin()
     t_epoch = time.perf_counter()
     t_start = time.perf_counter_ns()
     for xb, yb in loader:
@@ -344,6 +348,8 @@ def train_epoch(
         labels.append(yb)  # sized after the epoch
     synchronize(device)
     train_time = time.perf_counter() - t_epoch
+    if span is not None:
+        span.end()
     if not losses:
         return EpochStats(math.nan, train_time, 0, [])
     batches = [len(t) for t in labels]

@@ -41,6 +41,35 @@ ASYNC_TIMING_NOTE = (
 )
 
 
+ENERGY_ABOUT = ("energy of the timed steps per step, summed over the hosts: RAPL counts a whole host (its sockets "
+                "and DRAM, every rank on it and other processes too), so it is read once per host, by the host's "
+                "local rank 0 around its timed steps; on CUDA each rank reads its own GPU (NVML), summed over ranks")
+"""What level 3's ``energy_per_step`` and ``power`` (the measuring ranks' average powers, summed) mean."""
+
+
+def energy_of(ranks: list[dict[str, Any]], steps: int, out: PointOutcome) -> None:
+    """``energy_per_step`` and ``power`` from the ranks that measured (:data:`ENERGY_ABOUT`), their
+    records in ``extra.energy``; where a measuring rank could read nothing, no metric and the reason."""
+    records = {int(r["rank"]): r["energy"] for r in ranks if r.get("energy")}
+    if not records:
+        return
+    unavailable = [rec for rec in records.values() if not rec.get("available")]
+    if unavailable:
+        out.extra["energy"] = {"available": False, "reason": str(unavailable[0]["reason"]),
+                               "measured_by": sorted(records)}
+        return
+    joules = sum(float(rec["joules"]) for rec in records.values())
+    watts = [float(rec["watts"]) for rec in records.values() if rec.get("watts") is not None]
+    first = next(iter(records.values()))
+    out.extra["energy"] = {"available": True, "method": first["method"], "joules": joules, "steps": steps,
+                           "measured_by": sorted(records), "per_rank": {str(k): v for k, v in records.items()},
+                           "what": ENERGY_ABOUT}
+    if steps:
+        out.metrics.append(Metric("energy_per_step", joules / steps, "J", "info", detail=ENERGY_ABOUT))
+    if len(watts) == len(records):
+        out.metrics.append(Metric("power", sum(watts), "W", "info", detail=ENERGY_ABOUT))
+
+
 def role_of(rank: dict[str, Any]) -> str:
     """A rank's role (d5pipe.levels.level3.strategies.Strategy.role; results without one: ``worker``)."""
     return str(rank.get("role", "worker"))
@@ -205,6 +234,7 @@ def train_outcome(
     out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in workers])), "", "numerical"))
     # timed steps run: fewer than distributed.steps when distributed.early_stop ended the run (why: extra.stopped)
     out.metrics.append(Metric("steps_run", len(times), "steps", "count"))
+    energy_of(ranks, len(times), out)
     notes = [TIMING_NOTE if strategy.get("lockstep", True) else ASYNC_TIMING_NOTE, COMM_NOTE]
     out.metrics += role_metrics(ranks, strategy, out.samples)
     out.metrics += staleness_metrics(ranks, out.extra)

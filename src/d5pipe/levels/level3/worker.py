@@ -35,6 +35,7 @@ from d5pipe.levels.level3.placement import BIND_ENV, bind_from_env
 from d5pipe.levels.level3.shard_check import save_samples
 from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.levels.optim import make_optimizer
+from d5pipe.measure import energy
 from d5pipe.measure.process import die_with_parent
 
 
@@ -53,6 +54,15 @@ def _load_data(path: str) -> Any:
     from d5pipe.levels.datasets import load
 
     return load(Path(path))
+
+
+def _energy_span(device: torch.device) -> tuple[energy.Span | None, int]:
+    """(this rank's energy span, its local rank): RAPL counts a whole host, so only a host's local
+    rank 0 reads it; on CUDA each rank reads its own GPU (NVML)."""
+    _, _, local_rank = rank_from_env()
+    if device.type == "cuda":
+        return energy.Span(energy.meter(f"cuda:{device.index or 0}")), local_rank
+    return (energy.Span(energy.meter("cpu")) if local_rank == 0 else None), local_rank
 
 
 def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
@@ -75,6 +85,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     warmup, steps = int(spec["warmup_steps"]), int(spec["steps"])
     stop = early_stop.from_spec(spec)
     worker = strategy.role(rank, size) == "worker"
+    span, local_rank = _energy_span(device)
     times: list[float] = []
     step_bytes: list[int] = []
     step_calls: list[int] = []
@@ -89,10 +100,15 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         if strategy.lockstep:
             backend.barrier()
         synchronize(device)
+        metered = span if i >= warmup else None  # the timed steps' energy, read off the clock
+        if metered is not None:
+            metered.begin()
         t0 = time.perf_counter()
         loss = step(xb, yb)
         synchronize(device)
         t1 = time.perf_counter()
+        if metered is not None:
+            metered.end()
         nbytes, ncalls = backend.counter.reset()
         losses.append(loss)
         if i >= warmup:
@@ -123,6 +139,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "role": strategy.role(rank, size),
         "observed": strategy.observed(),
         "steps_run": ran,
+        "local_rank": local_rank,
+        "energy": None if span is None else span.record(ran),
         "stopped": stop.record(ran, steps),
     }
 
