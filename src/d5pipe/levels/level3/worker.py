@@ -7,8 +7,11 @@ to ``<out_dir>/params_rank0.pt`` for the comparison with the serial reference.
 
 Per-step timing: a barrier (unless the strategy is asynchronous: ``Strategy.lockstep``), then
 ``perf_counter`` around the step (for CUDA the device is
-synchronised before the clock is read). Per-rank times are combined (max over ranks per step)
-by the parent, not here, so no collective runs inside a timed region.
+synchronised before the clock is read). Each rank also records its time at that barrier and inside
+the collectives it counts (d5pipe.levels.level3.counting), from which the parent splits its steps
+into compute, communication and waiting (d5pipe.levels.level3.rank_split). Per-rank times are
+combined (max over ranks per step) by the parent, not here, so no collective runs inside a timed
+region.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     step_bytes: list[int] = []
     step_calls: list[int] = []
     losses: list[float] = []
+    barrier_s: list[float] = []  # at the lockstep barrier, and inside counted collectives (level3.rank_split)
+    collective_s: list[float] = []
     batches = training.global_batches(len(y), int(spec["global_batch"]), warmup + steps, int(spec["data_seed"]))
     used: list[np.ndarray] = []
     for i, idx in enumerate(batches):
@@ -82,6 +87,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         used.append(share)
         local = torch.from_numpy(share).to(device)
         xb, yb = x[local], y[local]
+        tb = time.perf_counter()
         if strategy.lockstep:
             backend.barrier()
         synchronize(device)
@@ -89,12 +95,15 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         loss = step(xb, yb)
         synchronize(device)
         t1 = time.perf_counter()
+        inside = backend.counter.seconds_inside()
         nbytes, ncalls = backend.counter.reset()
         losses.append(loss)
         if i >= warmup:
             times.append(t1 - t0)
             step_bytes.append(nbytes)
             step_calls.append(ncalls)
+            barrier_s.append(t0 - tb)
+            collective_s.append(inside)
     strategy.finish(model, comm)  # untimed, uncounted
     backend.counter.reset()
     save_samples(out_dir, rank, used)
@@ -104,6 +113,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "times_s": times,
         "comm_bytes_per_step": step_bytes,
         "comm_calls_per_step": step_calls,
+        "barrier_s": barrier_s,
+        "collective_s": collective_s,
         "losses": losses,
         "params_sha256": training.params_sha256(model),
         "gradient_bytes": training.gradient_bytes(model),
