@@ -2,7 +2,7 @@
 rank, and which rank (if any) is the straggler the others wait for.
 
 Each rank records per timed step (d5pipe.levels.level3.worker): its step time (``times_s``), its time
-at the lockstep barrier before the step (``barrier_s``, the barrier's own cost included) and its time
+at the lockstep barrier before the step (``barrier_s``) and its time
 inside the collectives d5pipe counts (``collective_s``; where and how: d5pipe.levels.level3.counting).
 For step ``i`` and rank ``r``:
 
@@ -12,11 +12,14 @@ For step ``i`` and rank ``r``:
 * **communication** = the least time any rank that entered a collective in step ``i`` spent inside
   (at most rank ``r``'s own): the rank that arrives last waits for no one, so its time inside is
   the collectives' own;
-* **wait** = inside - communication + barrier: blocked in a collective until the others arrived,
-  and at the barrier.
+* **wait** = inside - communication, plus barrier - the least time any rank spent at that barrier:
+  blocked in a collective until the others arrived, and at the barrier until the last rank came
+  from its previous step. The barrier's own cost (what the last to arrive spends there) is d5pipe's
+  synchronisation between timed steps, not the training's, and is left out.
 
-The three add up to barrier + step, the rank's whole period per step; they are reported as means
-over the timed steps (means add up, medians do not). Asynchronous strategies (``Strategy.lockstep``
+The three add up to the rank's step plus its wait at the barrier: in lockstep, about the slowest
+rank's step (``time_per_step_s``), for every rank. They are reported as means over the timed steps
+(means add up, medians do not). Asynchronous strategies (``Strategy.lockstep``
 False) get no split: their ranks' i-th steps do not happen together, so there is no "last to arrive".
 """
 
@@ -35,17 +38,21 @@ RANK_METRIC = re.compile(r"^(compute|comm|wait)_s_per_step_rank(\d+)$")
 """A per-rank part's metric name (:func:`rank_metric`): the part and the rank."""
 STRAGGLER_RATIO = 1.5
 STRAGGLER_MIN_SHARE = 0.1
+STRAGGLER_STEPS = 0.75
 STRAGGLER_RULE = (
-    f"the straggler is the worker whose compute per step (median over the timed steps) is more than "
-    f"{STRAGGLER_RATIO:g}x the median of the other workers' and exceeds it by more than "
-    f"{STRAGGLER_MIN_SHARE:.0%} of a step (the median rank's median period); only the slowest worker can "
-    "be named, and a point with one worker names none"
+    f"a worker lags in a step when its compute is more than {STRAGGLER_RATIO:g}x the median of the other "
+    f"workers' in that step and longer by more than {STRAGGLER_MIN_SHARE:.0%} of the step (the median over "
+    f"ranks of compute + comm + wait); the straggler is the worker that lags in at least {STRAGGLER_STEPS:.0%} "
+    "of the timed steps (the one that lags most often, then computes longest, if several), so a rank a busy "
+    "machine slowed now and then is none; a point with one worker names none"
 )
+"""The straggler rule, in one place (:func:`lag_shares` applies it)."""
 SPLIT_NOTE = (
     "compute/comm/wait per rank (mean s per step): compute = step time outside the collectives d5pipe "
     "counts; comm = the least time any rank spent inside that step's collectives (the last to arrive waits "
-    "for no one); wait = the rest of the rank's time inside them plus its time at the lockstep barrier; "
-    "the three add up to barrier + step. " + STRAGGLER_RULE
+    "for no one); wait = the rest of the rank's time inside them plus its wait at the lockstep barrier for "
+    "the last rank (the barrier's own cost left out); the three add up to about the slowest rank's step. "
+    + STRAGGLER_RULE
 )
 
 
@@ -55,7 +62,8 @@ def rank_metric(part: str, rank: int) -> str:
 
 @dataclass(frozen=True)
 class RankSplit:
-    """One rank's split: means over the timed steps (seconds), and the medians the rule reads."""
+    """One rank's split: means over the timed steps (seconds), its median compute, and the share of
+    steps it lagged in (:data:`STRAGGLER_RULE`; 0 for a rank of another role than worker)."""
 
     rank: int
     role: str
@@ -63,12 +71,26 @@ class RankSplit:
     comm_s: float
     wait_s: float
     compute_median_s: float
-    period_median_s: float
+    lagged: float
 
     @property
     def period_s(self) -> float:
-        """Barrier + step: what the three parts add up to."""
+        """compute + comm + wait: the step and the wait at the barrier before it."""
         return self.compute_s + self.comm_s + self.wait_s
+
+
+def lag_shares(compute: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """Per worker (rows; steps in columns), the share of steps in which it lagged (:data:`STRAGGLER_RULE`)."""
+    n = compute.shape[0]
+    if n < 2:
+        return np.zeros(n)
+    step = np.median(period, axis=0)
+    shares = []
+    for k in range(n):
+        others = np.median(np.delete(compute, k, axis=0), axis=0)
+        lags = (compute[k] > STRAGGLER_RATIO * others) & (compute[k] - others > STRAGGLER_MIN_SHARE * step)
+        shares.append(float(lags.mean()))
+    return np.asarray(shares)
 
 
 def split_ranks(ranks: list[dict[str, Any]]) -> list[RankSplit] | None:
@@ -83,25 +105,27 @@ def split_ranks(ranks: list[dict[str, Any]]) -> list[RankSplit] | None:
     entered = np.where(inside > 0, inside, np.inf)
     floor = entered.min(axis=0)  # per step: the least time inside of the ranks that entered a collective
     comm = np.minimum(inside, np.where(np.isfinite(floor), floor, 0.0))
-    compute, wait = step - inside, inside - comm + barrier
+    compute, wait = step - inside, inside - comm + barrier - barrier.min(axis=0)
+    workers = [i for i, r in enumerate(ranks) if str(r.get("role", "worker")) == "worker"]
+    lagged = np.zeros(len(ranks))
+    lagged[workers] = lag_shares(compute[workers], (compute + comm + wait)[workers])
     return [RankSplit(int(r.get("rank", i)), str(r.get("role", "worker")), float(compute[i].mean()),
-                      float(comm[i].mean()), float(wait[i].mean()), float(np.median(compute[i])),
-                      float(np.median(barrier[i] + step[i]))) for i, r in enumerate(ranks)]
+                      float(comm[i].mean()), float(wait[i].mean()), float(np.median(compute[i])), float(lagged[i]))
+            for i, r in enumerate(ranks)]
 
 
 def straggler(split: list[RankSplit]) -> tuple[int | None, float]:
-    """The straggler's rank (None when no worker is one; :data:`STRAGGLER_RULE`) and the slowest
-    worker's compute over the median of the others' (NaN with fewer than two workers)."""
+    """The straggler's rank (None when no worker is one; :data:`STRAGGLER_RULE`) and the imbalance:
+    the largest median compute of a worker over the median of the other workers' (NaN with fewer
+    than two workers)."""
     workers = [s for s in split if s.role == "worker"]
     if len(workers) < 2:
         return None, float("nan")
     slowest = max(workers, key=lambda s: s.compute_median_s)
     others = float(np.median([s.compute_median_s for s in workers if s is not slowest]))
     ratio = slowest.compute_median_s / others if others > 0 else float("nan")
-    step = float(np.median([s.period_median_s for s in split]))
-    excess = slowest.compute_median_s - others
-    named = not ratio <= STRAGGLER_RATIO and excess > STRAGGLER_MIN_SHARE * step  # others' 0 s: any excess
-    return (slowest.rank if named else None), ratio
+    lagging = max(workers, key=lambda s: (s.lagged, s.compute_median_s))
+    return (lagging.rank if lagging.lagged >= STRAGGLER_STEPS else None), ratio
 
 
 def split_metrics(ranks: list[dict[str, Any]], lockstep: bool) -> tuple[list[Metric], str]:

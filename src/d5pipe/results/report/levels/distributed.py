@@ -99,7 +99,8 @@ def rank_split_table(rows: pd.DataFrame) -> list[Block]:
     return [Table(["point", "rank", "compute ms", "comm ms", "wait ms", "sum ms", ""], body,
                   "Where each rank's time goes, mean ms per step: compute (outside the collectives d5pipe counts), "
                   "communication (the least time any rank spent inside the step's collectives), waiting (the rest "
-                  "of its time inside them and at the lockstep barrier); the sum is barrier + step. "
+                  "of its time inside them, and at the lockstep barrier for the last rank); the sum is about the slowest "
+                  "rank's step. "
                   f"{STRAGGLER_RULE[0].upper()}{STRAGGLER_RULE[1:]}{more}")]
 
 
