@@ -61,9 +61,11 @@ def cli():
 
 def user_code_for_ranks(monkeypatch: pytest.MonkeyPatch, prefix: str, path: Path) -> None:
     """User code under ``path``, allowed as ``prefix``: importable in this process and by the ranks
-    a level-3 point launches (they inherit PYTHONPATH and the allow-list)."""
+    a level-3 point launches (they inherit PYTHONPATH and the allow-list). A PYTHONPATH already set
+    stays after ``path``: the ranks import the d5pipe under test (a worktree's src), not the installed one."""
     monkeypatch.setenv("D5PIPE_ALLOW", prefix)
-    monkeypatch.setenv("PYTHONPATH", str(path))
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(path), *kept]))
     monkeypatch.syspath_prepend(str(path))
 
 

@@ -1,6 +1,7 @@
 """User strategies for tests/test_parameter_servers.py: the asynchronous parameter server with one
 deliberately slow worker (rank 1 sleeps half a second before each step), so the fast workers run ahead until the
-staleness bound stops them; and docs/plugins.md's asynchronous example, as written there."""
+staleness bound stops them; and docs/plugins.md's asynchronous example, as written there. For
+tests/test_rank_split.py: the engine's allreduce with rank 1 sleeping before each step (a straggler)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 
 from d5pipe.levels.level3.backends import StepFn
 from d5pipe.levels.level3.parameter_server import AsyncParameterServer
-from d5pipe.levels.level3.strategies import Communicator, Strategy, flat_values, set_values
+from d5pipe.levels.level3.strategies import AllReduce, Communicator, Strategy, flat_values, set_values
 
 
 class SlowWorkerAsync(AsyncParameterServer):
@@ -49,3 +50,25 @@ class Gossip(Strategy):  # docs/plugins.md, "Writing an asynchronous strategy"
 
     def expected_bytes(self, grad_bytes, n_elements, ranks, steps, engine):
         return float(grad_bytes)
+
+
+class SlowRankAllReduce(AllReduce):
+    """The engine's own allreduce (DDP's hook, Horovod's DistributedOptimizer), rank 1 sleeping
+    ``delay_s`` at the start of each of its steps: compute only it does, which the others wait for."""
+
+    name = "allreduce_slow_rank"
+
+    def __init__(self, delay_s: float = 0.1) -> None:
+        self.delay_s = float(delay_s)
+
+    def make_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                  loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
+        step = super().make_step(model, optimizer, loss_fn, comm)
+        if comm.rank != 1:
+            return step
+
+        def slow(x: torch.Tensor, y: torch.Tensor) -> float:
+            time.sleep(self.delay_s)
+            return step(x, y)
+
+        return slow

@@ -12,7 +12,8 @@ to collectives.
 
 "Bytes counted" are the payload bytes handed to the collective by one rank per step (what the
 collective reduces), not bytes on the wire; a ring allreduce sends ``2(n-1)/n`` times the payload
-per rank (see :mod:`d5pipe.levels.level3.scaling`).
+per rank (see :mod:`d5pipe.levels.level3.scaling`). The counters, the DDP hook and the Horovod
+wrapper, which also time the calls they count, are in d5pipe.levels.level3.counting.
 """
 
 from __future__ import annotations
@@ -20,31 +21,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from d5pipe.core.errors import D5PipeError
-
-
-@dataclass
-class ByteCounter:
-    """Payload bytes handed to collectives and the number of calls, since the last reset."""
-
-    bytes: int = 0
-    calls: int = 0
-
-    def add(self, tensor: torch.Tensor) -> None:
-        self.bytes += tensor.numel() * tensor.element_size()
-        self.calls += 1
-
-    def reset(self) -> tuple[int, int]:
-        """Return ``(bytes, calls)`` and start counting from zero."""
-        out = (self.bytes, self.calls)
-        self.bytes, self.calls = 0, 0
-        return out
-
+from d5pipe.levels.level3.counting import ByteCounter, count_horovod, counting_ddp_hook
 
 StepFn = Callable[[torch.Tensor, torch.Tensor], float]
 """One training step on a local batch ``(x, y)``; returns the local loss."""
@@ -200,21 +182,11 @@ class DdpBackend:
     def make_train_step(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[..., torch.Tensor]
     ) -> StepFn:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.device.index] if self.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, device_ids=ids)  # broadcasts rank 0's parameters
-        counter = self.counter
-
-        def counting_hook(state: object, bucket: Any) -> torch.futures.Future[torch.Tensor]:
-            counter.add(bucket.buffer())
-            return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
-
-        # DDP inspects the hook's annotations as objects; this module's are strings (PEP 563)
-        counting_hook.__annotations__ = {"state": object, "bucket": self._dist.GradBucket,
-                                         "return": torch.futures.Future[torch.Tensor]}
-        ddp.register_comm_hook(None, counting_hook)
+        ddp.register_comm_hook(None, counting_ddp_hook(self.counter, self._dist.GradBucket))
         return plain_step(ddp, optimizer, loss_fn)
 
     def finalize(self) -> None:
@@ -273,15 +245,7 @@ class HorovodBackend:
             # zero-gradient step to create it, which advances Adam's step count and makes the run
             # differ from the 1-process reference; a fresh optimizer is identical on all ranks.
             hvd.broadcast_optimizer_state(dist_opt, root_rank=0)
-        original = dist_opt._allreduce_grad_async
-        counter = self.counter
-
-        def counting_allreduce(p: torch.nn.Parameter) -> Any:
-            counter.add(p.grad if p.grad is not None else p)  # horovod sends zeros for a None grad
-            return original(p)
-
-        # the backward hooks look the method up on the instance at call time
-        dist_opt._allreduce_grad_async = counting_allreduce
+        count_horovod(dist_opt, self.counter)
         return plain_step(model, dist_opt, loss_fn)
 
     def finalize(self) -> None:
@@ -351,7 +315,8 @@ class MpiBackend:
 
         def average_grads(step: int) -> None:
             counter.add(flat_grads(params, out=grad_buf))
-            self.allreduce(grad_buf)
+            with counter.timing():
+                self.allreduce(grad_buf)
             grad_buf.div_(size)
             for p, grad in zip(params, grad_buf.split(sizes)):
                 if p.grad is not None:

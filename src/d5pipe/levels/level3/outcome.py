@@ -15,6 +15,7 @@ import numpy as np
 
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.level3.collectives import actual_message_bytes, busbw_factor
+from d5pipe.levels.level3.rank_split import split_metrics
 from d5pipe.levels.level3.scaling import ring_allreduce_bytes
 from d5pipe.levels.verify import passed
 from d5pipe.measure.stats import rate_metric, summarize
@@ -238,6 +239,9 @@ def train_outcome(
     notes = [TIMING_NOTE if strategy.get("lockstep", True) else ASYNC_TIMING_NOTE, COMM_NOTE]
     out.metrics += role_metrics(ranks, strategy, out.samples)
     out.metrics += staleness_metrics(ranks, out.extra)
+    split, split_note = split_metrics(ranks, bool(strategy.get("lockstep", True)))
+    out.metrics += split
+    notes.append(split_note)
     if not constant:
         notes.append("comm payload varied between steps or ranks; the mean is reported")
     if spec["backend"] == "horovod" and n == 1:

@@ -57,7 +57,8 @@ from d5pipe.levels.level3.schema import BACKENDS
 
 
 class Communicator:
-    """Collectives over the point's engine; counts the payload this rank hands to each call."""
+    """Collectives over the point's engine; counts the payload this rank hands to each call and
+    times every call (d5pipe.levels.level3.counting)."""
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -67,7 +68,8 @@ class Communicator:
     def allreduce(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over ranks (in place where the engine allows it)."""
         self.counter.add(t)
-        return self.backend.allreduce(t)
+        with self.counter.timing():
+            return self.backend.allreduce(t)
 
     def allreduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         """Mean over ranks."""
@@ -76,18 +78,21 @@ class Communicator:
     def broadcast(self, t: torch.Tensor) -> torch.Tensor:
         """Rank 0's values everywhere."""
         self.counter.add(t)
-        return self.backend.broadcast(t)
+        with self.counter.timing():
+            return self.backend.broadcast(t)
 
     def allgather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's 1-D ``t``, concatenated in rank order."""
         self.counter.add(t)
-        return self.backend.allgather(t)
+        with self.counter.timing():
+            return self.backend.allgather(t)
 
     def exchange(self, t: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
         """Send ``t`` to each peer, receive one like it from each (peers must be symmetric)."""
         for _ in peers:
             self.counter.add(t)
-        return self.backend.exchange(t, list(peers))
+        with self.counter.timing():
+            return self.backend.exchange(t, list(peers))
 
     def _p2p(self) -> PointToPoint:
         if not isinstance(self.backend, PointToPoint):
@@ -97,18 +102,22 @@ class Communicator:
     def isend(self, t: torch.Tensor, dest: int, tag: int) -> Any:
         """Start sending ``t`` to rank ``dest`` (counted); finish with :meth:`waitall`."""
         self.counter.add(t)
-        return self._p2p().isend(t, dest, tag)
+        with self.counter.timing():
+            return self._p2p().isend(t, dest, tag)
 
     def recv(self, buf: torch.Tensor, source: int | None, tag: int) -> int:
         """Receive into ``buf`` from ``source`` (None: whichever rank sends first); the sender's rank."""
-        return self._p2p().recv(buf, source, tag)
+        with self.counter.timing():
+            return self._p2p().recv(buf, source, tag)
 
     def irecv(self, buf: torch.Tensor, source: int, tag: int) -> Any:
         """Start receiving into ``buf`` from rank ``source``; finish with :meth:`waitall`."""
-        return self._p2p().irecv(buf, source, tag)
+        with self.counter.timing():
+            return self._p2p().irecv(buf, source, tag)
 
     def waitall(self, requests: list[Any]) -> None:
-        self._p2p().waitall(requests)
+        with self.counter.timing():
+            self._p2p().waitall(requests)
 
 
 class Strategy:

@@ -7,8 +7,11 @@ to ``<out_dir>/params_rank0.pt`` for the comparison with the serial reference.
 
 Per-step timing: a barrier (unless the strategy is asynchronous: ``Strategy.lockstep``), then
 ``perf_counter`` around the step (for CUDA the device is
-synchronised before the clock is read). Per-rank times are combined (max over ranks per step)
-by the parent, not here, so no collective runs inside a timed region.
+synchronised before the clock is read). Each rank also records its time at that barrier and inside
+the collectives it counts (d5pipe.levels.level3.counting), from which the parent splits its steps
+into compute, communication and waiting (d5pipe.levels.level3.rank_split). Per-rank times are
+combined (max over ranks per step) by the parent, not here, so no collective runs inside a timed
+region.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     step_bytes: list[int] = []
     step_calls: list[int] = []
     losses: list[float] = []
+    barrier_s: list[float] = []  # at the lockstep barrier, and inside counted collectives (level3.rank_split)
+    collective_s: list[float] = []
     batches = training.global_batches(len(y), int(spec["global_batch"]), warmup + steps, int(spec["data_seed"]))
     used: list[np.ndarray] = []
     for i, idx in enumerate(batches):
@@ -97,6 +102,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         used.append(share)
         local = torch.from_numpy(share).to(device)
         xb, yb = x[local], y[local]
+        tb = time.perf_counter()
         if strategy.lockstep:
             backend.barrier()
         synchronize(device)
@@ -107,6 +113,7 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         loss = step(xb, yb)
         synchronize(device)
         t1 = time.perf_counter()
+        inside = backend.counter.seconds_inside()
         if metered is not None:
             metered.end()
         nbytes, ncalls = backend.counter.reset()
@@ -115,6 +122,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
             times.append(t1 - t0)
             step_bytes.append(nbytes)
             step_calls.append(ncalls)
+            barrier_s.append(t0 - tb)
+            collective_s.append(inside)
             if stop.mode != "off":  # every rank decides on the same shared number, off the clock
                 mean = early_stop.shared_mean_loss(backend, loss, worker, device)
                 backend.counter.reset()  # the decision's exchange is not the step's traffic
@@ -130,6 +139,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "times_s": times,
         "comm_bytes_per_step": step_bytes,
         "comm_calls_per_step": step_calls,
+        "barrier_s": barrier_s,
+        "collective_s": collective_s,
         "losses": losses,
         "params_sha256": training.params_sha256(model),
         "gradient_bytes": training.gradient_bytes(model),

@@ -1,9 +1,11 @@
-"""The level-3 section: time per step, speedup and efficiency against the ranks, bus bandwidth."""
+"""The level-3 section: time per step, speedup and efficiency against the ranks, bus bandwidth, and
+where each rank's time goes (compute, communication, waiting; the straggler)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from d5pipe.levels.level3.rank_split import PARTS, RANK_METRIC, STRAGGLER_RULE
 from d5pipe.levels.level3.stage import LEVEL
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.report.blocks import Block, Section, Table, Text
@@ -62,6 +64,46 @@ def strategies_table(rows: pd.DataFrame) -> list[Block]:
                   f"{STRATEGY_COLUMNS_TEXT}{more}")]
 
 
+RANK_POINTS = 8
+"""Points whose per-rank split the report shows (results.parquet has every point's)."""
+
+
+def _ms(seconds: float) -> str:
+    return "" if seconds != seconds else f"{seconds * 1e3:.3g}"
+
+
+def rank_split_table(rows: pd.DataFrame) -> list[Block]:
+    """Per point and rank: compute, communication and waiting per step, their sum, and which rank
+    is the straggler (d5pipe.levels.level3.rank_split)."""
+    ok = rows[rows["status"] == "ok"]
+    parts = ok[ok["metric"].astype(str).str.fullmatch(RANK_METRIC.pattern)]
+    if parts.empty:
+        return []
+    named = dict(zip(ok.loc[ok["metric"] == "straggler", "point_id"], ok.loc[ok["metric"] == "straggler", "text"]))
+    axes = varying_axes(rows, repeat=True)
+    points = list(dict.fromkeys(parts["point_id"]))
+    body: list[list[str]] = []
+    for pid in points[:RANK_POINTS]:
+        mine = parts[parts["point_id"] == pid]
+        per_rank: dict[int, dict[str, float]] = {}
+        for metric, value in zip(mine["metric"], mine["value"]):
+            match = RANK_METRIC.fullmatch(str(metric))
+            if match:
+                per_rank.setdefault(int(match.group(2)), {})[match.group(1)] = float(value)
+        label = label_of(mine.iloc[0], axes)
+        for rank, v in sorted(per_rank.items()):
+            split = [v.get(p, float("nan")) for p in PARTS]
+            body.append([label, str(rank), *(_ms(x) for x in split), _ms(sum(split)),
+                         "straggler" if named.get(pid) == f"rank {rank}" else ""])
+    more = f" (first {RANK_POINTS} of {len(points)} points)" if len(points) > RANK_POINTS else ""
+    return [Table(["point", "rank", "compute ms", "comm ms", "wait ms", "sum ms", ""], body,
+                  "Where each rank's time goes, mean ms per step: compute (outside the collectives d5pipe counts), "
+                  "communication (the least time any rank spent inside the step's collectives), waiting (the rest "
+                  "of its time inside them, and at the lockstep barrier for the last rank); the sum is about the slowest "
+                  "rank's step. "
+                  f"{STRAGGLER_RULE[0].upper()}{STRAGGLER_RULE[1:]}{more}")]
+
+
 def section(data: RunData) -> Section:
     rows = data.stage_rows(LEVEL.name)
     blocks: list[Block] = []
@@ -90,6 +132,7 @@ def section(data: RunData) -> Section:
                             "Speedup and efficiency against the 1-rank point of the same configuration "
                             "(value [95% CI]), as in the figures above"))
     blocks += strategies_table(rows)
+    blocks += rank_split_table(rows)
     busbw = find_metric(rows, ["busbw_GBps", "busbw"], prefix="busbw")
     if busbw:
         bw_layout = choose_layout(rows, ["distributed.message_bytes"], ["distributed.backend"])
