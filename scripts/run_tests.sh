@@ -6,7 +6,7 @@
 #      /etc/slurm and may not overlap;
 #   2. the long failure-injection, bring-your-own-code, strategy and training-framework modules (HEAVY below);
 #   3. the long end-to-end CLI runs of reproduce, runtimes, stale verdicts, comparisons, the model zoo,
-#      generated datasets and the audited reads of a run (HEAVY2 below);
+#      generated datasets, the audited reads of a run, profiles and early stopping (HEAVY2 below);
 #   4. everything else;
 # then, alone once the lanes are done, the tests whose timed change needs a quiet machine (QUIET).
 # Each has its own --basetemp; `make lint` runs beside them. Lane 4 prints as it goes, the others' logs follow it; the exit code
@@ -17,9 +17,10 @@ HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py
        tests/test_train_frameworks.py)
 HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
         tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py
-        tests/test_data_pipeline_e2e.py)
-# Timed comparisons that need a quiet machine (two threads against one): alone, after the lanes.
-QUIET=(tests/test_history_quickstart.py)
+        tests/test_data_pipeline_e2e.py tests/test_profiles.py tests/test_early_stop.py tests/test_early_stop_level3.py)
+# Timed comparisons that need a quiet machine (two threads against one; a rank slowed on purpose
+# against ranks that must not look slow): alone, after the lanes.
+QUIET=(tests/test_history_quickstart.py tests/test_rank_split.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
 pids=()
 lint_pid=""
