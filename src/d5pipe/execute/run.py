@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -164,8 +165,9 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         cmd = build_command(run_dir, executor, snakemake_jobs, extra, dry_run=dry_run)
         t0 = time.perf_counter()
         try:
-            rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
-                                        started, float(setting(executor, ExecutorConf, "watchdog_s")))
+            with _fork_server(run_dir, executor, [s.stage for s in summary.stages], dry_run):
+                rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
+                                            started, float(setting(executor, ExecutorConf, "watchdog_s")))
         except Interrupted:
             if not dry_run:
                 finish(run_dir, 1)  # what finished is in the results and the report
@@ -181,6 +183,17 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
             print(f"d5pipe: snakemake exit {rc}; its log: {snakemake_log(rd)}", flush=True)
         print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)
         return RunOutcome(run_dir, verdict)
+
+
+def _fork_server(run_dir: Path, executor: dict[str, Any], stages: list[str],
+                 dry_run: bool) -> contextlib.AbstractContextManager[Any]:
+    """The run's fork server while Snakemake runs (local executor, ``executor.fork_server``; none
+    for a dry run): d5pipe.execute.fork_server."""
+    from d5pipe.execute.fork_server import enabled, serving
+
+    if dry_run or not enabled(executor):
+        return contextlib.nullcontext()
+    return serving(Path(run_dir), stages)
 
 
 def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collection[str] = ()) -> list[str]:

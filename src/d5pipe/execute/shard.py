@@ -57,7 +57,9 @@ def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[tuple[str, str
 def _provenance() -> dict[str, Any]:
     ids = _slurm_ids(os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
                      os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"))
-    return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids)}
+    from d5pipe.execute.fork_client import process_start
+
+    return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids), "process_start": process_start()}
 
 
 def done_record(path: Path) -> Record | None:

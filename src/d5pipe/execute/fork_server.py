@@ -1,0 +1,243 @@
+"""A local run's fork server: shard jobs (so each repetition) stay separate processes without each
+paying for the interpreter's start and torch's import.
+
+``d5pipe run`` with the local executor and ``executor.fork_server: true`` starts one server per
+run (:func:`serving`, around Snakemake) with the run directory as its cwd. The server binds the
+Unix socket ``RUN/shards/fork.sock`` first (a job that connects early waits in the backlog), then
+imports torch, numpy and the code of the run's stages -- imports only: no torch operation, so
+no thread pool, no allocator or kernel cache is warmed that a child could inherit. For every job
+(d5pipe.execute.fork_client) it forks a child that takes the job's standard streams, cwd and
+environment, re-seeds Python's and numpy's global generators, sets torch's threads from the
+job's ``OMP_NUM_THREADS`` (torch read the server's at import), and runs
+``d5pipe.execute.jobs.shard_main``; the child's exit code goes back to the client.
+
+What a fork cannot give each child: its own hash randomisation (``PYTHONHASHSEED`` is fixed when
+the server's interpreter starts) and its own layout of what the imports allocated (address-space
+randomisation happens at ``exec``). benchmarks/bench_repetition_start.py measures the
+between-repetition spread with and without the server.
+
+Lifetime: the server dies with the driver (``PR_SET_PDEATHSIG``) and is ended by it when the run
+ends (normally, by an error or by Ctrl-C); a child dies with the server (``PR_SET_PDEATHSIG``)
+and with its client (it kills itself when the client's connection closes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from d5pipe.execute.fork_client import MAX_MESSAGE, START_ENV
+from d5pipe.measure.process import die_with_parent
+
+SOCKET = "shards/fork.sock"
+"""The server's socket, relative to the run directory (the jobs' cwd: no path-length limit)."""
+
+
+def _preload(stages: list[str]) -> None:
+    """Import what a shard job imports, and run nothing."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+
+    import d5pipe.execute.jobs  # noqa: F401
+    import d5pipe.execute.shard  # noqa: F401
+    import d5pipe.provenance.environment  # noqa: F401
+    from d5pipe.levels.registry import STAGES
+
+    for stage in stages:
+        if stage in STAGES:
+            STAGES[stage].runner()
+
+
+def _watch_client(conn: socket.socket) -> None:
+    """In the child: once the client's connection closes (the client is gone), die."""
+    def watch() -> None:
+        try:
+            while conn.recv(64):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="d5pipe-fork-client-watch", daemon=True).start()
+
+
+def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_pid: int) -> None:
+    """In the forked child: become the job, run the shard, exit with its code (never returns)."""
+    code = 1
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        die_with_parent()
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ[START_ENV] = json.dumps({"how": "fork", "server_pid": server_pid, "t0": request["t0"]})
+        _reseed()
+        _watch_client(conn)
+        from d5pipe.execute.jobs import shard_main
+
+        argv = [str(a) for a in request["argv"]]
+        sys.argv = [sys.argv[0], *argv]
+        code = shard_main(argv)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the job's log (its stderr) gets the traceback
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _reseed() -> None:
+    """What differs per fresh process and must per child: the global generators' states, and
+    torch's threads (from this job's environment, as a fresh import would read them)."""
+    import random
+
+    import numpy
+    import torch
+
+    random.seed()
+    numpy.random.seed()
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
+def serve(sock_path: str, stages: list[str]) -> None:
+    """Bind ``sock_path``, import, then fork a child per request until SIGTERM (never returns)."""
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda sig, _f: stop.append(sig))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock_path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(sock_path)
+    listener.listen(64)
+    _preload(stages)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, None)
+    live: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    server_pid = os.getpid()
+    try:
+        while not stop:
+            for key, _ in sel.select(timeout=0.5):
+                if key.data is None:
+                    _accept(listener, sel, live, server_pid)
+                else:
+                    _reap(int(key.fd), sel, live)
+    finally:
+        for pidfd, (pid, conn) in list(live.items()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            conn.close()
+            os.close(pidfd)
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sock_path)
+    os._exit(0)
+
+
+def _accept(listener: socket.socket, sel: selectors.BaseSelector,
+            live: dict[int, tuple[int, socket.socket]], server_pid: int) -> None:
+    conn, _ = listener.accept()
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 3)
+        request = json.loads(data)
+    except (OSError, ValueError):
+        conn.close()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        for _pidfd, (_pid, other) in live.items():
+            other.close()
+        _child(conn, request, fds, server_pid)
+    for fd in fds:
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    live[pidfd] = (pid, conn)
+    sel.register(pidfd, selectors.EVENT_READ, pid)
+    with contextlib.suppress(OSError):
+        conn.send(json.dumps({"pid": pid}).encode())
+
+
+def _reap(pidfd: int, sel: selectors.BaseSelector, live: dict[int, tuple[int, socket.socket]]) -> None:
+    pid, conn = live.pop(pidfd)
+    sel.unregister(pidfd)
+    os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    with contextlib.suppress(OSError):
+        conn.send(json.dumps({"rc": os.waitstatus_to_exitcode(status)}).encode())
+    conn.close()
+
+
+def enabled(executor: dict[str, Any]) -> bool:
+    """Whether a run with this executor config runs its shard jobs through a fork server."""
+    return executor.get("name", "local") == "local" and bool(executor.get("fork_server", True))
+
+
+@contextlib.contextmanager
+def serving(run_dir: Path, stages: list[str], wait_s: float = 5.0) -> Iterator[subprocess.Popen[bytes]]:
+    """A fork server for the run in ``run_dir`` while the block runs; ended however the block ends.
+    Waits up to ``wait_s`` for its socket, so that the first jobs find it."""
+    sock = Path(run_dir) / SOCKET
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    log = Path(run_dir) / "logs" / "fork_server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "d5pipe.execute.fork_server", SOCKET, *stages],
+                                cwd=run_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=die_with_parent)
+    deadline = time.monotonic() + wait_s
+    while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """End the server (SIGTERM; SIGKILL after 5 s)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m d5pipe.execute.fork_server SOCKET [STAGE ...]`` in the run directory."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m d5pipe.execute.fork_server SOCKET [STAGE ...]", file=sys.stderr)
+        return 2
+    serve(args[0], args[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
