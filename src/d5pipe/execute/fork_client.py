@@ -13,7 +13,7 @@ streams, and exits with the child's exit code.
 
 :func:`process_start` is what each point's record keeps under ``provenance.process_start``: how
 its shard process was started (``fork`` from the server, or ``fresh``), the server's PID, and
-``start_s``, the seconds from the job's start to the shard's code running.
+``start_s``, the seconds from the job's start to the shard having its stage's code (torch) imported.
 """
 
 from __future__ import annotations
@@ -98,8 +98,9 @@ def process_start() -> dict[str, Any]:
 
 
 def note_start() -> None:
-    """At the start of the shard's code: add ``start_s`` (seconds since the job began: the client's
-    start for a fork, the process's own start for a fresh process) to :data:`START_ENV`."""
+    """Once the shard has its stage's code (torch) imported: add ``start_s`` (seconds since the job
+    began: the client's start for a fork, the process's own start for a fresh process) and the
+    PID to :data:`START_ENV`."""
     raw = os.environ.get(START_ENV)
     info: dict[str, Any] = json.loads(raw) if raw else {"how": "fresh"}
     t0 = info.get("t0") or _process_start_time()

@@ -64,9 +64,6 @@ def shard_main(argv: list[str]) -> int:
         print(f"usage: python -m d5pipe.execute.jobs STAGE sNNNNN MARKER LOG (got {argv!r})", file=sys.stderr)
         return 2
     stage, shard, marker, log = argv
-    from d5pipe.execute.fork_client import note_start
-
-    note_start()  # how (and how fast) this process started, for the point records
     from d5pipe.core.errors import DiskFull, is_disk_full
     from d5pipe.execute.shard import run_shard
 

@@ -140,6 +140,9 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
 
     prefetch(rd.env_dir / "cache")  # the MPI probe of an uncached record runs while torch is imported
     STAGES[stage].runner()  # the stage's code (torch) first: the record reads its threads
+    from d5pipe.execute.fork_client import note_start
+
+    note_start()  # how this process started and how long until the stage's code was in (point records)
     env_hash = process_env_hash(rd.root)
     statuses: dict[str, str] = {}
     written: list[Path] = []
