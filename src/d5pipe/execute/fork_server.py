@@ -76,8 +76,9 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
     """In the forked child: become the job, run the shard, exit with its code (never returns)."""
     code = 1
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
         die_with_parent()
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
@@ -85,6 +86,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
             if fd > 2:
                 os.close(fd)
         os.chdir(request["cwd"])
+        _import_path(os.environ.get("PYTHONPATH", ""), request["env"].get("PYTHONPATH", ""))
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ[START_ENV] = json.dumps({"how": "fork", "server_pid": server_pid, "t0": request["t0"]})
@@ -106,6 +108,17 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _import_path(server: str, job: str) -> None:
+    """The job's ``PYTHONPATH`` in place of the server's on ``sys.path`` (a fresh interpreter
+    would have read the job's)."""
+    if server == job:
+        return
+    for entry in filter(None, server.split(os.pathsep)):
+        if entry in sys.path:
+            sys.path.remove(entry)
+    sys.path[1:1] = [os.path.abspath(e) for e in job.split(os.pathsep) if e]
 
 
 def _reseed() -> None:
@@ -132,12 +145,12 @@ def serve(sock_path: str, stages: list[str]) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sock_path)
     listener.listen(64)
-    _preload(stages)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
     live: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
     server_pid = os.getpid()
-    try:
+    try:  # a failed import ends the server: the waiting jobs run fresh
+        _preload(stages)
         while not stop:
             for key, _ in sel.select(timeout=0.5):
                 if key.data is None:
@@ -170,8 +183,9 @@ def _accept(listener: socket.socket, sel: selectors.BaseSelector,
     pid = os.fork()
     if pid == 0:
         listener.close()
-        for _pidfd, (_pid, other) in live.items():
+        for other_pidfd, (_pid, other) in live.items():
             other.close()
+            os.close(other_pidfd)
         _child(conn, request, fds, server_pid)
     for fd in fds:
         os.close(fd)
