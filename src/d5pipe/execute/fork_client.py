@@ -9,7 +9,9 @@ streams, and exits with the child's exit code.
 * a signal to the client (Snakemake stopping the job) is passed on to the child; a client killed
   outright (SIGKILL) closes its connection, and the child kills itself when it sees that;
 * no server (none started, gone, refusing) -> the client becomes the shard job itself in a fresh
-  interpreter (``exec``), and the point records say so and why (:func:`process_start`).
+  interpreter (``exec``), and the point records say so and why (:func:`process_start`);
+* the server gone while its child runs (it dies with the driver, and the child with it) -> the job
+  fails (exit 1) without starting the shard again, which would count another attempt of its point.
 
 :func:`process_start` is what each point's record keeps under ``provenance.process_start``: how
 its shard process was started (``fork`` from the server, or ``fresh``), the server's PID, and
@@ -84,8 +86,10 @@ def run(sock_path: str, job: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, forward)
     ended = _receive(sock, parent)
-    if ended is None:  # the server died with its child: the shard resumes at its first unfinished point
-        return _fresh(job, "the fork server went away while the job ran", t0)
+    if ended is None:  # the server died, its child with it: the run is ending (no second start of the
+        # job here, which would count as another attempt of its point); a re-run resumes the shard
+        print("d5pipe: the fork server went away while the job ran (the run is ending)", file=sys.stderr)
+        return 1
     code = int(ended["rc"])
     return 128 - code if code < 0 else code
 
