@@ -73,9 +73,12 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
     """``d5pipe.execute.run.execute_plan`` of the composed plan, with the points whose user code
     changed named first."""
+    from d5pipe.execute import fork_server
     from d5pipe.execute.snakemake_run import discard, start_snakemake
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
+    # and torch for the shard jobs' fork server, unless they surely run elsewhere (or not at all)
+    server = fork_server.start() if args.executor != "slurm" and not args.dry_run else None
     try:
         from d5pipe.cli.cmd_plan import code_stale
         from d5pipe.execute.run import default_out, execute_plan, load_plan
@@ -86,9 +89,11 @@ def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
             print(f"d5pipe: {line}", flush=True)
         ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
         return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
-                            dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
+                            dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started,
+                            fork_server=server)
     finally:
         discard(started)
+        fork_server.discard(server)
 
 
 def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:

@@ -40,18 +40,24 @@ from typing import Any
 from d5pipe.execute.fork_client import MAX_MESSAGE, START_ENV
 from d5pipe.measure.process import die_with_parent
 
+_STARTED_IN = os.getcwd()
+"""The server's cwd at its start: ``sys.path[0]`` of a ``python -m``."""
 SOCKET = "shards/fork.sock"
 """The server's socket, relative to the run directory (the jobs' cwd: no path-length limit)."""
 
 
-def _preload(stages: list[str]) -> None:
-    """Import what a shard job imports, and run nothing."""
+def _preload_base() -> None:
+    """Import what every shard job imports, and run nothing."""
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
     import d5pipe.execute.jobs  # noqa: F401
     import d5pipe.execute.shard  # noqa: F401
     import d5pipe.provenance.environment  # noqa: F401
+
+
+def _preload(stages: list[str]) -> None:
+    """Import the code of the run's stages, and run nothing."""
     from d5pipe.levels.registry import STAGES
 
     for stage in stages:
@@ -111,8 +117,10 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
 
 
 def _import_path(server: str, job: str) -> None:
-    """The job's ``PYTHONPATH`` in place of the server's on ``sys.path`` (a fresh interpreter
-    would have read the job's)."""
+    """The job's cwd and ``PYTHONPATH`` in place of the server's on ``sys.path`` (a fresh ``python
+    -m`` would have read the job's)."""
+    if sys.path and sys.path[0] == _STARTED_IN:
+        sys.path[0] = os.getcwd()
     if server == job:
         return
     for entry in filter(None, server.split(os.pathsep)):
@@ -136,15 +144,17 @@ def _reseed() -> None:
         torch.set_num_threads(int(threads))
 
 
-def serve(sock_path: str, stages: list[str]) -> None:
-    """Bind ``sock_path``, import, then fork a child per request until SIGTERM (never returns)."""
-    stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda sig, _f: stop.append(sig))
+def _listen(sock_path: str) -> socket.socket:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock_path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sock_path)
     listener.listen(64)
+    return listener
+
+
+def serve(listener: socket.socket, sock_path: str, stages: list[str], stop: list[int]) -> None:
+    """Import the stages' code, then fork a child per request until SIGTERM (never returns)."""
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
     live: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
@@ -211,18 +221,37 @@ def enabled(executor: dict[str, Any]) -> bool:
     return executor.get("name", "local") == "local" and bool(executor.get("fork_server", True))
 
 
+def start() -> subprocess.Popen[bytes]:
+    """A fork server that imports torch now and serves once :func:`serving` names its run (so the
+    imports run on another core while the driver plans); :func:`discard` ends it unused."""
+    return subprocess.Popen([sys.executable, "-m", "d5pipe.execute.fork_server"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=die_with_parent)
+
+
+def discard(proc: subprocess.Popen[bytes] | None) -> None:
+    """End a server from :func:`start` (unused or done; nothing if it has ended)."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
-def serving(run_dir: Path, stages: list[str], wait_s: float = 5.0) -> Iterator[subprocess.Popen[bytes]]:
-    """A fork server for the run in ``run_dir`` while the block runs; ended however the block ends.
-    Waits up to ``wait_s`` for its socket, so that the first jobs find it."""
+def serving(run_dir: Path, stages: list[str], started: subprocess.Popen[bytes] | None = None,
+            wait_s: float = 5.0) -> Iterator[subprocess.Popen[bytes]]:
+    """A fork server (``started`` by :func:`start`, or a new one) for the run in ``run_dir`` while
+    the block runs; ended however the block ends. Waits up to ``wait_s`` for its socket, so that
+    the first jobs find it (it binds before its imports are done: early jobs wait in its backlog)."""
     sock = Path(run_dir) / SOCKET
     sock.parent.mkdir(parents=True, exist_ok=True)
-    log = Path(run_dir) / "logs" / "fork_server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "d5pipe.execute.fork_server", SOCKET, *stages],
-                                cwd=run_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=die_with_parent)
+    (Path(run_dir) / "logs").mkdir(parents=True, exist_ok=True)
+    proc = started if started is not None and started.poll() is None else start()
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps({"run_dir": str(Path(run_dir).resolve()), "stages": stages}).encode() + b"\n")
+        proc.stdin.close()
+    except OSError:  # it died: the jobs run fresh
+        pass
     deadline = time.monotonic() + wait_s
     while not sock.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -243,13 +272,32 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m d5pipe.execute.fork_server SOCKET [STAGE ...]`` in the run directory."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        print("usage: python -m d5pipe.execute.fork_server SOCKET [STAGE ...]", file=sys.stderr)
-        return 2
-    serve(args[0], args[1:])
+def main() -> int:
+    """``python -m d5pipe.execute.fork_server`` (:func:`start`): import torch while a thread waits
+    for the run (one JSON line on stdin: ``run_dir``, ``stages``) and binds the socket at once."""
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda sig, _f: stop.append(sig))
+    given: dict[str, Any] = {}
+
+    def receive() -> None:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            return  # discarded
+        run = json.loads(line)
+        os.chdir(run["run_dir"])
+        log = os.open("logs/fork_server.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        given.update(stages=list(run["stages"]), listener=_listen(SOCKET))
+
+    reader = threading.Thread(target=receive, name="d5pipe-fork-server-run", daemon=True)
+    reader.start()
+    _preload_base()
+    reader.join()  # no thread left when the server forks
+    if "listener" not in given:
+        return 0
+    serve(given["listener"], SOCKET, given["stages"], stop)
     return 0
 
 
