@@ -40,6 +40,7 @@ from typing import Any
 from d5pipe.execute.fork_client import MAX_MESSAGE, START_ENV
 from d5pipe.measure.process import die_with_parent
 
+WAKE = "wake"
 _STARTED_IN = os.getcwd()
 """The server's cwd at its start: ``sys.path[0]`` of a ``python -m``."""
 SOCKET = "shards/fork.sock"
@@ -157,14 +158,20 @@ def serve(listener: socket.socket, sock_path: str, stages: list[str], stop: list
     """Import the stages' code, then fork a child per request until SIGTERM (never returns)."""
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
+    wake_r, wake_w = os.pipe()  # SIGTERM wakes the select at once (the driver waits for the server)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    sel.register(wake_r, selectors.EVENT_READ, WAKE)
     live: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
     server_pid = os.getpid()
     try:  # a failed import ends the server: the waiting jobs run fresh
         _preload(stages)
         while not stop:
-            for key, _ in sel.select(timeout=0.5):
+            for key, _ in sel.select(timeout=5.0):
                 if key.data is None:
                     _accept(listener, sel, live, server_pid)
+                elif key.data == WAKE:
+                    os.read(wake_r, 512)
                 else:
                     _reap(int(key.fd), sel, live)
     finally:
@@ -192,6 +199,7 @@ def _accept(listener: socket.socket, sel: selectors.BaseSelector,
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        signal.set_wakeup_fd(-1)
         listener.close()
         for other_pidfd, (_pid, other) in live.items():
             other.close()
