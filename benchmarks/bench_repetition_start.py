@@ -11,7 +11,8 @@ run`` both ways, interleaved (the order alternates every round), into fresh run 
 Per round and way: the run's wall time (the whole ``d5pipe run`` command) and the spread between
 its repetitions: coefficient of variation and MAD/median of the 10 repetitions' medians (the
 ``time`` metric of each record), the coefficient of variation of their fastest samples (``min``,
-what comparisons use), and each repetition's ``provenance.process_start.start_s``.
+what comparisons use), the successive-difference CV of the medians in the order they ran (little
+moved by the machine's slow drift, which a fresh run, twice as long, sees more of), and each repetition's ``provenance.process_start.start_s``.
 Printed: the figures of every round, their medians, the median of the per-round paired wall-time
 ratios fresh/fork and the spread ratio fork/fresh (a fork must not hide process-to-process
 variation: the ratio should not be well below 1).
@@ -38,6 +39,14 @@ CONFIGS = ROOT / "benchmarks" / "configs"
 WAYS = ("fork", "fresh")
 
 
+def successive_cv(values: list[float]) -> float:
+    """Spread from successive differences (von Neumann): sqrt(mean((x[i+1]-x[i])^2) / 2) / mean,
+    in the order the repetitions ran; a slow drift of the machine over the run (a longer run sees
+    more of it) adds little to it, unlike to the plain CV."""
+    diffs = [(b - a) ** 2 for a, b in zip(values, values[1:])]
+    return (statistics.mean(diffs) / 2) ** 0.5 / statistics.mean(values)
+
+
 def run_once(way: str, out: Path) -> dict[str, Any]:
     """One ``d5pipe run`` of the experiment ``way``; its wall time and repetitions' figures."""
     cmd = [sys.executable, "-m", "d5pipe.cli.main", "run", "one_point", "--config-dir", str(CONFIGS),
@@ -49,8 +58,8 @@ def run_once(way: str, out: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         raise SystemExit(f"{way}: d5pipe run failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     medians, fastest, starts, hows = [], [], [], set()
-    for path in sorted((out / "points" / "level0").glob("*.json")):
-        rec = json.loads(path.read_text())
+    recs = [json.loads(p.read_text()) for p in (out / "points" / "level0").glob("*.json")]
+    for rec in sorted(recs, key=lambda r: str(r["provenance"]["started"])):  # in the order they ran
         metrics = {m["name"]: m["value"] for m in rec["metrics"]}
         medians.append(metrics["time"])
         fastest.append(metrics["min"])
@@ -65,6 +74,7 @@ def run_once(way: str, out: Path) -> dict[str, Any]:
             "cv": statistics.stdev(medians) / statistics.mean(medians),
             "mad": statistics.median(abs(m - mid) for m in medians) / mid,
             "cv_min": statistics.stdev(fastest) / statistics.mean(fastest),
+            "succ": successive_cv(medians),
             "start_s": statistics.median(starts) if starts else float("nan")}
 
 
@@ -84,7 +94,7 @@ def main() -> int:
                 print(f"round {r + 1} {way:5s}: wall {row['wall_s']:6.2f} s, {row['n']} repetitions, "
                       f"start {row['start_s']:.3f} s each (median), between-repetition CV "
                       f"{100 * row['cv']:5.1f}%, MAD/median {100 * row['mad']:5.1f}%, CV of the fastest samples "
-                      f"{100 * row['cv_min']:5.1f}%", flush=True)
+                      f"{100 * row['cv_min']:5.1f}%, successive-difference CV {100 * row['succ']:5.1f}%", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -101,10 +111,11 @@ def main() -> int:
         print(f"  {way:5s}: wall {med(way, 'wall_s'):6.2f} s (min {min(r['wall_s'] for r in rows[way]):.2f}), "
               f"start {med(way, 'start_s'):.3f} s per repetition, between-repetition CV "
               f"{100 * med(way, 'cv'):.1f}%, MAD/median {100 * med(way, 'mad'):.1f}%, CV of the fastest samples "
-              f"{100 * med(way, 'cv_min'):.1f}%")
+              f"{100 * med(way, 'cv_min'):.1f}%, successive-difference CV {100 * med(way, 'succ'):.1f}%")
     print(f"  wall time fresh/fork: x{speedup:.2f} (median of per-round ratios)")
-    print(f"  between-repetition CV fork/fresh: x{cv_ratio:.2f} (median of per-round ratios; "
-          "below 1 would mean forks hide process-to-process variation)")
+    succ_ratio = statistics.median(a["succ"] / b["succ"] for a, b in zip(rows["fork"], rows["fresh"], strict=True))
+    print(f"  between-repetition CV fork/fresh: x{cv_ratio:.2f}, successive-difference CV fork/fresh: "
+          f"x{succ_ratio:.2f} (medians of per-round ratios; below 1: less spread between forked repetitions)")
     goal = med("fork", "wall_s") <= 6.0
     print(f"  goal (fork run <= 6 s): {'met' if goal else 'not met'}")
     return 0
