@@ -4,9 +4,9 @@ The same one-point level-0 experiment (benchmarks/configs/experiment/one_point.y
 the default 10 repetitions, each its own shard job and so its own process) is run with ``d5pipe
 run`` both ways, interleaved (the order alternates every round), into fresh run directories:
 
-* ``fork``: ``executor.fork_server=true`` (the default): each shard job a fork of the run's
+* ``fork``: ``executor.fork_server=true``: each shard job a fork of the run's
   server, which has imported torch and the level's code once (d5pipe.execute.fork_server);
-* ``fresh``: ``executor.fork_server=false``: each shard job a new interpreter importing torch.
+* ``fresh``: ``executor.fork_server=false`` (the default): each shard job a new interpreter importing torch.
 
 Per round and way: the run's wall time (the whole ``d5pipe run`` command) and the spread between
 its repetitions: coefficient of variation and MAD/median of the 10 repetitions' medians (the

@@ -29,7 +29,7 @@ def absolute_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("fork") / "run"
     r = d5pipe("run", "tiny", "--config-dir", str(TEST_CONF), "--out", str(run),
-               "sweep.grid.operators.size=[16]", "repetitions=3")
+               "sweep.grid.operators.size=[16]", "repetitions=3", "executor.fork_server=true")
     assert r.returncode == 0, r.stdout + r.stderr
     return run
 

@@ -77,13 +77,14 @@ def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
     from d5pipe.execute.snakemake_run import discard, start_snakemake
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
-    # and torch for the shard jobs' fork server, unless they surely run elsewhere (or not at all)
-    server = fork_server.start() if args.executor != "slurm" and not args.dry_run else None
+    server = None
     try:
         from d5pipe.cli.cmd_plan import code_stale
         from d5pipe.execute.run import default_out, execute_plan, load_plan
 
         plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, out or args.out)
+        if fork_server.enabled(plan.config["executor"]) and not args.dry_run:
+            server = fork_server.start()  # imports torch on another core while the run is prepared
         out = Path(out or args.out) if (out or args.out) else default_out(plan)
         for line in code_stale(plan, out):
             print(f"d5pipe: {line}", flush=True)

@@ -1,7 +1,8 @@
 """A local run's fork server: shard jobs (so each repetition) stay separate processes without each
 paying for the interpreter's start and torch's import.
 
-``d5pipe run`` with the local executor and ``executor.fork_server: true`` starts one server per
+``d5pipe run`` with the local executor and ``executor.fork_server: true`` (off by default: forked
+repetitions spread less than fresh ones, docs/performance.md) starts one server per
 run (:func:`serving`, around Snakemake) with the run directory as its cwd. The server binds the
 Unix socket ``RUN/shards/fork.sock`` first (a job that connects early waits in the backlog), then
 imports torch, numpy and the code of the run's stages -- imports only: no torch operation, so
@@ -226,7 +227,7 @@ def _reap(pidfd: int, sel: selectors.BaseSelector, live: dict[int, tuple[int, so
 
 def enabled(executor: dict[str, Any]) -> bool:
     """Whether a run with this executor config runs its shard jobs through a fork server."""
-    return executor.get("name", "local") == "local" and bool(executor.get("fork_server", True))
+    return executor.get("name", "local") == "local" and bool(executor.get("fork_server", False))
 
 
 def start() -> subprocess.Popen[bytes]:
