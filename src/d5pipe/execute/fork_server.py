@@ -2,11 +2,13 @@
 paying for the interpreter's start and torch's import.
 
 ``d5pipe run`` with the local executor and ``executor.fork_server: true`` (off by default: forked
-repetitions spread less than fresh ones, docs/performance.md) starts one server per
-run (:func:`serving`, around Snakemake) with the run directory as its cwd. The server binds the
-Unix socket ``RUN/shards/fork.sock`` first (a job that connects early waits in the backlog), then
-imports torch, numpy and the code of the run's stages -- imports only: no torch operation, so
-no thread pool, no allocator or kernel cache is warmed that a child could inherit. For every job
+repetitions spread less than fresh ones, docs/performance.md) starts one server per run
+(:func:`start` once the config is composed, so that it imports torch while the run is prepared;
+:func:`serving` around Snakemake names the run). Once named, the server moves into the run
+directory and binds the Unix socket ``RUN/shards/fork.sock`` at once (a job that connects early
+waits in the backlog); it imports torch, numpy and the code of the run's stages -- imports only:
+no torch operation, so no thread pool, no allocator or kernel cache is warmed that a child could
+inherit. For every job
 (d5pipe.execute.fork_client) it forks a child that takes the job's standard streams, cwd and
 environment, re-seeds Python's and numpy's global generators, sets torch's threads from the
 job's ``OMP_NUM_THREADS`` (torch read the server's at import), and runs
