@@ -24,4 +24,4 @@ for _stage in d5api.enabled_stages("."):
         resources:
             **d5api.stage_resources(".", _stage),
         shell:
-            d5api.shard_shell()
+            d5api.shard_shell(".")

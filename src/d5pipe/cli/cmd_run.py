@@ -73,22 +73,28 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
     """``d5pipe.execute.run.execute_plan`` of the composed plan, with the points whose user code
     changed named first."""
+    from d5pipe.execute import fork_server
     from d5pipe.execute.snakemake_run import discard, start_snakemake
 
     started = start_snakemake()  # imports Snakemake on another core while this process plans
+    server = None
     try:
         from d5pipe.cli.cmd_plan import code_stale
         from d5pipe.execute.run import default_out, execute_plan, load_plan
 
         plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, out or args.out)
+        if fork_server.enabled(plan.config["executor"]) and not args.dry_run:
+            server = fork_server.start()  # imports torch on another core while the run is prepared
         out = Path(out or args.out) if (out or args.out) else default_out(plan)
         for line in code_stale(plan, out):
             print(f"d5pipe: {line}", flush=True)
         ov = list(args.overrides) + ([f"executor={args.executor}"] if args.executor else [])
         return execute_plan(plan, out, ov, jobs=args.jobs, retry_failed=args.retry_failed, timeout=args.timeout,
-                            dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started)
+                            dry_run=args.dry_run, force=args.force, verbose=args.verbose, started=started,
+                            fork_server=server)
     finally:
         discard(started)
+        fork_server.discard(server)
 
 
 def _until_decided(args: argparse.Namespace, outcome: RunOutcome) -> RunOutcome:

@@ -132,6 +132,12 @@ class ExecutorConf:
     """Per stage (``level0``..``level3``, ``default``) SLURM resources."""
     extra_args: list[str] = field(default_factory=list)
     """Further Snakemake arguments, each one argument (e.g. ``--workflow-profile DIR``)."""
+    fork_server: bool = False
+    """Local: start each shard job (so each repetition) as a fork of a server that has imported torch
+    and d5pipe once, not as a fresh interpreter (d5pipe.execute.fork_server); SLURM jobs are always
+    fresh processes. Each point's record says how its process started (``provenance.process_start``).
+    Off by default: a one-point level-0 run takes 2.6x less time with it, but its repetitions
+    spread about half as much as fresh processes' (docs/performance.md)."""
 
 
 @dataclass

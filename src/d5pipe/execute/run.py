@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -118,13 +119,16 @@ def restore_datasets(plan: Plan, rd: RunDir) -> None:
 def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int | None = None,
                  retry_failed: bool = False, snakemake_args: list[str] | None = None,
                  timeout: float | None = None, dry_run: bool = False, force: bool = False,
-                 verbose: bool = False, started: Popen[str] | None = None) -> RunOutcome:
+                 verbose: bool = False, started: Popen[str] | None = None,
+                 fork_server: Popen[bytes] | None = None) -> RunOutcome:
     """Claim and lock ``run_dir``, keep the user code in ``RUN/code/`` (after the claim: another
     experiment's directory is refused before anything is written), write the plan, run Snakemake,
     always leave results + report.
 
     ``started``: a Snakemake process from d5pipe.execute.snakemake_run.start_snakemake, already importing
-    Snakemake; it is used for the run (or ended when none is needed).
+    Snakemake; it is used for the run (or ended when none is needed). ``fork_server``: one from
+    d5pipe.execute.fork_server.start, already importing torch, used if the run wants one (the
+    caller discards it otherwise).
     """
     from d5pipe.config.code_dir import write_code
     from d5pipe.execute.snakemake import build_command
@@ -164,8 +168,9 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
         cmd = build_command(run_dir, executor, snakemake_jobs, extra, dry_run=dry_run)
         t0 = time.perf_counter()
         try:
-            rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
-                                        started, float(setting(executor, ExecutorConf, "watchdog_s")))
+            with _fork_server(run_dir, executor, [s.stage for s in summary.stages], dry_run, fork_server):
+                rc, _console = run_workflow(cmd, RunDir.of(run_dir), slurm, timeout, verbose or dry_run,
+                                            started, float(setting(executor, ExecutorConf, "watchdog_s")))
         except Interrupted:
             if not dry_run:
                 finish(run_dir, 1)  # what finished is in the results and the report
@@ -181,6 +186,17 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
             print(f"d5pipe: snakemake exit {rc}; its log: {snakemake_log(rd)}", flush=True)
         print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)
         return RunOutcome(run_dir, verdict)
+
+
+def _fork_server(run_dir: Path, executor: dict[str, Any], stages: list[str],
+                 dry_run: bool, started: Popen[bytes] | None) -> contextlib.AbstractContextManager[Any]:
+    """The run's fork server while Snakemake runs (local executor, ``executor.fork_server``; none
+    for a dry run): d5pipe.execute.fork_server; ``started`` one already importing torch."""
+    from d5pipe.execute.fork_server import enabled, serving
+
+    if dry_run or not enabled(executor):
+        return contextlib.nullcontext()
+    return serving(Path(run_dir), stages, started)
 
 
 def slurm_args(executor: dict[str, Any], dry_run: bool = False, placed: Collection[str] = ()) -> list[str]:

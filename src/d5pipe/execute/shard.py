@@ -57,7 +57,9 @@ def _slurm_ids(job_id: str | None, nodelist: str | None) -> tuple[tuple[str, str
 def _provenance() -> dict[str, Any]:
     ids = _slurm_ids(os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID"),
                      os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST"))
-    return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids)}
+    from d5pipe.execute.fork_client import process_start
+
+    return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids), "process_start": process_start()}
 
 
 def done_record(path: Path) -> Record | None:
@@ -138,6 +140,9 @@ def run_shard(run_dir: Path, stage: str, shard: str, marker: Path | None = None)
 
     prefetch(rd.env_dir / "cache")  # the MPI probe of an uncached record runs while torch is imported
     STAGES[stage].runner()  # the stage's code (torch) first: the record reads its threads
+    from d5pipe.execute.fork_client import note_start
+
+    note_start()  # how this process started and how long until the stage's code was in (point records)
     env_hash = process_env_hash(rd.root)
     statuses: dict[str, str] = {}
     written: list[Path] = []

@@ -79,16 +79,24 @@ def shard_priority(wildcards: Any) -> int:
     return -int(str(wildcards.shard).lstrip("s") or 0)
 
 
-def shard_shell() -> str:
+def shard_shell(run_dir: str | Path = ".") -> str:
     """The ``shell:`` of every stage's rule: this Python runs ``d5pipe.execute.jobs`` on the job's
-    shard. Only names d5pipe made reach the shell: the stage (``params.stage``, from the
-    registry), the shard (``sNNNNN`` wildcard), marker and log paths built from those; the job
-    checks them again. (Snakemake evaluates a ``shell:`` expression when the job runs, so the
-    stage comes from the rule's params, not from the loop variable that created the rule.)"""
+    shard -- locally with ``executor.fork_server`` through the run's fork server
+    (``d5pipe.execute.fork_client``, which falls back to the same fresh process without one).
+    Only names d5pipe made reach the shell: the stage (``params.stage``, from the registry), the
+    shard (``sNNNNN`` wildcard), marker and log paths built from those, the server's socket (a
+    constant); the job checks them again. (Snakemake evaluates a ``shell:`` expression when the
+    job runs, so the stage comes from the rule's params, not from the loop variable that created
+    the rule.)"""
     import shlex
     import sys
 
-    return (f"{shlex.quote(sys.executable)} -m d5pipe.execute.jobs {{params.stage:q}} {{wildcards.shard:q}} "
+    from d5pipe.execute.fork_server import SOCKET, enabled
+
+    body = "d5pipe.execute.jobs"
+    if enabled(executor_config(run_dir)):
+        body = f"d5pipe.execute.fork_client {shlex.quote(SOCKET)}"
+    return (f"{shlex.quote(sys.executable)} -m {body} {{params.stage:q}} {{wildcards.shard:q}} "
             "{output:q} {log:q}")
 
 
