@@ -50,7 +50,8 @@ def running_nodes(env: dict[str, str], run_dir: Path) -> list[tuple[str, str]]:
 
 
 def records(run_dir: Path) -> int:
-    return len(list((run_dir / "points" / "level0").glob("*.json")))
+    """Points recorded so far, every stage's (the sweep has two)."""
+    return len(list((run_dir / "points").glob("*/*.json")))
 
 
 def faults(state: Path, env: dict[str, str], run_dir: Path, total: int, nodes: int, args: argparse.Namespace,
@@ -65,11 +66,16 @@ def faults(state: Path, env: dict[str, str], run_dir: Path, total: int, nodes: i
         did.append(what)
         print(f"  [{time.strftime('%H:%M:%S')}] {what} ({records(run_dir)}/{total} points recorded)", flush=True)
 
-    down = [f"node{k}" for k in range(nodes - max(1, nodes // 10) + 1, nodes + 1)]  # the last 10%
     if not at(0.10):
         return
+    # 10% of the nodes, those running the run's jobs first (a DOWN node that ran none of them is
+    # not the run's incident, and status rightly leaves it out), the rest from the last node down
+    busy_now = sorted({n for _, n in running_nodes(env, run_dir)}, key=lambda n: int(n.removeprefix("node")))
+    want = max(1, nodes // 10)
+    down = busy_now[:max(1, want // 2)]
+    down += [f"node{k}" for k in range(nodes, 0, -1) if f"node{k}" not in down][:want - len(down)]
     sandbox("set-down", str(state), ",".join(down), "--reason", "slurm_faults: 10% of nodes down")
-    note(f"set DOWN {len(down)} nodes ({down[0]}..{down[-1]})")
+    note(f"set DOWN {len(down)} nodes ({', '.join(down)})")
     if not at(0.20):
         return
     busy = sorted({n for _, n in running_nodes(env, run_dir) if n not in down})[:args.kill]
@@ -92,9 +98,12 @@ def faults(state: Path, env: dict[str, str], run_dir: Path, total: int, nodes: i
     if not at(0.60):
         return
     tasks = [j for j, _ in running_nodes(env, run_dir) if "_" in j]
-    if tasks and subprocess.run(["scontrol", "requeue", tasks[0]], env=env, capture_output=True, timeout=60,
-                                check=False).returncode == 0:
+    done = subprocess.run(["scontrol", "requeue", tasks[0]], env=env, capture_output=True, text=True, timeout=60,
+                          check=False) if tasks else None
+    if done is not None and done.returncode == 0:
         note(f"requeued array task {tasks[0]}")
+    else:  # said, so that a run without the requeue is not read as one that survived it
+        note("requeue: " + ("no array task running" if done is None else f"scontrol said {done.stderr.strip()}"))
 
 
 def main() -> int:
@@ -141,7 +150,7 @@ def main() -> int:
         if rows[-1]["rc"] != 0:
             print(rows[-1]["tail"])
         ids = planned(run_dir)
-        recorded = {p.stem for p in (run_dir / "points" / "level0").glob("*.json")}
+        recorded = {p.stem for p in (run_dir / "points").glob("*/*.json")}
         starts = executions(run_dir)
         again = {p: n for p, n in starts.items() if n > 1}
         print(f"points: {len(ids)} planned, {len(recorded & ids)} recorded (missing {len(ids - recorded)}, "
