@@ -90,6 +90,17 @@ def rank_processes(under: Path) -> list[int]:
     return pids
 
 
+def ranks_down_to(under: Path, at_most: int, ceiling_s: float = 120.0) -> list[int]:
+    """Wait until at most ``at_most`` rank workers under ``under`` are alive (killed ranks take a
+    moment to exit on a busy machine), or ``ceiling_s`` has passed; the PIDs alive then."""
+    import time
+
+    deadline = time.monotonic() + ceiling_s
+    while len(alive := rank_processes(under)) > at_most and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return alive
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that uses a SLURM test cluster is marked ``slurm`` (``make test`` runs those in a
     process of their own, scripts/run_tests.sh: the clusters share /etc/slurm/slurm.conf and may

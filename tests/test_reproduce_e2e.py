@@ -36,6 +36,7 @@ import torch
 from d5pipe.cli import cmd_reproduce
 from d5pipe.cli.main import build_parser
 from d5pipe.levels.level0.operators import MATMUL
+from d5pipe.levels.level3.rank_split import RANK_METRIC
 from tests.conftest import ROOT, TEST_CONF, d5pipe
 
 DELAY_ENV = "D5PIPE_E2E_OP_DELAY_S"
@@ -274,10 +275,15 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
                               "epochs_run"},  # issue 56: the epochs train.early_stop let run
                    "level3": {"rank_samples_disjoint", "test_loss", "test_accuracy",  # issues 38 and 40
                               "shared_host",  # issue 60: whether the nodes are one machine
-                              "bind", "ranks_share_cpus"}}  # issue 59: where the ranks ran
+                              "bind", "ranks_share_cpus",  # issue 59: where the ranks ran
+                              "steps_run",  # issue 56: the steps distributed.early_stop let run
+                              "straggler", "compute_imbalance"}}  # issue 53: the ranks' split
     measured_here = ("plausibility:", "energy_per_", "power")  # energy: where a machine lets it be read (issue 56)
-    assert {str(s): sorted({m for m in g.metric if not m.startswith(measured_here)} - added_since.get(str(s), set()))
+    per_rank = RANK_METRIC.match  # issue 53: compute/comm/wait of each rank, named by its rank
+    assert {str(s): sorted({m for m in g.metric if not m.startswith(measured_here) and not per_rank(m)}
+                           - added_since.get(str(s), set()))
             for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
+    assert any(per_rank(m) for m in df[df.stage == "level3"].metric)
     assert all(added <= set(df[df.stage == stage].metric) for stage, added in added_since.items())
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")
