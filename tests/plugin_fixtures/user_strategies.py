@@ -15,6 +15,18 @@ from d5pipe.levels.level3.parameter_server import AsyncParameterServer
 from d5pipe.levels.level3.strategies import AllReduce, Communicator, Strategy, flat_values, set_values
 
 
+def _rank1_slowed(step: StepFn, comm: Communicator, delay_s: float) -> StepFn:
+    """Rank 1's ``step`` sleeping ``delay_s`` first (other ranks' unchanged)."""
+    if comm.rank != 1:
+        return step
+
+    def slow(x: torch.Tensor, y: torch.Tensor) -> float:
+        time.sleep(delay_s)
+        return step(x, y)
+
+    return slow
+
+
 class SlowWorkerAsync(AsyncParameterServer):
     name = "ps_async_slow_worker"
 
@@ -24,15 +36,7 @@ class SlowWorkerAsync(AsyncParameterServer):
 
     def make_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
-        step = super().make_step(model, optimizer, loss_fn, comm)
-        if comm.rank != 1:
-            return step
-
-        def slow(x: torch.Tensor, y: torch.Tensor) -> float:
-            time.sleep(self.delay_s)
-            return step(x, y)
-
-        return slow
+        return _rank1_slowed(super().make_step(model, optimizer, loss_fn, comm), comm, self.delay_s)
 
 
 class Gossip(Strategy):  # docs/plugins.md, "Writing an asynchronous strategy"
@@ -63,12 +67,4 @@ class SlowRankAllReduce(AllReduce):
 
     def make_step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                   loss_fn: Callable[..., torch.Tensor], comm: Communicator) -> StepFn:
-        step = super().make_step(model, optimizer, loss_fn, comm)
-        if comm.rank != 1:
-            return step
-
-        def slow(x: torch.Tensor, y: torch.Tensor) -> float:
-            time.sleep(self.delay_s)
-            return step(x, y)
-
-        return slow
+        return _rank1_slowed(super().make_step(model, optimizer, loss_fn, comm), comm, self.delay_s)
