@@ -21,7 +21,8 @@ while not spec.exists():
 if not answer:
     os._exit(3)
 out = Path(json.loads(spec.read_text())["out_dir"])
-(out / "rank0.json").write_text(json.dumps({"rank": 0}))
+(out / "rank0.tmp").write_text(json.dumps({"rank": 0}))
+os.replace(out / "rank0.tmp", out / "rank0.json")  # whole, as a real rank's write_json: never seen empty
 while not (root / "point-1.json").exists():
     time.sleep(0.01)
 os._exit(4)
@@ -57,7 +58,7 @@ def test_ranks_dying_after_a_point_fail_that_point_only(tmp_path: Path) -> None:
 
 
 READY = """
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 root = Path(sys.argv[1])
 while not (root / "point-0.json").exists():
@@ -65,7 +66,8 @@ while not (root / "point-0.json").exists():
 time.sleep(0.3)  # "importing torch and joining the process group"
 (root / "ready.json").write_text("{}")
 out = Path(json.loads((root / "point-0.json").read_text())["out_dir"])
-(out / "rank0.json").write_text(json.dumps({"rank": 0}))
+(out / "rank0.tmp").write_text(json.dumps({"rank": 0}))
+os.replace(out / "rank0.tmp", out / "rank0.json")
 while not (root / "stop").exists():
     time.sleep(0.01)
 """
