@@ -10,7 +10,6 @@ rank's parts add up to about the slowest rank's step.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +108,6 @@ def _parts(out: PointOutcome) -> tuple[dict[str, Any], dict[int, dict[str, float
 @pytest.mark.parametrize("backend", ["ddp", "horovod"])
 def test_a_rank_made_slow_is_named_the_straggler(backend: str, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    if backend == "horovod" and importlib.util.find_spec("horovod") is None:
-        pytest.skip("horovod is not installed")
     user_code_for_ranks(monkeypatch, "user_strategies", FIXTURES)  # the ranks import the slow strategy
     cache: dict[str, Any] = {}
     (tmp_path / "data").mkdir()
