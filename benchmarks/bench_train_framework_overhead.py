@@ -93,7 +93,7 @@ def main() -> int:
     else:
         shape, classes = (3, 224, 224), 1000
         model = build_model({"name": "resnet", "depth": 50}, shape, classes)
-    graph = trace(model)
+    graph = trace(model, (args.batch, *shape))
     w0 = initial_weights(model, graph)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.batch, *shape)).astype(np.float32)

@@ -22,6 +22,7 @@ from d5pipe.levels.models import cnn, mlp
 from tests.plugin_fixtures.user_frameworks import OffByOnePercent
 
 K = 4
+SHAPE = (32, 1, 8, 8)
 OPTIMIZERS = [OptimizerSpec("sgd", 0.05, momentum=0.9, weight_decay=1e-4), OptimizerSpec("adam", 3e-3),
               OptimizerSpec("adamw", 3e-3, weight_decay=0.01)]
 
@@ -40,14 +41,14 @@ def digits() -> list[tuple[np.ndarray, np.ndarray]]:
 def network() -> tuple[torch.nn.Module, dict[str, np.ndarray]]:
     torch.manual_seed(3)
     model = cnn((1, 8, 8), 10, channels=8, blocks=1)
-    return model, initial_weights(model, trace(model))
+    return model, initial_weights(model, trace(model, SHAPE))
 
 
 
 @pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: o.name)
 def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt: OptimizerSpec) -> None:
     model, w0 = network
-    graph = trace(model)
+    graph = trace(model, SHAPE)
     ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
     assert ref.losses[-1] < ref.losses[0] and graph.buffer_shapes  # it trains; its batch norms keep statistics
     frameworks = [(TorchFramework(model), "float32"), (JaxFramework("float64"), "float64"), (JaxFramework(), "float32"),
@@ -95,7 +96,7 @@ class LayoutMix(torch.nn.Module):
 def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> None:
     torch.manual_seed(5)
     model = LayoutMix()
-    graph = trace(model)
+    graph = trace(model, SHAPE)
     w0 = initial_weights(model, graph)
     opt = OPTIMIZERS[0]
     ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=1)
@@ -104,9 +105,52 @@ def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> N
         assert agreement.passed, (fw.name, agreement.why())
 
 
+def test_every_framework_builds_every_layer_kind() -> None:
+    import jax
+    import tensorflow as tf
+
+    from d5pipe.levels.level2.frameworks import jax_framework, tf_framework
+    from d5pipe.levels.level2.frameworks.graph import KINDS
+
+    for ops in (jax_framework._ops(jax.numpy, jax.lax, jax.nn), tf_framework._ops(tf)):
+        assert set(ops) - {"batch_stats"} == set(KINDS)
+
+
+def tiny_vit() -> torch.nn.Module:
+    """transformers' ViT (vit_b16's class) at the digits' 1x8x8: 2x2 patches of 4x4, width 16, 2 layers."""
+    transformers = pytest.importorskip("transformers")
+    from d5pipe.levels.models import Adapter
+
+    torch.manual_seed(11)
+    config = transformers.ViTConfig(image_size=8, patch_size=4, num_channels=1, hidden_size=16, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=32, num_labels=10,
+                                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return Adapter(transformers.ViTForImageClassification(config), input_name="pixel_values", output="logits")
+
+
+@pytest.mark.slow
+def test_a_vision_transformer_takes_the_reference_steps_and_a_wrong_gelu_fails(digits) -> None:
+    import dataclasses
+
+    model = tiny_vit()
+    graph = trace(model, SHAPE)
+    assert {"attention", "gelu", "layer_norm", "parameter", "cat", "expand", "select"} <= set(graph.kinds())
+    w0 = initial_weights(model, graph)
+    opt = OPTIMIZERS[0]
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=1)
+    for fw in (JaxFramework("float64"), TensorFlowFramework("float64")):
+        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=1), ref, w0, graph, "float64")
+        assert agreement.passed, (fw.name, agreement.why())
+    tanh = dataclasses.replace(graph, layers=tuple(  # transformers' ViT takes the exact (erf) GELU
+        dataclasses.replace(layer, attrs={"approximate": "tanh"}) if layer.kind == "gelu" else layer
+        for layer in graph.layers))
+    wrong = check(run_steps(JaxFramework("float64"), tanh, w0, opt, digits[:2], threads=1), ref, w0, graph, "float64")
+    assert not wrong.passed and wrong.update_rel_l2 > 1e-6, wrong
+
+
 def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -> None:
     model, w0 = network
-    graph = trace(model)
+    graph = trace(model, SHAPE)
     opt = OPTIMIZERS[1]
     ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
     steps = run_steps(TensorFlowFramework("float64"), graph, w0, opt, digits, threads=1)
@@ -117,7 +161,7 @@ def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -
 
 def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
     model, w0 = network
-    graph = trace(model)
+    graph = trace(model, SHAPE)
     opt = OPTIMIZERS[1]
     ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
     steps = run_steps(OffByOnePercent(model, dtype="float64"), graph, w0, opt, digits, threads=1)
@@ -129,8 +173,8 @@ def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
 
 def test_a_network_with_random_masks_is_not_translated() -> None:
     with pytest.raises(UnsupportedNetwork, match="Dropout"):
-        trace(mlp((1, 8, 8), 10, [16], dropout=0.5))
-    assert trace(mlp((1, 8, 8), 10, [16])).kinds() == ["flatten", "linear", "relu"]
+        trace(mlp((1, 8, 8), 10, [16], dropout=0.5), SHAPE)
+    assert trace(mlp((1, 8, 8), 10, [16]), SHAPE).kinds() == ["flatten", "linear", "relu"]
 
 
 @pytest.mark.slow

@@ -154,7 +154,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     seeds = seed_everything(seed)
     try:
         model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
-        graph = trace(model)
+        graph = trace(model, (conf.batch_size, *data.input_shape))
     except (UnsupportedInput, UnsupportedNetwork) as exc:
         raise PointSkipped(str(exc)) from exc
     w0 = initial_weights(model, graph)

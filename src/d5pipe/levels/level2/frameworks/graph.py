@@ -5,6 +5,7 @@ d5pipe.levels.level2.frameworks.trace. Torch-free.
 A :class:`Graph` is a list of :class:`Layer` s in execution order: each names its output, its
 inputs, what it computes (``kind``), its settings and the model parameters it uses (by their
 ``named_parameters`` names, which are the names of the weights every framework is handed).
+:data:`KINDS` is the vocabulary: what every framework builds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,27 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.level2.frameworks.contract import UnsupportedNetwork
+
+KINDS: dict[str, str] = {
+    "linear": "x @ weight.T + bias over the last axis (torch.nn.Linear)",
+    "conv2d": "2-D convolution: stride, padding, dilation, groups (weight OIHW; HWIO in a channels-last build)",
+    "batch_norm": "BatchNorm2d in training: batch statistics; eps, momentum; running mean and unbiased variance kept",
+    "group_norm": "GroupNorm: groups, eps", "layer_norm": "LayerNorm over the last `dims` axes: eps",
+    "max_pool2d": "max pooling: kernel, stride, padding (padded with -inf)",
+    "relu": "max(x, 0)", "gelu": "GELU: approximate 'none' (the exact erf form) or 'tanh'",
+    "softmax": "softmax along dim", "mean": "mean over dims, keepdim",
+    "attention": "softmax(q @ k^T * scale) @ v (scaled_dot_product_attention without a mask, dropout or causality)",
+    "matmul": "torch.matmul of two values of rank >= 2 (batched, broadcasting)",
+    "add": "a + b (broadcasting), or a + the scalar `other`", "sub": "a - b, or a - `other`",
+    "mul": "a * b, or a * `other` (an attention scale)", "div": "a / b, or a / `other`",
+    "flatten": "axes start..end into one", "reshape": "to `shape` (as traced)", "permute": "axes in the order `perm`",
+    "expand": "broadcast to `shape` (as traced)", "cat": "the inputs along dim",
+    "select": "`index` along dim, which is dropped", "slice": "start:stop:step along dim",
+    "identity": "x (dropout at p = 0, clone)",
+    "parameter": "the parameter `value` as a value (a class token, position embeddings)",
+}
+"""Every layer kind, as torch computes it and with its settings (``attrs``): what each framework
+builds (d5pipe.levels.level2.frameworks.trace translates torch's operators into them)."""
 
 
 @dataclass(frozen=True)
@@ -77,35 +99,54 @@ def check_ops(graph: Graph, ops: dict[str, Any], who: str) -> None:
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 CHANNELS_LAST = ("conv2d", "batch_norm", "batch_stats", "max_pool2d")
 """Kinds a channels-last framework writes for NHWC values itself (see :func:`channels_last`)."""
+ELEMENTWISE = ("relu", "gelu", "identity", "add", "sub", "mul", "div")
+"""Kinds that compute the same in any layout (a binary one when both its inputs are in the same one)."""
 
 
-def channels_last(ops: dict[str, Any], transpose: Any) -> dict[str, Any]:
-    """``ops`` for a network whose 4-D values are held channels-last (NHWC, the layout TensorFlow's
-    and XLA's CPU convolutions take; ``input`` transposes a 4-D batch, inside the step): the kinds
-    of :data:`CHANNELS_LAST` are written for NHWC by the framework, ``relu``, ``identity`` and
-    ``add`` (of equal ranks) take any layout, ``mean`` reduces the NHWC axes of torch's dims; any
-    other kind sees its 4-D inputs channels-first as torch lays them out (``transpose(x, perm)``),
-    and its 4-D output goes back to NHWC."""
-    def torch_layout(op: Any) -> Any:
+def held_channels_last(graph: Graph) -> set[str]:
+    """The values a channels-last build holds NHWC: the input when a :data:`CHANNELS_LAST` kind
+    takes it, their outputs, and what :data:`ELEMENTWISE` kinds and a ``mean`` keeping its dims
+    compute from NHWC values alone (a scalar operand is no value). Every other value is held as
+    torch lays it out -- a transformer's 4-D attention heads are no images."""
+    held: set[str] = set()
+    if any(graph.input in layer.inputs for layer in graph.layers if layer.kind in CHANNELS_LAST):
+        held.add(graph.input)
+    for layer in graph.layers:
+        if layer.kind in CHANNELS_LAST or (
+                layer.inputs and all(i in held for i in layer.inputs)
+                and (layer.kind in ELEMENTWISE or (layer.kind == "mean" and layer.attrs["keepdim"]))):
+            held.add(layer.name)
+    return held
+
+
+def channels_last(graph: Graph, ops: dict[str, Any], transpose: Any) -> dict[str, Any]:
+    """``ops`` for a network whose image values are held channels-last (NHWC, the layout TensorFlow's
+    and XLA's CPU convolutions take; :func:`held_channels_last` says which; ``input`` transposes
+    the batch, inside the step, when it is one): the kinds of :data:`CHANNELS_LAST` are written for
+    NHWC by the framework, :data:`ELEMENTWISE` ones take their inputs as they are held, ``mean``
+    reduces the NHWC axes of torch's dims where the kept axes stay in torch's order; any other kind
+    sees its inputs as torch lays them out (an NHWC value transposed, ``transpose(x, perm)``), and
+    its output is held so."""
+    held = held_channels_last(graph)
+
+    def laid(x: Any, name: str, nhwc: bool) -> Any:
+        if len(x.shape) != 4 or (name in held) == nhwc:
+            return x
+        return transpose(x, TO_NHWC if nhwc else TO_NCHW)
+
+    def wrap(kind: str, op: Any) -> Any:
         def run(layer: Layer, p: dict[str, Any], *xs: Any) -> Any:
-            out = op(layer, p, *(transpose(x, TO_NCHW) if x.ndim == 4 else x for x in xs))
-            return transpose(out, TO_NHWC) if out.ndim == 4 else out
+            nhwc = kind in CHANNELS_LAST or layer.name in held
+            if kind == "mean" and layer.inputs[0] in held and (layer.attrs["keepdim"] or {1} <= set(
+                    d % 4 for d in layer.attrs["dims"]) or {2, 3} <= {d % 4 for d in layer.attrs["dims"]}):
+                dims = tuple(sorted(TO_NHWC.index(d % 4) for d in layer.attrs["dims"]))
+                return op(replace(layer, attrs={**layer.attrs, "dims": dims}), p, *xs)
+            return op(layer, p, *(laid(x, n, nhwc) for x, n in zip(xs, layer.inputs)))
 
         return run
 
-    def mean(layer: Layer, p: dict[str, Any], x: Any) -> Any:
-        dims = {d % x.ndim for d in layer.attrs["dims"]}
-        if x.ndim != 4 or not (layer.attrs["keepdim"] or 1 in dims or {2, 3} <= dims):  # kept axes in torch's order
-            return torch_layout(ops["mean"])(layer, p, x)
-        return ops["mean"](replace(layer, attrs={**layer.attrs, "dims": tuple(sorted(TO_NHWC.index(d) for d in dims))}),
-                           p, x)
-
-    def add(layer: Layer, p: dict[str, Any], a: Any, b: Any) -> Any:
-        return a + b if a.ndim == b.ndim else torch_layout(ops["add"])(layer, p, a, b)
-
-    native = (*CHANNELS_LAST, "relu", "identity")
-    return {k: op if k in native else torch_layout(op) for k, op in ops.items()} | {
-        "mean": mean, "add": add, "input": lambda x: transpose(x, TO_NHWC) if x.ndim == 4 else x}
+    return {k: wrap(k, op) for k, op in ops.items()} | {
+        "input": lambda x: transpose(x, TO_NHWC) if graph.input in held and len(x.shape) == 4 else x}
 
 
 def running_update(old: Any, batch: Any, momentum: float) -> Any:

@@ -13,6 +13,7 @@ import is recorded.
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import time
@@ -35,7 +36,9 @@ def _import_jax(threads: int) -> Any:
     return jax
 
 
-def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
+def _ops(jnp: Any, lax: Any, nn: Any) -> dict[str, Callable[..., Any]]:
+    """Every kind of graph.KINDS: those of graph.CHANNELS_LAST for NHWC values, the others for values as
+    torch lays them out (graph.channels_last hands them so)."""
     def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         out = x @ p["weight"].T
         return out + p["bias"] if "bias" in p else out
@@ -85,14 +88,35 @@ def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
         start, end = layer.attrs["start"] % x.ndim, layer.attrs["end"] % x.ndim
         return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
 
-    return channels_last({
+    def attention(layer: Layer, p: dict[str, Any], q: Any, k: Any, v: Any) -> Any:  # XLA fuses the scale and transposes
+        scores = jnp.einsum("...qd,...kd->...qk", q, k) * layer.attrs["scale"]
+        return jnp.einsum("...qk,...kd->...qd", nn.softmax(scores, axis=-1), v)
+
+    def along(layer: Layer, x: Any, index: Any) -> Any:
+        return x[(slice(None),) * layer.attrs["dim"] + (index,)]
+
+    def binary(op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+        return lambda layer, p, a, b=None: op(a, layer.attrs["other"] if b is None else b)
+
+    return {
         "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "batch_stats": batch_stats, "group_norm": group_norm,
-        "layer_norm": layer_norm, "flatten": flatten, "max_pool2d": max_pool2d,
+        "layer_norm": layer_norm, "flatten": flatten, "max_pool2d": max_pool2d, "attention": attention,
         "relu": lambda layer, p, x: jnp.maximum(x, 0),
-        "add": lambda layer, p, a, b: a + b,
+        "gelu": lambda layer, p, x: nn.gelu(x, approximate=layer.attrs["approximate"] == "tanh"),
+        "softmax": lambda layer, p, x: nn.softmax(x, axis=layer.attrs["dim"]),
+        "add": binary(operator.add), "sub": binary(operator.sub), "mul": binary(operator.mul),
+        "div": binary(operator.truediv),
+        "matmul": lambda layer, p, a, b: jnp.matmul(a, b),
         "identity": lambda layer, p, x: x,
+        "parameter": lambda layer, p: p["value"],
         "mean": lambda layer, p, x: x.mean(axis=layer.attrs["dims"], keepdims=layer.attrs["keepdim"]),
-    }, jnp.transpose)
+        "reshape": lambda layer, p, x: x.reshape(layer.attrs["shape"]),
+        "expand": lambda layer, p, x: jnp.broadcast_to(x, layer.attrs["shape"]),
+        "permute": lambda layer, p, x: jnp.transpose(x, layer.attrs["perm"]),
+        "cat": lambda layer, p, *xs: jnp.concatenate(xs, axis=layer.attrs["dim"]),
+        "select": lambda layer, p, x: along(layer, x, layer.attrs["index"]),
+        "slice": lambda layer, p, x: along(layer, x, slice(layer.attrs["start"], layer.attrs["stop"], layer.attrs["step"])),
+    }
 
 
 def optax_optimizer(optax: Any, spec: OptimizerSpec) -> tuple[Any, str]:
@@ -140,8 +164,9 @@ class JaxFramework:
             from jax import lax
             from jax import numpy as jnp
 
-            ops = _ops(jnp, lax)
+            ops = _ops(jnp, lax, jax.nn)
             check_ops(graph, ops, "jax")
+            ops = channels_last(graph, ops, jnp.transpose)
 
             def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
                 new = dict(buffers)

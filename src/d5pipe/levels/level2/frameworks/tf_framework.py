@@ -17,6 +17,7 @@ restored after); keras's Adam puts epsilon inside the bias correction
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 from collections.abc import Callable
@@ -49,9 +50,13 @@ def _onednn() -> bool:
 
 
 def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
-    def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:
-        out = tf.matmul(x, p["weight"], transpose_b=True)
-        return out + p["bias"] if "bias" in p else out
+    """Every kind of graph.KINDS: those of graph.CHANNELS_LAST for NHWC values, the others for values as
+    torch lays them out (graph.channels_last hands them so)."""
+    def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # one 2-D MatMul: a broadcast batched one is slower
+        flat = tf.reshape(x, (-1, x.shape[-1])) if len(x.shape) > 2 else x
+        out = tf.matmul(flat, p["weight"], transpose_b=True)
+        out = out + p["bias"] if "bias" in p else out
+        return tf.reshape(out, (*x.shape[:-1], out.shape[-1])) if len(x.shape) > 2 else out
 
     def conv2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # NHWC, the weight HWIO
         a = layer.attrs
@@ -83,10 +88,10 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
         z = normalize(tf.reshape(x, (shape[0], layer.attrs["groups"], -1)), [2], layer.attrs["eps"])
         return affine(tf.reshape(z, shape), p, (1, -1) + (1,) * (len(x.shape) - 2))
 
-    def layer_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:
+    def layer_norm(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # one pass of moments, as keras's
         dims = layer.attrs["dims"]
-        axes = list(range(len(x.shape) - dims, len(x.shape)))
-        return affine(normalize(x, axes, layer.attrs["eps"]), p, tuple(x.shape[-dims:]))
+        mean, var = tf.nn.moments(x, axes=list(range(len(x.shape) - dims, len(x.shape))), keepdims=True)
+        return tf.nn.batch_normalization(x, mean, var, p.get("bias"), p.get("weight"), layer.attrs["eps"])
 
     def max_pool2d(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # padding is -inf, as torch's
         (kh, kw), (sh, sw), (ph, pw) = layer.attrs["kernel"], layer.attrs["stride"], layer.attrs["padding"]
@@ -107,15 +112,36 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
         n = tf.cast(tf.size(x) // tf.shape(x)[3], x.dtype)
         return mean, var * n / (n - 1)
 
-    return channels_last({
+    def attention(layer: Layer, p: dict[str, Any], q: Any, k: Any, v: Any) -> Any:  # batched MatMuls, as keras's
+        scores = tf.matmul(q, k, transpose_b=True) * tf.cast(layer.attrs["scale"], q.dtype)
+        return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+
+    def along(layer: Layer, x: Any, index: Any) -> Any:
+        return x[(slice(None),) * layer.attrs["dim"] + (index,)]
+
+    def binary(op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+        return lambda layer, p, a, b=None: op(a, layer.attrs["other"] if b is None else b)
+
+    return {
         "linear": linear, "conv2d": conv2d, "group_norm": group_norm, "layer_norm": layer_norm, "flatten": flatten,
-        "batch_stats": batch_stats, "max_pool2d": max_pool2d,
+        "batch_stats": batch_stats, "max_pool2d": max_pool2d, "attention": attention,
         "batch_norm": batch_norm,
         "relu": lambda layer, p, x: tf.nn.relu(x),
-        "add": lambda layer, p, a, b: a + b,
+        "gelu": lambda layer, p, x: tf.nn.gelu(x, approximate=layer.attrs["approximate"] == "tanh"),
+        "softmax": lambda layer, p, x: tf.nn.softmax(x, axis=layer.attrs["dim"]),
+        "add": binary(operator.add), "sub": binary(operator.sub), "mul": binary(operator.mul),
+        "div": binary(operator.truediv),
+        "matmul": lambda layer, p, a, b: tf.matmul(a, b),
         "identity": lambda layer, p, x: x,
+        "parameter": lambda layer, p: p["value"],
         "mean": lambda layer, p, x: tf.reduce_mean(x, axis=list(layer.attrs["dims"]), keepdims=layer.attrs["keepdim"]),
-    }, tf.transpose)
+        "reshape": lambda layer, p, x: tf.reshape(x, layer.attrs["shape"]),
+        "expand": lambda layer, p, x: tf.broadcast_to(x, layer.attrs["shape"]),
+        "permute": lambda layer, p, x: tf.transpose(x, layer.attrs["perm"]),
+        "cat": lambda layer, p, *xs: tf.concat(xs, axis=layer.attrs["dim"]),
+        "select": lambda layer, p, x: along(layer, x, layer.attrs["index"]),
+        "slice": lambda layer, p, x: along(layer, x, slice(layer.attrs["start"], layer.attrs["stop"], layer.attrs["step"])),
+    }
 
 
 def keras_optimizer(keras: Any, spec: OptimizerSpec) -> tuple[Any, bool, str]:
@@ -154,6 +180,7 @@ class TensorFlowFramework:
 
         ops = _ops(tf)
         check_ops(graph, ops, "tensorflow")
+        ops = channels_last(graph, ops, tf.transpose)
         names = list(graph.shapes)
         start = graph.hwio({n: np.asarray(weights[n], dtype=self.dtype) for n in names})
         self.vars = [keras.Variable(start[n], dtype=self.dtype, name=f"p{i}") for i, n in enumerate(names)]
