@@ -9,13 +9,17 @@ side is what a user of that framework writes:
 
 * ``torch``: a bare loop over the same torch module (``torch.optim.SGD``, ``cross_entropy``,
   ``loss.item()``); ``compile``: the same loop over ``torch.compile`` of that module;
-* ``jax`` / ``tensorflow``: Keras 3's ``keras.applications.ResNet50`` (``weights=None``, logits
-  out, ``SparseCategoricalCrossentropy(from_logits=True)``, ``keras.optimizers.SGD``) on that
-  backend, ``train_on_batch`` on NHWC batches (the backend is chosen per process by
-  ``KERAS_BACKEND``).
+* ``jax`` / ``tensorflow``: Keras 3's model of the network (``weights=None``, logits out,
+  ``SparseCategoricalCrossentropy(from_logits=True)``, ``keras.optimizers.SGD``) on that backend,
+  ``train_on_batch`` on NHWC batches (the backend is chosen per process by ``KERAS_BACKEND``).
 
-The torch module is Keras's ResNet-50 layout (v1: :func:`torch_resnet`), so every side computes
-the same network (``--network d5pipe``: d5pipe's own ResNet-50, v1.5, as ``train_frameworks`` runs it).
+The networks (benchmarks/native_networks.py), each side's parameter count checked:
+``--model resnet50``: Keras's ``keras.applications.ResNet50``, and in torch d5pipe's ResNet-50 in
+that layout (v1; ``--network d5pipe``: d5pipe's own, v1.5, as ``train_frameworks`` runs it);
+``--model vit_b16``: d5pipe's built-in ``vit_b16`` (transformers' ViTForImageClassification, traced
+with its attention, GELU and class token into d5pipe's layers), and keras_hub's
+``ViTImageClassifier`` (or, without keras_hub, the same ViT in plain Keras 3 layers:
+``MultiHeadAttention``, ``LayerNormalization``, ``Dense``, a ``Conv2D`` patch embedding).
 
 Both sides: the same batch (4), 224x224 images, 1000 classes, SGD momentum 0.9 (lr 0.01), float32,
 the same thread pins (torch ``set_num_threads``; TensorFlow's intra/inter-op pools; XLA_FLAGS as
@@ -32,18 +36,19 @@ float64 check's verdict on d5pipe's side. The target is every ratio within 1.10.
 ``--baseline-src`` runs another d5pipe tree (main's ``src/``) as a third side in the same rounds,
 so a before/after shares the machine's load; ``--json`` keeps every process's raw steps.
 
-``--model vit_b16`` says what the transformer comparison lacks on this machine (Keras's ViT-B/16 is
-in keras_hub; d5pipe's step needs the model traced) instead of timing anything.
+``--quick``: 32x32 images (``--vit tiny`` for the ViT), one round of two steps: that it runs.
+keras_hub is no dependency of d5pipe; to time its ViT, put it on the path of this benchmark alone
+(``pip install --no-deps --target DIR keras-hub``, ``PYTHONPATH=DIR``: it needs nothing more for
+its ViT than Keras and what Keras needs).
 
 Usage: python benchmarks/bench_native_frameworks.py [--threads 1,2] [--rounds 5] [--steps 8]
-       [--frameworks torch,jax,tensorflow] [--model resnet50|vit_b16] [--quick]
+       [--frameworks torch,jax,tensorflow] [--model resnet50|vit_b16] [--vit b16|tiny] [--quick]
        [--baseline-src /path/to/main/src] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -55,6 +60,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from native_networks import VIT, keras_network, torch_network
 
 LR, MOMENTUM = 0.01, 0.9
 DISTINCT_BATCHES = 2
@@ -86,36 +92,6 @@ def timed(step: Callable[[int], float], a: argparse.Namespace) -> tuple[list[flo
     return losses, times, cpu
 
 
-def torch_resnet(a: argparse.Namespace) -> Any:
-    """Keras's ResNet-50 (v1) in torch, for d5pipe's side and the bare torch loop: d5pipe's ResNet-50
-    (torchvision's v1.5, d5pipe.levels.models.resnet) with each block's stride moved from its 3x3
-    to its first 1x1 convolution, a bias on every convolution and batch norms' eps 1.001e-5, as
-    keras.applications.ResNet50 builds them (v1.5 computes about 6% more), so that every side
-    computes the same network. Its parameter count is checked against Keras's 25,583,592 trainable ones at 1000
-    classes."""
-    import torch
-    from torch import nn
-
-    from d5pipe.levels.models import build_model
-
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    model = build_model({"name": "resnet", "depth": 50}, (3, a.image, a.image), a.classes)
-    if a.network == "d5pipe":
-        return model
-    for m in model.modules():
-        if hasattr(m, "conv3"):  # a bottleneck
-            m.conv1.stride, m.conv2.stride = m.conv2.stride, (1, 1)  # type: ignore[method-assign,assignment]
-        if isinstance(m, nn.Conv2d):
-            m.bias = nn.Parameter(torch.zeros(m.out_channels))
-        if isinstance(m, nn.BatchNorm2d):
-            m.eps = 1.001e-5
-    n = sum(p.numel() for p in model.parameters())
-    if a.classes == 1000 and n != 25_583_592:
-        raise RuntimeError(f"the torch network has {n} parameters, Keras's ResNet50 25,583,592 trainable ones")
-    return model
-
-
 def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     """A framework point's path: the float64 check, then the float32 framework's timed steps."""
     from d5pipe.levels.instantiate import build
@@ -126,8 +102,8 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
     from d5pipe.levels.level2.frameworks.trace import initial_weights, trace
     from d5pipe.levels.verify import max_relative_difference
 
-    model = torch_resnet(a)
-    graph = trace(model)
+    model = torch_network(a)
+    graph = trace(model, (a.batch, 3, a.image, a.image))
     w0 = initial_weights(model, graph)
     data = batches(a)
     spec = OptimizerSpec("sgd", LR, momentum=MOMENTUM)
@@ -151,12 +127,12 @@ def d5pipe_side(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def native_side(a: argparse.Namespace) -> dict[str, Any]:
-    """The framework's own idiom: a bare torch loop, or Keras 3's ResNet50 on the backend."""
+    """The framework's own idiom: a bare torch loop, or Keras 3's model on the backend."""
     data = batches(a)
     if a.framework in ("torch", "compile"):
         import torch
 
-        model = torch_resnet(a).train()
+        model = torch_network(a).train()
         forward = torch.compile(model) if a.framework == "compile" else model
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
         tensors = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data]
@@ -187,16 +163,15 @@ def native_side(a: argparse.Namespace) -> dict[str, Any]:
         told["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
     import keras
 
-    keras.utils.set_random_seed(0)
-    model = keras.applications.ResNet50(weights=None, input_shape=(a.image, a.image, 3), classes=a.classes,
-                                        classifier_activation=None)
+    model, what = keras_network(a)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=LR, momentum=MOMENTUM),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=None)
     nhwc = [(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), y) for x, y in data]
     t0 = time.perf_counter()
     model.train_on_batch(*nhwc[0])  # traces and compiles (its update is kept: weights' values do not time)
     compile_s = time.perf_counter() - t0
-    told |= {"keras": keras.__version__, "jit_compile": bool(model.jit_compile), "model": "keras.applications.ResNet50"}
+    told |= {"keras": keras.__version__, "jit_compile": bool(model.jit_compile), "model": what}
     losses, step_s, cpu_s = timed(lambda i: model.train_on_batch(*nhwc[i]), a)
     return {"told": told, "compile_s": compile_s, "step_s": step_s, "step_cpu_s": cpu_s}
 
@@ -215,30 +190,12 @@ def run_side(side: str, framework: str, threads: int, a: argparse.Namespace) -> 
     cmd = [sys.executable, __file__, "--worker", "native" if side == "native" else "d5pipe", "--framework", framework,
            "--threads", str(threads), "--image", str(a.image), "--batch", str(a.batch), "--classes", str(a.classes),
            "--steps", str(a.steps), "--warmup", str(a.warmup), "--check-steps", str(a.check_steps),
-           "--network", a.network]
+           "--network", a.network, "--model", a.model, "--vit", a.vit]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
     raise RuntimeError(f"{side} {framework} (threads {threads}) exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-
-
-def transformer_note() -> str:
-    """What the transformer comparison lacks here (both sides are needed for a ratio)."""
-    missing = []
-    if importlib.util.find_spec("keras_hub") is None:
-        missing.append("keras_hub is not installed (Keras's ViT-B/16, keras_hub.models.ViTImageClassifier, "
-                       "is the native side on the JAX and TensorFlow backends)")
-    try:
-        from d5pipe.levels.level2.frameworks.trace import trace
-        from d5pipe.levels.models import build_model
-
-        trace(build_model({"name": "vit_b16"}, (3, 224, 224), 1000))
-    except Exception as exc:  # noqa: BLE001 - UnsupportedNetwork, or transformers missing: either is the reason
-        missing.append(f"d5pipe's framework step cannot build ViT-B/16: {str(exc).splitlines()[0]}")
-    if not missing:
-        missing.append("a ViT-B/16 pair in this benchmark (both sides are available: add it)")
-    return "vit_b16: not measured. Missing: " + "; ".join(missing)
 
 
 def main() -> int:
@@ -254,7 +211,9 @@ def main() -> int:
     ap.add_argument("--image", type=int, default=224)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0, help="of the random order of the sides")
-    ap.add_argument("--quick", action="store_true", help="32x32 images, 1 round of 2 steps: checks that it runs")
+    ap.add_argument("--vit", choices=tuple(VIT), default="b16", help="the ViT's size (--model vit_b16)")
+    ap.add_argument("--quick", action="store_true", help="32x32 images (a tiny ViT), 1 round of 2 steps: "
+                                                         "checks that it runs")
     ap.add_argument("--baseline-src", help="another d5pipe source tree (e.g. main's src/) timed as a third side, "
                                            "'baseline', in the same interleaved rounds: a before/after")
     ap.add_argument("--json", help="write every process's raw result here")
@@ -268,17 +227,16 @@ def main() -> int:
         a.threads = int(a.threads)
         print("RESULT " + json.dumps((d5pipe_side if a.worker == "d5pipe" else native_side)(a)), flush=True)
         return 0
-    if a.model == "vit_b16":
-        print(transformer_note())
-        return 0
     if a.quick:
-        a.image, a.rounds, a.steps, a.warmup = 32, 1, 2, 1
+        a.image, a.rounds, a.steps, a.warmup, a.vit = 32, 1, 2, 1, "tiny"
     from d5pipe.measure.stats import median_ci
 
     frameworks = a.frameworks.split(",")
     sides = ["d5pipe", "native"] + (["baseline"] if a.baseline_src else [])
     rng = random.Random(a.seed)
-    print(f"ResNet-50 ({a.network}'s layout on d5pipe's and torch's sides), batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
+    network = (f"ViT ({a.vit}: width, layers, heads, MLP, patch {VIT[a.vit]})" if a.model == "vit_b16"
+               else f"ResNet-50 ({a.network}'s layout on d5pipe's and torch's sides)")
+    print(f"{network}, batch {a.batch}, {a.image}x{a.image}, {a.classes} classes, SGD momentum {MOMENTUM}, float32; "
           f"{a.rounds} round(s) of a fresh process per side, {a.warmup} warm-up + {a.steps} timed steps each; "
           f"a process's value is its fastest step")
     raw: dict[str, Any] = {"args": vars(a), "runs": []}

@@ -215,13 +215,12 @@ def test_the_native_peer_benchmark_runs_and_prints_a_ratio_per_framework() -> No
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "benchmarks" / "bench_native_frameworks.py"
-    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    for name in ("torch", "jax", "tensorflow"):  # d5pipe step, native step, ratio; d5pipe's float64 check passed
-        assert re.search(rf"^{name} +d5pipe +[0-9.]+s +[0-9.]+s +[0-9.]+ .* pass \(", r.stdout, re.M), r.stdout
-    note = subprocess.run([sys.executable, str(script), "--model", "vit_b16"], capture_output=True, text=True,
-                          timeout=300)
-    assert note.returncode == 0 and "vit_b16: not measured. Missing: " in note.stdout, note.stdout + note.stderr
+    for model in ("resnet50", "vit_b16"):  # the transformer: a tiny ViT of vit_b16's class
+        r = subprocess.run([sys.executable, str(script), "--quick", "--model", model], capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+        for name in ("torch", "jax", "tensorflow"):  # d5pipe step, native step, ratio; d5pipe's float64 check passed
+            assert re.search(rf"^{name} +d5pipe +[0-9.]+s +[0-9.]+s +[0-9.]+ .* pass \(", r.stdout, re.M), r.stdout
 
 
 def test_the_framework_loop_refuses_what_it_would_not_apply_before_any_job() -> None:
