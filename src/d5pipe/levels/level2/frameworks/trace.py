@@ -5,11 +5,12 @@
 branches on shapes, dtypes or its config (transformers' ViT) traces as a plain network does; the
 result is ATen operators, each translated by :data:`_ATEN` into a layer, with the parameters and
 running statistics named as ``named_parameters`` / ``named_buffers`` name them. Values that depend
-on neither the input nor a weight (an attention mask built from ``arange``) are computed here, once;
-an attention mask must come out all true (no mask). Shapes in the layers (reshape, expand, slice
-bounds) are the traced ones: a graph is for the batch size it was traced with, which every
-framework compiles its step for anyway. Dropout with p > 0 is refused: each framework would draw
-other masks, so the runs would not compute the same thing.
+on neither the input, a weight nor a buffer (an attention mask built from ``arange``) are computed
+here, once; an attention mask must come out all true or all zero (no mask), and a buffer is read by
+a batch norm only. Shapes in the layers (reshape, expand, slice bounds) are the traced ones: a graph
+is for the batch size it was traced with, which every framework compiles its step for anyway.
+Dropout with p > 0 is refused: each framework would draw other masks, so the runs would not compute
+the same thing.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ class _Translation:
         self.params: dict[str, str] = dict(sig.inputs_to_parameters)
         self.buffers: dict[str, str] = dict(sig.inputs_to_buffers)
         self.consts: dict[fx.Node, Any] = {}
-        self.constants = {**dict(sig.inputs_to_lifted_tensor_constants), **dict(sig.inputs_to_buffers)}
-        self.tensors = ep.constants | ep.state_dict
+        self.lifted = {name: ep.constants[c] for name, c in sig.inputs_to_lifted_tensor_constants.items()}
         self.layers: list[Layer] = []
         self.value_params: set[str] = set()
 
@@ -64,7 +64,7 @@ class _Translation:
                 self.layers.append(Layer(arg.name, "parameter", (), {}, {"value": self.params[arg.name]}))
             return str(arg.name)
         if arg in self.consts or arg.name in self.buffers:
-            raise UnsupportedNetwork(f"{what}: a constant tensor ({arg.name}) as an input is not translated")
+            raise UnsupportedNetwork(f"{what}: a constant tensor or buffer ({arg.name}) as an input is not translated")
         return str(arg.name)
 
     def const(self, arg: Any) -> Any:
@@ -138,7 +138,8 @@ def _max_pool2d(t: _Translation, n: fx.Node) -> Layer:
 
 def _attention(t: _Translation, n: fx.Node) -> Layer:
     mask = _arg(n, 3, "attn_mask")
-    if mask is not None and not (mask in t.consts and t.consts[mask].dtype == torch.bool and t.consts[mask].all()):
+    if mask is not None and not (mask in t.consts and bool(
+            t.consts[mask].all() if t.consts[mask].dtype == torch.bool else (t.consts[mask] == 0).all())):
         raise UnsupportedNetwork(f"{n.name}: attention with a mask is not translated")
     if _arg(n, 4, "dropout_p", 0.0) or _arg(n, 5, "is_causal", False) or _arg(n, 7, "enable_gqa", False):
         raise UnsupportedNetwork(f"{n.name}: attention with dropout, a causal mask or grouped queries is not translated")
@@ -254,7 +255,7 @@ def trace(model: nn.Module, example: tuple[int, ...]) -> Graph:
     was = model.training
     model.train()
     try:
-        ep = torch.export.export(model, (torch.zeros(example, dtype=dtype),))
+        ep = torch.export.export(model, (torch.zeros(example, dtype=dtype),), strict=False)
     except Exception as exc:  # noqa: BLE001 - any trace failure means: not translatable
         raise UnsupportedNetwork(f"the model cannot be traced (torch.export): {exc}".splitlines()[0]) from exc
     finally:
@@ -264,9 +265,9 @@ def trace(model: nn.Module, example: tuple[int, ...]) -> Graph:
     if len(sig.user_inputs) != 1 or len(sig.user_outputs) != 1:
         raise UnsupportedNetwork("only a model of one tensor input and one output is translated")
     for node in ep.graph.nodes:
-        if node.op == "placeholder" and node.name in t.constants:
-            t.consts[node] = t.tensors[t.constants[node.name]]
-        elif node.op == "call_function" and node.target is not aten.add_.Tensor and t.is_const(node):
+        if node.op == "placeholder" and node.name in t.lifted:
+            t.consts[node] = t.lifted[node.name]
+        elif node.op == "call_function" and t.is_const(node):
             t.consts[node] = node.target(*t.const(node.args), **t.const(node.kwargs))  # computed once, here
         elif node.op == "call_function":
             if node.target not in _ATEN:
