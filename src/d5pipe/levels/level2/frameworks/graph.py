@@ -136,11 +136,12 @@ def channels_last(graph: Graph, ops: dict[str, Any], transpose: Any) -> dict[str
 
     def wrap(kind: str, op: Any) -> Any:
         def run(layer: Layer, p: dict[str, Any], *xs: Any) -> Any:
+            if kind == "mean" and layer.inputs[0] in held:
+                dims = {d % 4 for d in layer.attrs["dims"]}
+                if layer.attrs["keepdim"] or 1 in dims or {2, 3} <= dims:  # the kept axes in torch's order
+                    nhwc_dims = tuple(sorted(TO_NHWC.index(d) for d in dims))
+                    return op(replace(layer, attrs={**layer.attrs, "dims": nhwc_dims}), p, *xs)
             nhwc = kind in CHANNELS_LAST or layer.name in held
-            if kind == "mean" and layer.inputs[0] in held and (layer.attrs["keepdim"] or {1} <= set(
-                    d % 4 for d in layer.attrs["dims"]) or {2, 3} <= {d % 4 for d in layer.attrs["dims"]}):
-                dims = tuple(sorted(TO_NHWC.index(d % 4) for d in layer.attrs["dims"]))
-                return op(replace(layer, attrs={**layer.attrs, "dims": dims}), p, *xs)
             return op(layer, p, *(laid(x, n, nhwc) for x, n in zip(xs, layer.inputs)))
 
         return run
