@@ -76,8 +76,8 @@ def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt:
 
 class LayoutMix(torch.nn.Module):
     """Layers a channels-last build takes natively (a biased convolution, a padded strided one, max
-    pooling, a mean keeping its dims) and ones it hands to torch's layout (group norm, a mean keeping
-    C and W, 4-D flatten)."""
+    pooling, a mean keeping its dims, an in-place add) and ones it hands to torch's layout (group
+    norm, a mean keeping C and W, 4-D flatten)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -89,8 +89,9 @@ class LayoutMix(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.gn(self.pool(self.down(self.relu(self.bn(self.conv(x))))))
-        z = y + y.mean(dim=(2, 3), keepdim=True)
-        return self.head(self.flat(z)) + self.side(self.flat(y.mean(dim=2)))
+        side = self.side(self.flat(y.mean(dim=2)))
+        y += y.mean(dim=(2, 3), keepdim=True)  # in place, as transformers' ResNet adds its shortcut
+        return self.head(self.flat(y)) + side
 
 
 def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> None:

@@ -199,10 +199,21 @@ def _adaptive_avg_pool2d(t: _Translation, n: fx.Node) -> Layer:
     return Layer(n.name, "mean", (t.value(_args(n)[0], n.name),), {"dims": (2, 3), "keepdim": True})
 
 
-def _skip_batch_count(t: _Translation, n: fx.Node) -> None:
-    target = _args(n)[0]
-    if not (isinstance(target, fx.Node) and t.buffers.get(target.name, "").endswith("num_batches_tracked")):
-        raise UnsupportedNetwork(f"{n.name}: an in-place add is not translated")
+def _in_place(build: Builder) -> Builder:
+    """An in-place operator as its out-of-place layer, when nothing reads the value it overwrote
+    afterwards (``x += residual`` rebinds ``x`` to the result); a batch norm's count of batches,
+    which no framework keeps, is skipped."""
+    def translate(t: _Translation, n: fx.Node) -> Layer | None:
+        target = _args(n)[0]
+        if isinstance(target, fx.Node) and t.buffers.get(target.name, "").endswith("num_batches_tracked"):
+            return None
+        order = {node: i for i, node in enumerate(n.graph.nodes)}
+        if not isinstance(target, fx.Node) or target.name in t.buffers or target.name in t.params or any(
+                order[u] > order[n] for u in target.users):
+            raise UnsupportedNetwork(f"{n.name}: an in-place {n.target} of a value read afterwards is not translated")
+        return build(t, n)
+
+    return translate
 
 
 def _out_shape(t: _Translation, n: fx.Node) -> dict[str, Any]:
@@ -213,8 +224,8 @@ _ATEN: dict[Any, Builder] = {
     aten.linear.default: _linear, aten.conv2d.default: _conv2d, aten.batch_norm.default: _batch_norm,
     aten.group_norm.default: _group_norm, aten.layer_norm.default: _layer_norm, aten.max_pool2d.default: _max_pool2d,
     aten.scaled_dot_product_attention.default: _attention, aten.dropout.default: _dropout,
-    aten.adaptive_avg_pool2d.default: _adaptive_avg_pool2d, aten.add_.Tensor: _skip_batch_count,
-    aten.relu.default: _unary("relu"), aten.relu_.default: _unary("relu"),
+    aten.adaptive_avg_pool2d.default: _adaptive_avg_pool2d,
+    aten.relu.default: _unary("relu"), aten.relu_.default: _in_place(_unary("relu")),
     aten.gelu.default: _unary("gelu", lambda t, n: {"approximate": str(_arg(n, 1, "approximate", "none"))}),
     aten.softmax.int: _unary("softmax", lambda t, n: {"dim": _dim(t, n, _args(n)[1])}),
     aten._softmax.default: _unary("softmax", lambda t, n: {"dim": _dim(t, n, _args(n)[1])}),
@@ -234,7 +245,7 @@ _ATEN: dict[Any, Builder] = {
     aten.clone.default: _unary("identity"), aten.contiguous.default: _unary("identity"),
     aten.alias.default: _unary("identity"),
     aten.add.Tensor: _binary("add"), aten.sub.Tensor: _binary("sub"), aten.mul.Tensor: _binary("mul"),
-    aten.div.Tensor: _binary("div"),
+    aten.div.Tensor: _binary("div"), aten.add_.Tensor: _in_place(_binary("add")),
     aten.matmul.default: _matmul,
     aten.cat.default: lambda t, n: Layer(n.name, "cat", tuple(t.value(a, n.name) for a in _args(n)[0]),
                                          {"dim": int(_arg(n, 1, "dim", 0)) % len(t.shape(n))}),
