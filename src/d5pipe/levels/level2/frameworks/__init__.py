@@ -1,7 +1,7 @@
 """Training frameworks at level 2: the same network, initial weights, batches and optimizer on
 PyTorch (eager and compiled), JAX and others, checked step by step against PyTorch in float64.
 
-* :mod:`.graph`: the framework-neutral layers; :mod:`.trace`: a model traced once (torch.fx) into them;
+* :mod:`.graph`: the framework-neutral layers; :mod:`.trace`: a model traced once (torch.export) into them;
 * :mod:`.contract`: the engine a framework builds, and the optimizer it is told to use;
 * :mod:`.torch_framework`, :mod:`.jax_framework`, :mod:`.tf_framework`: the built-ins, each with its
   declaration (d5pipe.levels.declare.Builtin), collected here in :data:`FRAMEWORKS` (torch-free);
