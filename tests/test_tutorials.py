@@ -1,6 +1,6 @@
 """The local tutorials run as written (docs/tutorials/first-sweep.md, own-code.md): each page's
 command blocks in order, in a fresh directory standing for the clone (tests/tutorial_pages.py). The
-SLURM sandbox tutorial's commands are not run by the suite yet (issue 58)."""
+SLURM sandbox tutorial runs in tests/test_tutorial_slurm.py, with the SLURM tests."""
 
 from __future__ import annotations
 
