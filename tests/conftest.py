@@ -28,9 +28,24 @@ if "D5PIPE_CACHE_DIR" not in os.environ:
     os.environ["D5PIPE_CACHE_DIR"] = _TEST_CACHE
     atexit.register(shutil.rmtree, _TEST_CACHE, True)
 
+# The points a test runs in the pytest process use one torch thread: `make test` runs four pytest
+# processes on two cores, where torch's default pool (a thread per core) spins against the other
+# lanes' work (a micro-batch test of 0.75 s alone took 69 s there). The processes a test starts
+# (shards, ranks, the CLI) get the threads their config or tests/conftest.d5pipe gives them.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
 PLUGIN_FIXTURES = ROOT / "tests" / "plugin_fixtures"
+FRAMEWORK_THREADS = 1
+"""The threads of every TensorFlow and JAX point the tests run in the pytest process (levels 0 and 2):
+both fix their pools once per process and a later point that asks for others fails
+(d5pipe.levels.framework_threads), so the modules that share a pytest process use one count; other
+counts are tested in processes of their own (tests/test_framework_threads.py). One thread is also
+the only count at which level 0's TensorFlow (inter-op pool 1) and level 2's (inter-op pool = its
+threads) agree."""
 TESTING_OPS = "testing_ops"
 """The deliberately broken operators (tests/plugin_fixtures/testing_ops.py): user code to d5pipe."""
 TESTING_OPS_ENV = {

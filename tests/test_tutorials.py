@@ -1,6 +1,6 @@
 """The local tutorials run as written (docs/tutorials/first-sweep.md, own-code.md): each page's
 command blocks in order, in a fresh directory standing for the clone (tests/tutorial_pages.py). The
-SLURM sandbox tutorial's commands are not run by the suite yet (issue 58)."""
+SLURM sandbox tutorial runs in tests/test_tutorial_slurm.py, with the SLURM tests."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_pages import TUTORIALS, clone_like, commands, run_page
+from tutorial_pages import TUTORIALS, clone_like, commands, run_page_ok
 
 pytestmark = [pytest.mark.slow]
 
@@ -30,16 +30,10 @@ def test_the_readme_is_short_and_one_link_from_the_sandbox_tutorial() -> None:
     assert readme.lstrip().startswith("# d5pipe") and "make run" in readme[:1500] and "make test" in readme[:1500]
 
 
-def _ok(proc: object) -> str:
-    rc, out, err = proc.returncode, proc.stdout, proc.stderr  # type: ignore[attr-defined]
-    assert rc == 0, f"tutorial failed (rc {rc}):\n{out[-4000:]}\n{err[-4000:]}"
-    return str(out) + str(err)
-
-
 @pytest.mark.timeout(1500)
 def test_first_sweep(tmp_path: Path) -> None:
     work = clone_like(tmp_path / "clone")
-    out = _ok(run_page(TUTORIALS / "first-sweep.md", work, timeout_s=1400))
+    out = run_page_ok(TUTORIALS / "first-sweep.md", work, timeout_s=1400)
     assert "exit code 2" in out and "key 'operators.op'" in out  # the mistake made on purpose: one line, exit 2
     for run in ("first", "second"):
         df = pd.read_parquet(work / "runs" / run / "results.parquet")
@@ -50,7 +44,7 @@ def test_first_sweep(tmp_path: Path) -> None:
 @pytest.mark.timeout(1500)
 def test_own_code(tmp_path: Path) -> None:
     work = clone_like(tmp_path / "clone")
-    out = _ok(run_page(TUTORIALS / "own-code.md", work, timeout_s=1400))
+    out = run_page_ok(TUTORIALS / "own-code.md", work, timeout_s=1400)
     assert "outside the allow-list" in out and "exit code 2" in out  # nothing imported without --allow
     df = pd.read_parquet(work / "runs" / "own" / "results.parquet")
     assert (df.status == "ok").all()

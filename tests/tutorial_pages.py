@@ -46,3 +46,11 @@ def run_page(page: Path, work: Path, timeout_s: float) -> subprocess.CompletedPr
         env["PATH"] = f"{work / '.shims'}{os.pathsep}{env['PATH']}"
     return subprocess.run(["bash", str(work / "tutorial.sh")], cwd=work, env=env, capture_output=True,
                           text=True, timeout=timeout_s, check=False)
+
+
+def run_page_ok(page: Path, work: Path, timeout_s: float) -> str:
+    """:func:`run_page`, asserting that every command succeeded; its stdout and stderr."""
+    proc = run_page(page, work, timeout_s)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{page.name} failed (rc {proc.returncode}):\n{out[-8000:]}"
+    return out
