@@ -279,7 +279,7 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
                               "steps_run",  # issue 56: the steps distributed.early_stop let run
                               "straggler", "compute_imbalance"}}  # issue 53: the ranks' split
     measured_here = ("plausibility:", "energy_per_", "power")  # energy: where a machine lets it be read (issue 56)
-    per_rank = RANK_METRIC.match  # issue 53: compute/comm/wait of each rank, named by its rank
+    per_rank = RANK_METRIC.fullmatch  # issue 53: compute/comm/wait of each rank, named by its rank
     assert {str(s): sorted({m for m in g.metric if not m.startswith(measured_here) and not per_rank(m)}
                            - added_since.get(str(s), set()))
             for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
