@@ -38,6 +38,7 @@ from d5pipe.cli.main import build_parser
 from d5pipe.levels.level0.operators import MATMUL
 from d5pipe.levels.level3.rank_split import RANK_METRIC
 from tests.conftest import ROOT, TEST_CONF, d5pipe
+from tests.test_metric_declarations import undeclared
 
 DELAY_ENV = "D5PIPE_E2E_OP_DELAY_S"
 PUBLISHED = {DELAY_ENV: "0.001"}  # 1 ms per call on a ~0.05 ms matmul (repro_small: size 128)
@@ -284,6 +285,7 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
                            - added_since.get(str(s), set()))
             for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
     assert any(per_rank(m) for m in df[df.stage == "level3"].metric)
+    assert undeclared(df) == []  # every name its level declares (docs/reference/metrics.md), with that unit
     assert all(added <= set(df[df.stage == stage].metric) for stage, added in added_since.items())
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")
