@@ -14,8 +14,8 @@
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
 HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py
-       tests/test_train_frameworks.py)
-HEAVY2=(tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
+       tests/test_train_frameworks.py tests/test_framework_threads.py)
+HEAVY2=(tests/test_tutorials.py tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_stale_verdict.py tests/test_comparisons.py
         tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py
         tests/test_data_pipeline_e2e.py tests/test_profiles.py tests/test_early_stop.py tests/test_early_stop_level3.py)
 # Timed comparisons that need a quiet machine (two threads against one; a rank slowed on purpose

@@ -31,6 +31,13 @@ if "D5PIPE_CACHE_DIR" not in os.environ:
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
 PLUGIN_FIXTURES = ROOT / "tests" / "plugin_fixtures"
+FRAMEWORK_THREADS = 1
+"""The threads of every TensorFlow and JAX point the tests run in the pytest process (levels 0 and 2):
+both fix their pools once per process and a later point that asks for others fails
+(d5pipe.levels.framework_threads), so the modules that share a pytest process use one count; other
+counts are tested in processes of their own (tests/test_framework_threads.py). One thread is also
+the only count at which level 0's TensorFlow (inter-op pool 1) and level 2's (inter-op pool = its
+threads) agree."""
 TESTING_OPS = "testing_ops"
 """The deliberately broken operators (tests/plugin_fixtures/testing_ops.py): user code to d5pipe."""
 TESTING_OPS_ENV = {

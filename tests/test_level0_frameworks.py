@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+import torch
 
 import d5pipe
 from d5pipe import D5PipeError
@@ -21,14 +23,24 @@ from d5pipe.levels.level0.frameworks import FRAMEWORKS, NAMES, docs_table
 from d5pipe.levels.level0.point import run_point
 from d5pipe.levels.level0.schema import BUILTIN_OPERATORS, BUILTIN_TARGET, OperatorsConf
 from d5pipe.levels.level0.validate import check_framework
-from tests.conftest import PLUGIN_FIXTURES, ROOT, TEST_CONF
+from tests.conftest import FRAMEWORK_THREADS, PLUGIN_FIXTURES, ROOT, TEST_CONF
 from tests.conftest import d5pipe as cli
 
 QUICK_TIMER = {"warmup_s": 0.005, "warmup_max_iters": 2, "min_block_s": 0.001, "budget_s": 0.02,
                "min_samples": 3, "max_samples": 10, "target_ci_pct": 50.0}
 ENGINES: dict[str, Any] = {}
-"""One engine per framework for the whole module, as a shard process keeps them."""
+"""One engine per framework (and thread count) for the whole module, as a shard process keeps them."""
 OTHERS = tuple(name for name, f in FRAMEWORKS.items() if f.engine is not None)
+
+
+@pytest.fixture(autouse=True)
+def framework_threads() -> Iterator[None]:
+    """The points at the tests' FRAMEWORK_THREADS, as a shard's worker runs its points at its
+    ``OMP_NUM_THREADS``: TensorFlow and XLA keep the first point's threads for the whole process."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(FRAMEWORK_THREADS)
+    yield
+    torch.set_num_threads(before)
 
 
 def _run(tmp_path: Path, **ops: Any) -> dict[str, Any]:

@@ -260,7 +260,7 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     Level 3's speedup and efficiency are ratios of timings and are compared as timings, never as
     exact numbers; no timing is called reproduced unless shown equivalent."""
     run = tmp_path / "quickstart"
-    # one repetition keeps the suite's time (the full shipped quickstart: docs/comparing.md);
+    # one repetition keeps the suite's time (the full shipped quickstart: docs/explanations/statistics.md);
     # the verdicts of its checks are the original's business, not the reproduction's
     first = cli("run", "quickstart", "repetitions=1", "--out", str(run))
     assert first.returncode in (0, 3), first.stdout[-3000:] + first.stderr[-3000:]

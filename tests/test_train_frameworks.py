@@ -19,6 +19,7 @@ from d5pipe.levels.level2.frameworks.tf_framework import TensorFlowFramework
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.level2.frameworks.trace import initial_weights, trace
 from d5pipe.levels.models import cnn, mlp
+from tests.conftest import FRAMEWORK_THREADS as THREADS
 from tests.plugin_fixtures.user_frameworks import OffByOnePercent
 
 K = 4
@@ -48,18 +49,18 @@ def network() -> tuple[torch.nn.Module, dict[str, np.ndarray]]:
 def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt: OptimizerSpec) -> None:
     model, w0 = network
     graph = trace(model)
-    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=THREADS)
     assert ref.losses[-1] < ref.losses[0] and graph.buffer_shapes  # it trains; its batch norms keep statistics
     frameworks = [(TorchFramework(model), "float32"), (JaxFramework("float64"), "float64"), (JaxFramework(), "float32"),
                   (TensorFlowFramework(), "float32")]
     if opt.name == "sgd":  # keras's Adam is checked below
         frameworks.append((TensorFlowFramework("float64"), "float64"))
     for fw, dtype in frameworks:
-        steps = run_steps(fw, graph, w0, opt, digits, threads=1)
+        steps = run_steps(fw, graph, w0, opt, digits, threads=THREADS)
         agreement = check(steps, ref, w0, graph, dtype)
         assert agreement.passed, (fw.name, dtype, agreement.why())
         assert steps.compile_s >= 0 and len(steps.step_s) == K
-        assert steps.told["dtype"] == dtype and steps.told["threads"] == 1
+        assert steps.told["dtype"] == dtype and steps.told["threads"] == THREADS
         assert steps.versions
         if fw.name != "torch":  # each in its own preferred layout
             assert steps.told["layout"].startswith("NHWC"), steps.told
@@ -69,7 +70,7 @@ def test_torch_jax_and_tensorflow_take_the_reference_steps(digits, network, opt:
     import keras
 
     assert not jax.config.jax_enable_x64 and keras.config.floatx() == "float32"  # no switch left behind
-    assert steps.told["intra_op_threads"] == 1
+    assert steps.told["intra_op_threads"] == steps.told["inter_op_threads"] == THREADS
     assert steps.told["onednn"] == (os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")  # TensorFlow's default
 
 
@@ -98,9 +99,9 @@ def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> N
     graph = trace(model)
     w0 = initial_weights(model, graph)
     opt = OPTIMIZERS[0]
-    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=1)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=THREADS)
     for fw in (JaxFramework("float64"), TensorFlowFramework("float64")):
-        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=1), ref, w0, graph, "float64")
+        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=THREADS), ref, w0, graph, "float64")
         assert agreement.passed, (fw.name, agreement.why())
 
 
@@ -108,8 +109,8 @@ def test_keras_adam_is_another_convention_and_fails_its_check(digits, network) -
     model, w0 = network
     graph = trace(model)
     opt = OPTIMIZERS[1]
-    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
-    steps = run_steps(TensorFlowFramework("float64"), graph, w0, opt, digits, threads=1)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=THREADS)
+    steps = run_steps(TensorFlowFramework("float64"), graph, w0, opt, digits, threads=THREADS)
     agreement = check(steps, ref, w0, graph, "float64")
     assert not agreement.passed and agreement.update_rel_l2 > 1e-4, agreement
     assert "inside the bias correction" in steps.told["optimizer"]
@@ -119,8 +120,8 @@ def test_an_optimizer_one_percent_off_fails_its_check(digits, network) -> None:
     model, w0 = network
     graph = trace(model)
     opt = OPTIMIZERS[1]
-    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=1)
-    steps = run_steps(OffByOnePercent(model, dtype="float64"), graph, w0, opt, digits, threads=1)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits, threads=THREADS)
+    steps = run_steps(OffByOnePercent(model, dtype="float64"), graph, w0, opt, digits, threads=THREADS)
     agreement = check(steps, ref, w0, graph, "float64")
     assert not agreement.passed
     assert 1e-3 < agreement.update_rel_l2 < 0.1, agreement

@@ -37,6 +37,8 @@ class DiskFull(D5PipeError):
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> DiskFull:
+        """Naming ``path`` absolute: a job writes relative to the run directory, its cwd."""
+        path = os.path.abspath(os.fspath(path))
         return cls(f"no space left to write {path} ({_free_text(path)}); free some space and re-run the "
                    "same command to resume (nothing finished is lost)")
 

@@ -179,9 +179,14 @@ def execute_plan(plan: Plan, run_dir: Path, overrides: list[str], *, jobs: int |
             if rc != 0:
                 raise WorkflowFailed(f"snakemake --dry-run failed (exit {rc}); see {snakemake_log(rd)}")
             return RunOutcome(run_dir, None)
-        verdict = finish(run_dir, rc)  # a full disk here raises DiskFull itself
-        if rc != 0 and _console.disk_full is not None:  # what finished is kept; the same command resumes
-            raise DiskFull(_console.disk_full)
+        full = _console.disk_full if rc != 0 else None  # a job's write found the disk full
+        try:
+            verdict = finish(run_dir, rc)  # a full disk here raises DiskFull itself
+        except DiskFull:
+            if full is None:
+                raise
+        if full is not None:  # the first write that failed; what finished is kept and the same command resumes
+            raise DiskFull(full)
         if rc != 0:
             print(f"d5pipe: snakemake exit {rc}; its log: {snakemake_log(rd)}", flush=True)
         print(f"d5pipe: done in {time.perf_counter() - t0:.1f} s", flush=True)

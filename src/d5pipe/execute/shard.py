@@ -8,7 +8,8 @@
 * Before a point starts, the shard appends its ID to ``shards/<stage>/<shard>.attempts``. A point
   that took its whole shard job down with it (e.g. the job was killed for memory) is therefore
   known on resume: after ``shards.max_attempts`` starts it is recorded ``failed`` instead of
-  killing every re-run at the same place.
+  killing every re-run at the same place. A point whose record found the disk full is taken off
+  again (the shard stops with exit 75; the point ran, and runs again on resume).
 * Records are written without fsync and synced in one batch before the shard's marker, which is
   what makes a trivial point cost well under a millisecond.
 """
@@ -212,16 +213,16 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
     supervisor = Supervisor(run_one, timeout_s, on_exit=lambda: run_closers(cache))
     attempts_log = rd.attempts(stage, shard)
     attempts_log.parent.mkdir(parents=True, exist_ok=True)
-    with open(attempts_log, "a", encoding="utf-8") as log:
+    with open(attempts_log, "ab", buffering=0) as log:
         try:
             for k in todo:
                 pt = points[k]
                 pid = pt["point_id"]
-                log.write(pid + "\n")
-                log.flush()
+                before = _note_start(log.fileno(), attempts_log, pid)
                 result: Result = supervisor.run(k)
                 path = rd.record(stage, pid)
-                if result.status == DISK_FULL_STATUS:
+                if result.status == DISK_FULL_STATUS:  # measured, only its record found no space:
+                    os.ftruncate(log.fileno(), before)  # not a start towards shards.max_attempts
                     raise DiskFull.at(path)
                 if result.status in ("crashed", "timeout"):
                     cause = result.detail if result.status == "timeout" else f"crashed: {result.detail}"
@@ -238,6 +239,23 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
         finally:
             supervisor.close()
             lockstep.end()
+
+
+def _note_start(fd: int, path: Path, point_id: str) -> int:
+    """Append ``point_id`` to the attempts log open (``O_APPEND``) at ``fd``, named ``path``; returns
+    the log's length before, to take the line back (``os.ftruncate`` needs no space). A full disk
+    leaves the log as it was (no half line) and raises DiskFull naming it."""
+    before = os.fstat(fd).st_size
+    data = (point_id + "\n").encode()
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError as err:
+        os.ftruncate(fd, before)
+        if is_disk_full(err):
+            raise DiskFull.at(path) from err
+        raise
+    return before
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,17 +105,27 @@ class Console:
 
     def _note_disk_full(self, line: str) -> None:
         """A job's DiskFull line (the report rule runs in Snakemake's process and Snakemake prints
-        its error), or a shard job's exit 75 / ENOSPC, which Snakemake names."""
+        its error), or a shard job's exit 75, or Snakemake's own write finding no space (its
+        metadata and markers under ``.snakemake``): the path it names, else the run directory."""
         from d5pipe.core.errors import DISK_FULL_EXIT, DiskFull
 
         if DISK_FULL_MARK in line:
             self.disk_full = "no space left to write" + line.split(DISK_FULL_MARK, 1)[1].rstrip()
-        elif self.disk_full is None and (f"exit status {DISK_FULL_EXIT}." in line or "No space left" in line):
-            self.disk_full = str(DiskFull.at(self.rd.root))
+        elif self.disk_full is None and (f"exit status {DISK_FULL_EXIT}." in line or NO_SPACE.search(line)):
+            named = NO_SPACE_AT.search(line)
+            where = (named.group(1) or named.group(2)) if named else None
+            self.disk_full = str(DiskFull.at(self.rd.root / where if where else self.rd.root))
 
 
 DISK_FULL_MARK = "no space left to write"
 """How d5pipe.core.errors.DiskFull's message begins."""
+NO_SPACE = re.compile(r"No space left on device|Disk quota exceeded")
+"""strerror of ENOSPC and EDQUOT, in a traceback or in Snakemake's own error line."""
+NO_SPACE_AT = re.compile(rf"\[Errno \d+\] (?:{NO_SPACE.pattern}): '([^']+)'"
+                         rf"|\[Errno \d+\] (?:{NO_SPACE.pattern})\)\. Please ensure write permissions for the directory (\S+)")
+"""The path such a line names: an OSError's filename, or the directory of Snakemake's metadata
+("Error recording metadata for finished job ([Errno 28] No space left on device). Please ensure
+write permissions for the directory RUN/.snakemake")."""
 
 
 def _kill_session(proc: subprocess.Popen[str]) -> None:

@@ -41,15 +41,19 @@ UNSUPPORTED_MARKERS = ("could not find device for node", "no registered", "not_i
 
 
 def engine_of(ctx: PointContext, framework: Framework) -> Engine:
-    """The framework's engine, made once per shard process (it imports the framework)."""
+    """The framework's engine for the point's threads, made once per shard process and thread count
+    (it imports the framework; one whose pools the process already fixed at other threads fails the
+    point: d5pipe.levels.framework_threads)."""
     key = f"operators.framework={framework.name}"
-    if key not in ctx.cache:
+    threads = torch.get_num_threads()
+    cached = f"{key} threads={threads}"
+    if cached not in ctx.cache:
         missing = missing_package(framework.packages)
         if missing is not None:
             raise PointSkipped(f"{key}: the Python package {missing!r} is not installed here")
         assert framework.engine is not None
-        ctx.cache[key] = framework.engine(torch.get_num_threads())
-    engine: Engine = ctx.cache[key]
+        ctx.cache[cached] = framework.engine(threads)
+    engine: Engine = ctx.cache[cached]
     return engine
 
 

@@ -3,16 +3,16 @@ first call's, reported as ``compile_s``), convolution and attention in XLA's pre
 (NHWC/HWIO, BTNH), each call ended by ``block_until_ready``; gradients by ``jax.vjp``. A float64
 point runs under ``jax.enable_x64`` for that point only.
 
-Threads: XLA sizes its CPU thread pools when jax is first imported, from ``XLA_FLAGS``; unless the
+Threads: XLA sizes its CPU thread pools when jax's backend starts, from ``XLA_FLAGS``; unless the
 environment sets it, this sets ``intra_op_parallelism_threads`` to the point's threads first (what
-XLA_FLAGS held is recorded).
+XLA_FLAGS held is recorded); a later point of the process that asks for other threads fails
+(d5pipe.levels.framework_threads).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -21,18 +21,10 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.declare import package_versions
+from d5pipe.levels.framework_threads import import_jax
 from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
 
 NHWC, HWIO, BTNH = (0, 2, 3, 1), (2, 3, 1, 0), (0, 2, 1, 3)
-
-
-def _import_jax(threads: int) -> Any:
-    if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
-        eigen = "true" if threads > 1 else "false"
-        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
-    import jax
-
-    return jax
 
 
 def builtins(jax: Any) -> dict[str, NativeOp]:
@@ -96,13 +88,16 @@ class JaxEngine:
         return package_versions("jax")
 
     def __init__(self, threads: int) -> None:
-        self._jax = jax = _import_jax(threads)
+        self._jax = jax = import_jax(threads)
+        self._threads = threads
         self._ops = builtins(jax)
         self.told = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "backend": jax.default_backend(),
                      "jit": True, "x64": "float64 points only, restored after each"}
 
     def session(self, dtype: str) -> AbstractContextManager[Any]:
-        """x64 mode for a float64 point only; any other runs as a user's program would, untouched."""
+        """x64 mode for a float64 point only; any other runs as a user's program would, untouched.
+        XLA's pools are checked again for this point (another engine may have been made first)."""
+        import_jax(self._threads)
         return self._jax.enable_x64(True) if dtype == "float64" else nullcontext()
 
     def builtin(self, name: str) -> NativeOp | None:

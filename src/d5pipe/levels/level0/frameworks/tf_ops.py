@@ -4,7 +4,9 @@ default leaves it; each call ended by ``.numpy()`` on its result (eager CPU ops 
 tensors; reading the result makes the wait explicit). Gradients by ``tf.GradientTape``.
 
 Threads: the intra-op pool is set to the point's threads and the inter-op pool to 1 before
-TensorFlow's runtime starts; what it runs with is recorded.
+TensorFlow's runtime starts, and held there for every point of the process; a point that asks
+for other threads once the runtime has started fails (d5pipe.levels.framework_threads). What it
+runs with is recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.declare import package_versions
+from d5pipe.levels.framework_threads import import_tensorflow
 from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
 
 NHWC, HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
@@ -82,22 +85,18 @@ class TfEngine:
         return package_versions("tensorflow")
 
     def __init__(self, threads: int) -> None:
-        import tensorflow as tf
-
-        self._tf = tf
-        threading = tf.config.threading
-        try:
-            threading.set_intra_op_parallelism_threads(threads)
-            threading.set_inter_op_parallelism_threads(1)
-            note = "set before the runtime started"
-        except RuntimeError as err:  # the runtime was started by an earlier user of this process
-            note = f"left as they were: {err}"
+        self._tf = tf = import_tensorflow(threads, 1)
+        self._threads = threads
         self._ops = builtins(tf)
+        threading = tf.config.threading
         self.told = {"intra_op_threads": threading.get_intra_op_parallelism_threads(),
-                     "inter_op_threads": threading.get_inter_op_parallelism_threads(), "threads": note,
-                     "eager": True}
+                     "inter_op_threads": threading.get_inter_op_parallelism_threads(),
+                     "threads": "pinned for every point of this process", "eager": True}
 
     def session(self, dtype: str) -> AbstractContextManager[Any]:
+        """Nothing to switch; the pools checked again for this point (another engine may have set
+        them while the runtime had not started)."""
+        import_tensorflow(self._threads, 1)
         return nullcontext()
 
     def builtin(self, name: str) -> NativeOp | None:

@@ -5,16 +5,16 @@ channels-last, as XLA's CPU convolutions run fastest (:func:`~.graph.channels_la
 weights HWIO from ``prepare`` on, the batch transposed at the start of the step); a float64 run
 switches jax's x64 mode on for its own calls only.
 
-Threads: XLA's CPU thread pools are sized when jax is first imported, from ``XLA_FLAGS``; unless
+Threads: XLA's CPU thread pools are sized when jax's backend starts, from ``XLA_FLAGS``; unless
 the environment sets it, d5pipe sets ``intra_op_parallelism_threads`` to the point's threads (and
-``--xla_cpu_multi_thread_eigen=false`` for one thread) before that import. What XLA_FLAGS held at
-import is recorded.
+``--xla_cpu_multi_thread_eigen=false`` for one thread) before then; a later point of the
+process that asks for other threads fails (d5pipe.levels.framework_threads). What XLA_FLAGS holds
+is recorded.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,17 +22,9 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.declare import Builtin
+from d5pipe.levels.framework_threads import import_jax
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
 from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
-
-
-def _import_jax(threads: int) -> Any:
-    if "jax" not in sys.modules and "XLA_FLAGS" not in os.environ:
-        eigen = "true" if threads > 1 else "false"
-        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
-    import jax
-
-    return jax
 
 
 def _ops(jnp: Any, lax: Any) -> dict[str, Callable[..., Any]]:
@@ -133,7 +125,7 @@ class JaxFramework:
         """Under jax's x64 mode for float64 only, and matmuls at full precision: both process-wide
         switches, pinned here and in :meth:`step` and restored on leaving, so nothing later in the
         process (a float32 run after the float64 check) runs under them."""
-        jax = _import_jax(threads)
+        jax = import_jax(threads)
         self._x64 = jax.enable_x64(self.dtype == "float64")
         with self._x64, jax.default_matmul_precision("highest"):
             import optax

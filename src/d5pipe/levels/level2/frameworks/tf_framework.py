@@ -6,7 +6,8 @@ convolution weights HWIO from :meth:`~TensorFlowFramework.prepare` on, the batch
 the start of the step), with TensorFlow's performance defaults -- oneDNN's kernels on unless the
 environment sets ``TF_ENABLE_ONEDNN_OPTS=0`` (read once per process; a float64 check needs no
 switch: oneDNN has no float64 kernels). Pinned before TensorFlow starts and recorded: the intra- and
-inter-op thread pools (``tf.config.threading``); recorded: whether oneDNN runs.
+inter-op thread pools (``tf.config.threading``; a later point of the process that asks for other
+threads fails, d5pipe.levels.framework_threads); recorded: whether oneDNN runs.
 Conventions that differ from torch's, and how the spec is met: torch's SGD decay joins the
 gradient (keras's ``weight_decay`` is decoupled), so d5pipe adds ``weight_decay * w`` to the
 gradient for ``sgd`` and ``adam``; keras keeps the learning rate and momentum in its float type,
@@ -25,20 +26,9 @@ from typing import Any
 import numpy as np
 
 from d5pipe.levels.declare import Builtin
+from d5pipe.levels.framework_threads import import_tensorflow
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
 from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
-
-
-def _import_tf(threads: int) -> Any:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:  # already started in this process: what it runs with is recorded
-        pass
-    return tf
 
 
 def _onednn() -> bool:
@@ -149,7 +139,7 @@ class TensorFlowFramework:
 
     def prepare(self, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
-        tf = _import_tf(threads)
+        tf = import_tensorflow(threads, threads)
         import keras
 
         ops = _ops(tf)
