@@ -28,6 +28,14 @@ if "D5PIPE_CACHE_DIR" not in os.environ:
     os.environ["D5PIPE_CACHE_DIR"] = _TEST_CACHE
     atexit.register(shutil.rmtree, _TEST_CACHE, True)
 
+# The points a test runs in the pytest process use one torch thread: `make test` runs four pytest
+# processes on two cores, where torch's default pool (a thread per core) spins against the other
+# lanes' work (a micro-batch test of 0.75 s alone took 69 s there). The processes a test starts
+# (shards, ranks, the CLI) get the threads their config or tests/conftest.d5pipe gives them.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
 PLUGIN_FIXTURES = ROOT / "tests" / "plugin_fixtures"

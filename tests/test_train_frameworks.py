@@ -170,9 +170,13 @@ def test_the_native_peer_benchmark_runs_and_prints_a_ratio_per_framework() -> No
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "benchmarks" / "bench_native_frameworks.py"
-    r = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=900)
+    # torch and JAX only (all three frameworks took this test 312 s in `make test`): the native
+    # Keras side is one function for both backends, and TensorFlow's d5pipe step is checked against the
+    # reference steps above
+    r = subprocess.run([sys.executable, str(script), "--quick", "--frameworks", "torch,jax"], capture_output=True,
+                       text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    for name in ("torch", "jax", "tensorflow"):  # d5pipe step, native step, ratio; d5pipe's float64 check passed
+    for name in ("torch", "jax"):  # d5pipe step, native step, ratio; d5pipe's float64 check passed
         assert re.search(rf"^{name} +d5pipe +[0-9.]+s +[0-9.]+s +[0-9.]+ .* pass \(", r.stdout, re.M), r.stdout
     note = subprocess.run([sys.executable, str(script), "--model", "vit_b16"], capture_output=True, text=True,
                           timeout=300)
