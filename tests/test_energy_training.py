@@ -15,6 +15,7 @@ from d5pipe.levels.level3.outcome import energy_of
 from d5pipe.measure import energy
 from d5pipe.measure.energy import Counter, Meter
 from tests.test_level2 import make_ctx
+from tests.test_metric_declarations import emitted_undeclared
 
 
 class _Reads:
@@ -49,6 +50,7 @@ def test_level2_loop_meters_each_epochs_training_pass_and_not_its_evaluation(
     assert m["energy_per_step"] == pytest.approx(2.0 / m["train_steps"])  # type: ignore[operator]
     assert m["power"] > 0  # type: ignore[operator]
     assert out.extra["energy"]["method"] == "fake counter" and out.extra["energy"]["calls"] == m["train_steps"]
+    assert emitted_undeclared("level2", out.metrics) == []  # docs/reference/metrics.md names each
 
 
 def test_level2_framework_meters_its_timed_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -57,6 +59,7 @@ def test_level2_framework_meters_its_timed_steps(tmp_path: Path, monkeypatch: py
     m = _m(out)
     assert out.extra["energy"]["joules"] == pytest.approx(m["train_steps"])  # one span (1 J) per timed step
     assert m["energy_per_step"] == pytest.approx(1.0) and "framework.step" in out.extra["energy"]["what"]
+    assert emitted_undeclared("level2", out.metrics) == []
 
 
 def test_level2_without_a_counter_records_unavailable_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ from d5pipe.levels.level0.point import run_point
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.validate import check_point
 from tests.conftest import PLUGIN_FIXTURES, TESTING_OPS, TESTING_OPS_ENV
+from tests.test_metric_declarations import emitted_undeclared
 
 QUICK_TIMER = {"warmup_s": 0.01, "warmup_max_iters": 3, "min_block_s": 0.002, "budget_s": 0.2,
                "min_samples": 5, "max_samples": 50, "target_ci_pct": 10.0}
@@ -67,6 +68,7 @@ def test_matmul_point_reports_time_rates_peak_and_checks(tmp_path: Path) -> None
     assert m["pct_of_bound"].value > 0 and m["bound_gflops"].value <= m["peak_gflops"].value
     assert out.extra["roofline"]["memory_level"] in ("L1", "L2", "L3", "DRAM")
     json.dumps([x.to_dict() for x in out.metrics])  # records are JSON
+    assert emitted_undeclared("level0", out.metrics) == []  # docs/reference/metrics.md names each
 
 
 @pytest.mark.parametrize("op", ["bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum"])

@@ -11,6 +11,7 @@ import torch
 from d5pipe.levels.contract import PointContext, PointSkipped
 from d5pipe.levels.level1.point import run_point
 from d5pipe.measure.memory import peak_memory
+from tests.test_metric_declarations import emitted_undeclared
 
 FAST_TIMER = {"warmup_s": 0.01, "budget_s": 0.15, "min_samples": 5, "min_block_s": 0.002}
 
@@ -41,6 +42,7 @@ def test_cpu_point_reports_latency_throughput_and_positive_peak_memory(tmp_path:
     # forward+backward holds activations and gradients: more than inference's output
     assert m["peak_memory_fwd_bwd"].value > m["peak_memory_inference"].value
     assert out.extra["memory_inference"]["method"] == "torch_profiler_alloc_events"
+    assert emitted_undeclared("level1", out.metrics) == []  # docs/reference/metrics.md names each
 
 
 def test_cpu_peak_memory_sees_a_known_allocation() -> None:

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from d5pipe import D5PipeError  # noqa: E402
+from d5pipe.levels.registry import LEVELS  # noqa: E402
 from d5pipe.results.report import build_report  # noqa: E402
 from d5pipe.rundir.record import read_record  # noqa: E402
 from report_fixtures import HOSTILE, RunSpec, make_run_dir, publish  # noqa: E402
@@ -227,6 +228,11 @@ def test_level_content(full_report: tuple[str, str]) -> None:
     assert 'class="bad"' in first_row and ">fail<" in first_row
     for text in ("## Failures", "## L0 operators", "## Provenance", "| stage | point_id | parameters | status |"):
         assert text in md
+    # each level's section ends with what its metrics mean, as its Level.metrics declares (docs/reference/metrics.md)
+    glossaries = [rows for head, rows in tables(html) if head == ["metric", "unit", "meaning"]]
+    assert len(glossaries) == len(LEVELS)
+    for level, rows in zip(LEVELS, glossaries):
+        assert rows and all(level.metrics[name].about == about for name, _, about in rows if name in level.metrics)
 
 
 def test_warnings_and_provenance(full_report: tuple[str, str]) -> None:

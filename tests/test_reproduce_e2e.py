@@ -38,6 +38,7 @@ from d5pipe.cli.main import build_parser
 from d5pipe.levels.level0.operators import MATMUL
 from d5pipe.levels.level3.rank_split import RANK_METRIC
 from tests.conftest import ROOT, TEST_CONF, d5pipe
+from tests.test_metric_declarations import undeclared
 
 DELAY_ENV = "D5PIPE_E2E_OP_DELAY_S"
 PUBLISHED = {DELAY_ENV: "0.001"}  # 1 ms per call on a ~0.05 ms matmul (repro_small: size 128)
@@ -279,11 +280,12 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
                               "steps_run",  # issue 56: the steps distributed.early_stop let run
                               "straggler", "compute_imbalance"}}  # issue 53: the ranks' split
     measured_here = ("plausibility:", "energy_per_", "power")  # energy: where a machine lets it be read (issue 56)
-    per_rank = RANK_METRIC.match  # issue 53: compute/comm/wait of each rank, named by its rank
+    per_rank = RANK_METRIC.fullmatch  # issue 53: compute/comm/wait of each rank, named by its rank
     assert {str(s): sorted({m for m in g.metric if not m.startswith(measured_here) and not per_rank(m)}
                            - added_since.get(str(s), set()))
             for s, g in df.groupby("stage")} == before["quickstart_results"]["metrics"]
     assert any(per_rank(m) for m in df[df.stage == "level3"].metric)
+    assert undeclared(df) == []  # every name its level declares (docs/reference/metrics.md), with that unit
     assert all(added <= set(df[df.stage == stage].metric) for stage, added in added_since.items())
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")

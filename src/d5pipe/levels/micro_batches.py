@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from d5pipe.core.outcome import Metric
-from d5pipe.levels.verify import DEFAULT_DETECT, FAIL, UNDETECTABLE, relative_divergence, verdict
+from d5pipe.core.outcome import Metric, declared_metric
+from d5pipe.levels.verify import DEFAULT_DETECT, FAIL, MICRO_BATCH_METRICS, UNDETECTABLE, relative_divergence, verdict
 
 
 def split(xb: torch.Tensor, yb: torch.Tensor, k: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -87,7 +87,7 @@ def check(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor, k: int, toleranc
         detail += f" (a tolerance of {tolerance:g} cannot see a {detect:g} error)"
     if said == FAIL:
         detail += " (a layer couples the samples of a batch, e.g. BatchNorm: micro-batches compute something else)"
-    metrics = [Metric("micro_batch_check", said, "", "verdict", detail=detail),
-               Metric("micro_batch_grad_rel_error", error, "", "numerical")]
+    metrics = [declared_metric(MICRO_BATCH_METRICS, "micro_batch_check", said, detail=detail),
+               declared_metric(MICRO_BATCH_METRICS, "micro_batch_grad_rel_error", error)]
     return metrics, {"micro_batches": k, "batch": len(yb), "rel_error": error, "tolerance": tolerance,
                      "dropout": "idle during the comparison"}

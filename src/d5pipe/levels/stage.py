@@ -3,8 +3,9 @@
 A level is one unit. Its package declares, in one :class:`Level` value, everything the layers
 above need to know: its config sections and their schemas, the check of one point, its plug-in
 slots, its cost model, its comparison factors and quality metrics, what it derives from its
-records, what it needs installed, and its point runner. d5pipe.levels.registry collects the
-declarations; nothing outside a level's own package spells its name.
+records, what its metric names mean, what it needs installed, and its point runner.
+d5pipe.levels.registry collects the declarations; nothing outside a level's own package spells its
+name.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from d5pipe.core.outcome import PointOutcome
+    from d5pipe.core.outcome import Declared, PointOutcome
     from d5pipe.levels.contract import PointContext
 
 PointConfig = Mapping[str, Any]
@@ -99,6 +100,9 @@ class Level:
     """Acceptance recipes (``recipe.acceptance``) judge this level's points by default."""
     uncompared_note: Callable[[Mapping[str, Any]], str] = field(default=lambda config: "")
     """A note for the side-by-side section when the run has something that cannot be compared."""
+    metrics: Mapping[str, Declared] = field(default_factory=dict)
+    """Every metric name a point of the level reports, and what it derives (d5pipe.core.outcome.Declared;
+    a name may be a pattern, ``<N>`` a rank): docs/reference/metrics.md and the report read it."""
     repetitions: int = 3
     """Processes per point when the config leaves ``repetitions`` null (its default): how many a
     comparison of two runs of this level needs on a shared machine, chosen by measurement

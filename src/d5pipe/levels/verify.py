@@ -57,6 +57,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from d5pipe.core.outcome import Declared
+
 if TYPE_CHECKING:  # torch only where a tensor is compared: the outcomes and the table import without it
     import torch
 
@@ -73,6 +75,12 @@ GRAD_TOLERANCE_FACTOR = 2.0
 DEFAULT_DETECT = 0.01
 NO_DETECT = math.inf
 """The detection limit of a check that says only ``pass`` or ``fail``."""
+MICRO_BATCH_METRICS = {
+    "micro_batch_check": Declared("", "verdict", None, "the gradient accumulated over micro_batches parts of the first "
+                                                       "batch against the whole batch's: pass, fail or undetectable"),
+    "micro_batch_grad_rel_error": Declared("", "numerical", None, "that check's relative L2 error of the gradient"),
+}
+"""The micro-batch check's metrics (d5pipe.levels.micro_batches), declared once for levels 1 and 2."""
 
 
 def tolerance(check: str, dtype: torch.dtype | str, l2: float | None = None,

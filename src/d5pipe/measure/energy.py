@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from d5pipe.core.outcome import Metric
+from d5pipe.core.outcome import Declared, Metric
 
 POWERCAP = Path("/sys/class/powercap")
 POWERCAP_ENV = "D5PIPE_POWERCAP"
@@ -192,6 +192,10 @@ class Span:
         return out
 
 
+JOULES, WATTS = "J", "W"
+"""The units of :func:`energy_metrics`' names (declared by :func:`energy_declared`)."""
+
+
 def energy_metrics(record: dict[str, Any], per: str = "call", units: float = 1.0,
                    suffix: str = "") -> list[Metric]:
     """``energy_per_<per><suffix>`` (J, over ``units`` of ``per`` in one call of the timed
@@ -201,7 +205,16 @@ def energy_metrics(record: dict[str, Any], per: str = "call", units: float = 1.0
     per_call, watts = record.get("joules_per_call"), record.get("watts")
     out: list[Metric] = []
     if record.get("available") and per_call is not None:
-        out.append(Metric(f"energy_per_{per}{suffix}", float(per_call) / units, "J", "info"))
+        out.append(Metric(f"energy_per_{per}{suffix}", float(per_call) / units, JOULES, "info"))
     if record.get("available") and watts is not None:
-        out.append(Metric(f"power{suffix}", float(watts), "W", "info"))
+        out.append(Metric(f"power{suffix}", float(watts), WATTS, "info"))
     return out
+
+
+def energy_declared(per: str, suffix: str, what: str) -> dict[str, Declared]:
+    """The declarations of :func:`energy_metrics`' two names for ``per`` and ``suffix``; ``what``
+    says what was timed."""
+    source = ("RAPL: the host's packages and DRAM, other processes included; NVML: the GPU; absent where "
+              "unreadable, the report says why")
+    return {f"energy_per_{per}{suffix}": Declared(JOULES, "info", None, f"energy per {per} of {what} ({source})"),
+            f"power{suffix}": Declared(WATTS, "info", None, f"average power over {what}")}

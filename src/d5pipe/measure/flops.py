@@ -14,10 +14,12 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from d5pipe.core.outcome import Metric
-from d5pipe.measure.peak import Peak
+from d5pipe.core.outcome import Declared, Metric, declared_metric
+
+if TYPE_CHECKING:  # torch: the declarations (flop_declared) import without it
+    from d5pipe.measure.peak import Peak
 
 FLOPS_NOTE = ("FLOPs counted by torch.utils.flop_counter.FlopCounterMode (matmul, convolution, attention and "
               "their backward); elementwise work is not counted, so FLOP/s and % of peak are lower bounds")
@@ -66,12 +68,25 @@ def flop_metrics(suffix: str, flops_per_sample: float, throughput: Metric, peak:
         return None if v is None else float(v) * scale  # type: ignore[arg-type]
 
     rate = scaled(throughput.value)
+    declared = flop_declared(suffix, throughput.name, throughput.samples)
     out = [
-        Metric(f"flops_per_sample{suffix}", float(flops_per_sample), "FLOP", "deterministic"),
-        Metric(f"gflops{suffix}", math.nan if rate is None else rate, "GFLOP/s", "timing",
-               scaled(throughput.ci_low), scaled(throughput.ci_high), throughput.samples),
+        declared_metric(declared, f"flops_per_sample{suffix}", float(flops_per_sample)),
+        declared_metric(declared, f"gflops{suffix}", math.nan if rate is None else rate,
+                        ci=(scaled(throughput.ci_low), scaled(throughput.ci_high))),
     ]
     if peak is not None and peak.best > 0 and rate is not None:
-        out.append(Metric("peak_gflops", peak.best / 1e9, "GFLOP/s", "info"))
-        out.append(Metric(f"pct_peak_flops{suffix}", 100.0 * rate / (peak.best / 1e9), "%", "info"))
+        out.append(declared_metric(declared, "peak_gflops", peak.best / 1e9))
+        out.append(declared_metric(declared, f"pct_peak_flops{suffix}", 100.0 * rate / (peak.best / 1e9)))
     return out
+
+
+def flop_declared(suffix: str, throughput: str, samples: str | None) -> dict[str, Declared]:
+    """The declarations of :func:`flop_metrics`' names for ``suffix``, beside the rate ``throughput``
+    (samples/s) whose raw samples are ``samples``."""
+    return {
+        f"flops_per_sample{suffix}": Declared("FLOP", "deterministic", None, "model FLOPs per sample, counted "
+                                              "(matmul, convolution, attention; a lower bound)"),
+        f"gflops{suffix}": Declared("GFLOP/s", "timing", samples, f"achieved: {throughput} x flops_per_sample{suffix}"),
+        "peak_gflops": Declared("GFLOP/s", "info", None, "the machine's measured matmul peak in the same dtype"),
+        f"pct_peak_flops{suffix}": Declared("%", "info", None, f"gflops{suffix} as a share of peak_gflops"),
+    }

@@ -19,11 +19,32 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.core.outcome import Metric
+from d5pipe.core.outcome import Declared, Metric
 from d5pipe.measure.normality import binom_half_cdf, shapiro_wilk
 
 CONFIDENCE = 0.95
 """Default confidence level of every interval d5pipe reports."""
+
+SPREAD: dict[str, tuple[str, bool, str]] = {
+    "iqr": ("iqr", True, "interquartile range"),
+    "min": ("min", True, "smallest sample"),
+    "mean": ("mean", True, "mean"),
+    "std": ("std", True, "sample standard deviation"),
+    "cv": ("cv", False, "coefficient of variation, std / mean"),
+    "normal_p": ("normal_p", False, "Shapiro-Wilk p-value (normality)"),
+    "n_samples": ("n", False, "samples taken"),
+    "outliers": ("outliers", False, "Tukey outliers (counted, never dropped)"),
+}
+"""The spread beside a timing (:meth:`Summary.to_metrics`): name suffix -> (:class:`Summary`
+attribute, whether it has the timing's unit, meaning)."""
+
+
+def timing_declared(name: str, unit: str, samples: str, about: str, prefix: str) -> dict[str, Declared]:
+    """The declarations of what :meth:`Summary.to_metrics` emits for ``name``: the median and its spread."""
+    return {name: Declared(unit, "timing", samples, about),
+            **{f"{prefix}{s}": Declared(unit if timed else "", "info", None, f"{name}'s {what}")
+               for s, (_, timed, what) in SPREAD.items()}}
+
 
 HIGH_VARIATION_IQR_RATIO = 0.10
 """Warn when IQR / median exceeds this (the threshold torch.utils.benchmark uses)."""
@@ -179,23 +200,12 @@ class Summary:
         samples_key: str | None = None,
         prefix: str = "",
     ) -> list[Metric]:
-        """Metrics for a record: ``name`` (median, kind timing, CI, samples key) and the spread.
-
-        Auxiliary metrics are named ``{prefix}iqr``, ``{prefix}n_samples``, ``{prefix}outliers``,
-        ``{prefix}cv``, ``{prefix}normal_p``, ``{prefix}min``, ``{prefix}mean``, ``{prefix}std``.
-        """
+        """Metrics for a record: ``name`` (median, kind timing, CI, samples key) and the spread:
+        ``{prefix}<s>`` for each ``s`` of :data:`SPREAD` (declared by :func:`timing_declared`)."""
         key = samples_key if samples_key is not None else name
-        return [
-            Metric(name, self.median, unit, "timing", self.ci_low, self.ci_high, key),
-            Metric(f"{prefix}iqr", self.iqr, unit, "info"),
-            Metric(f"{prefix}min", self.min, unit, "info"),
-            Metric(f"{prefix}mean", self.mean, unit, "info"),
-            Metric(f"{prefix}std", self.std, unit, "info"),
-            Metric(f"{prefix}cv", self.cv, "", "info"),
-            Metric(f"{prefix}normal_p", self.normal_p, "", "info"),
-            Metric(f"{prefix}n_samples", self.n, "", "info"),
-            Metric(f"{prefix}outliers", self.outliers, "", "info"),
-        ]
+        return [Metric(name, self.median, unit, "timing", self.ci_low, self.ci_high, key),
+                *(Metric(f"{prefix}{s}", getattr(self, attr), unit if timed else "", "info")
+                  for s, (attr, timed, _) in SPREAD.items())]
 
 
 def summarize(samples: Sequence[float] | np.ndarray, confidence: float = CONFIDENCE) -> Summary:

@@ -23,15 +23,34 @@ from typing import Any
 
 import pandas as pd
 
+from d5pipe.config.recipes import VERDICT_PREFIX
 from d5pipe.core.atomic import write_bytes, write_json
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.outcome import Declared
 from d5pipe.results.collect import SampleSource, collect, stage_summary
-from d5pipe.results.columns import to_frame
+from d5pipe.results.columns import COMPARISON_PREFIXES, to_frame
 from d5pipe.results.comparisons import comparisons
+from d5pipe.results.plausibility import PREFIX as PLAUSIBILITY
 from d5pipe.results.profiles import profile_frame
 from d5pipe.results.run_warnings import run_warnings, warnings_frame
 from d5pipe.results.verdicts import RunVerdict, point_verdicts, run_verdict
 from d5pipe.rundir.layout import RunDir
+
+RESULT_ROWS: dict[str, Declared] = {
+    "status": Declared("", "info", None, "the one row of a point that failed or was skipped (status and error say "
+                       "why)"),
+    PLAUSIBILITY + "superlinear_speedup": Declared("", "verdict", None, "an impossible result, which fails the "
+                                                   "point: a level-3 speedup above its ranks beyond its CI"),
+    PLAUSIBILITY + "<check>": Declared("", "info", None, "a suspicious result, a warning that never changes a "
+                                       "verdict (d5pipe.results.plausibility: oversubscribed, shared_host, "
+                                       "target_missed, high_variation, ...); the evidence in error"),
+    COMPARISON_PREFIXES[0] + "<metric>": Declared("x", "info", None, "a compared factor's variant against its baseline: "
+                                                  "the speedup of metric, its CI, the verdict in text"),
+    COMPARISON_PREFIXES[1] + "<metric>": Declared("", "info", None, "that comparison's p-value"),
+    VERDICT_PREFIX + "<metric>": Declared("", "verdict", None, "recipe.acceptance: the rule on metric (value and "
+                                          "unit: the metric's)"),
+}
+"""The rows this pass adds to any level's (beside a level's own, ``Level.metrics``), and what each means."""
 
 
 @dataclass

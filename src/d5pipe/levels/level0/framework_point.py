@@ -27,6 +27,7 @@ from d5pipe.levels.declare import missing_package
 from d5pipe.levels.device import DTYPES
 from d5pipe.levels.level0.correctness import forward_report, gradients_report, reference_gradients
 from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, Prepared
+from d5pipe.levels.level0.metrics import metric
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.point_metrics import build_inputs, timed_metrics, verdict_metrics
 from d5pipe.levels.level0.registry import resolve_operator
@@ -133,7 +134,7 @@ def run_framework_point(ctx: PointContext, conf: OperatorsConf, framework: Frame
         extra["notes"].append("time_bwd and time_fwd_bwd are measured on torch only")
     with engine.session(conf.dtype):
         prepared = _prepare(engine, op, [t.numpy() for t in ref_inputs], conf, framework)
-        metrics = [Metric("compile_s", prepared.compile_s, "s", "info")] if prepared.compile_s else []
+        metrics = [metric("compile_s", prepared.compile_s)] if prepared.compile_s else []
         m = measure(prepared.call, ctx.config.get("timer"), "cpu")
         metrics += timed_metrics(ctx, conf, spec, dtype, m, extra)
         metrics += _checks(conf, spec, framework, prepared, ref_inputs, dtype, gen, extra)

@@ -21,6 +21,7 @@ from d5pipe.levels.device import DTYPES, require_device, synchronize
 from d5pipe.levels.level0.correctness import check_backward, forward_report
 from d5pipe.levels.level0.framework_point import run_framework_point
 from d5pipe.levels.level0.frameworks import FRAMEWORKS
+from d5pipe.levels.level0.metrics import metric
 from d5pipe.levels.level0.operators import complete
 from d5pipe.levels.level0.point_metrics import build_inputs, timed_metrics, verdict_metrics
 from d5pipe.levels.level0.registry import resolve_operator
@@ -156,7 +157,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         t0 = time.perf_counter()
         fn(*inputs)  # compiles; kept out of the timing below
         synchronize(torch.device(conf.device))
-        metrics.append(Metric("compile_s", time.perf_counter() - t0, "s", "info"))
+        metrics.append(metric("compile_s", time.perf_counter() - t0))
 
     m = measure(lambda: fn(*inputs), ctx.config.get("timer"), conf.device)
     metrics += timed_metrics(ctx, conf, spec, dtype, m, extra)

@@ -10,6 +10,7 @@ import torch
 
 from d5pipe.core.outcome import Metric
 from d5pipe.levels.contract import PointContext
+from d5pipe.levels.level0.metrics import OPERATOR_METRICS, metric
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.levels.verify import ErrorReport
@@ -37,10 +38,10 @@ def verdict_metrics(prefix: str, name: str, report: ErrorReport, extra: dict[str
     if report.note:
         extra[f"{name}_note"] = report.note
     return [
-        Metric(name, report.verdict(), "", "verdict"),
-        Metric(f"{prefix}err_l2", report.err_l2, "", "numerical"),
-        Metric(f"{prefix}err_max_abs", report.err_max_abs, "", "numerical"),
-        Metric(f"{prefix}err_max_rel", report.err_max_rel, "", "numerical"),
+        metric(name, report.verdict()),
+        metric(f"{prefix}err_l2", report.err_l2),
+        metric(f"{prefix}err_max_abs", report.err_max_abs),
+        metric(f"{prefix}err_max_rel", report.err_max_rel),
     ]
 
 
@@ -69,16 +70,15 @@ def roofline_metrics(ctx: PointContext, device: str, dtype: torch.dtype, flops: 
         b = roofline(ceilings, dtype, flops, nbytes)
     out: list[Metric] = []
     if b.flop_ceiling_gflops > 0:
-        out += [Metric("peak_gflops", b.flop_ceiling_gflops, "GFLOP/s", "info"),
-                Metric("pct_peak_flops", 100 * gflops / b.flop_ceiling_gflops, "%", "info")]
+        out += [metric("peak_gflops", b.flop_ceiling_gflops),
+                metric("pct_peak_flops", 100 * gflops / b.flop_ceiling_gflops)]
     if b.gbps > 0:
-        out += [Metric("peak_gbps", b.gbps, "GB/s", "info"), Metric("pct_peak_bw", 100 * gbps / b.gbps, "%", "info")]
+        out += [metric("peak_gbps", b.gbps), metric("pct_peak_bw", 100 * gbps / b.gbps)]
     if flops > 0 and b.gflops > 0:
-        out += [Metric("bound_gflops", b.gflops, "GFLOP/s", "info"),
-                Metric("pct_of_bound", 100 * gflops / b.gflops, "%", "info")]
+        out += [metric("bound_gflops", b.gflops), metric("pct_of_bound", 100 * gflops / b.gflops)]
     elif b.gbps > 0:
-        out.append(Metric("pct_of_bound", 100 * gbps / b.gbps, "%", "info"))
-    out.append(Metric("memory_level", b.level, "", "info"))
+        out.append(metric("pct_of_bound", 100 * gbps / b.gbps))
+    out.append(metric("memory_level", b.level))
     extra["roofline"] = {"memory_level": b.level, "limited_by": b.limited_by, "flop_ceiling": b.via,
                          "working_set_bytes": nbytes, "ceilings": ceilings.key,
                          "ceilings_measured_s": ceilings.seconds, "ceiling_refreshed": refreshed}
@@ -104,19 +104,19 @@ def timed_metrics(ctx: PointContext, conf: OperatorsConf, spec: OperatorSpec, dt
     extra["warnings"].extend(m.warnings)
     flops = spec.flops(conf.size, conf.batch)
     nbytes = spec.min_bytes(conf.size, conf.batch, torch.tensor([], dtype=dtype).element_size())
-    gflops = rate_metric("gflops", flops / 1e9, m.summary, "GFLOP/s", "time")
-    gbps = rate_metric("gbps", nbytes / 1e9, m.summary, "GB/s", "time")
+    gflops = rate_metric("gflops", flops / 1e9, m.summary, OPERATOR_METRICS["gflops"].unit, "time")
+    gbps = rate_metric("gbps", nbytes / 1e9, m.summary, OPERATOR_METRICS["gbps"].unit, "time")
     metrics = [
         *m.summary.to_metrics("time", "s", "time"),
         *energy_metrics(m.energy),
         gflops,
         gbps,
-        Metric("target_met", m.target_met, "", "info"),
-        Metric("flops", flops, "FLOP", "deterministic"),
-        Metric("bytes", nbytes, "B", "deterministic"),
+        metric("target_met", m.target_met),
+        metric("flops", flops),
+        metric("bytes", nbytes),
     ]
     if conf.peak:
         metrics += roofline_metrics(ctx, conf.device, dtype, flops, nbytes, gflops, gbps, extra)
     if spec.compare_to:
-        metrics.append(Metric("compare_to", spec.compare_to, "", "info"))
+        metrics.append(metric("compare_to", spec.compare_to))
     return metrics

@@ -1,5 +1,5 @@
 """Level 0 declares itself (d5pipe.levels.stage.Level): operators, their schema, checks, cost,
-compared factor. Torch-free."""
+compared factor, metrics. Torch-free."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level0 import validate
 from d5pipe.levels.level0.frameworks import DEFAULT
+from d5pipe.levels.level0.metrics import OPERATOR_METRICS
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.stage import Factor, Level, point_runner
 
@@ -37,7 +38,7 @@ LEVEL = Level(
     # a framework's speed is read with its forward error against the float64 reference beside it
     factors=(Factor("operators.impl", "eager", ("time",), "implementations"),
              Factor("operators.framework", DEFAULT.name, ("time",), "frameworks", quality="err_l2")),
-    uncompared_note=uncompared,
+    uncompared_note=uncompared, metrics=OPERATOR_METRICS,
     cost_reads=("operators.impl", "timer"),
     check_reads=("operators.op", "operators.custom", "operators.allowed_prefixes", "operators.device",
                  "operators.framework", "operators.impl", "operators.layout", "timer"),

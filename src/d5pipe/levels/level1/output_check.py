@@ -22,6 +22,7 @@ from torch import nn
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.level1.metrics import metric
 from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.verify import compare, tolerance
 
@@ -88,9 +89,9 @@ def judge(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, conf: Level1
     report = compare(out, ref, tol_l2, tol_max)
     result = report.verdict(conf.detect_rel_error)
     metrics = [
-        Metric("output_check", result, "", "verdict"),
-        Metric("output_err_l2", report.err_l2, "", "numerical"),
-        Metric("output_err_max_rel", report.err_max_rel, "", "numerical"),
+        metric("output_check", result),
+        metric("output_err_l2", report.err_l2),
+        metric("output_err_max_rel", report.err_max_rel),
     ]
     extra: dict[str, Any] = {"reference": reference, "tol_l2": tol_l2, "tol_max_rel": tol_max}
     if report.note:

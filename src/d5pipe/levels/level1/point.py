@@ -48,6 +48,7 @@ from d5pipe.levels.datasets import Dataset, load_for
 from d5pipe.levels.device import require_device, synchronize, torch_dtype
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1 import output_check
+from d5pipe.levels.level1.metrics import MODE_NAMES, NETWORK_METRICS, metric
 from d5pipe.levels.level1.onnx_file import run_onnx_point
 from d5pipe.levels.level1.runtimes import declaration
 from d5pipe.levels.level1.runtimes.contract import Engine
@@ -153,11 +154,6 @@ def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
     return prepared.run, info
 
 
-MODE_NAMES = {"inference": ("inference_latency", "inference_throughput"),
-              "fwd_bwd": ("fwd_bwd_time", "train_throughput")}
-"""Per measured mode, the names of its time and of its rate."""
-
-
 def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mode: str, fn: Callable[[], None],
                   eager: Callable[[], None], compiled: bool, on_torch: bool, label: str, extra: dict[str, Any]
                   ) -> tuple[list[Metric], list[float]]:
@@ -171,12 +167,12 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
     synchronize(device)
     first_call = time.perf_counter() - t0
     if compiled:
-        metrics.append(Metric(f"compile_{mode}_s", first_call, "s", "info"))
+        metrics.append(metric(f"compile_{mode}_s", first_call))
     m = measure(fn, ctx.config.get("timer") or {}, str(device))
     name, rate_name = MODE_NAMES[mode]
     key = f"{name}_s"
     metrics += m.summary.to_metrics(name, "s", key, prefix=f"{name}_")
-    throughput = rate_metric(rate_name, float(conf.batch_size), m.summary, "samples/s", key)
+    throughput = rate_metric(rate_name, float(conf.batch_size), m.summary, NETWORK_METRICS[rate_name].unit, key)
     metrics.append(throughput)
     metrics += energy_metrics(m.energy, "sample", float(conf.batch_size), f"_{mode}")
     counted = safe_count(functools.partial(count_flops, eager), extra["warnings"])
@@ -188,7 +184,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
     profile_pass(ctx, extra, fn, mode, str(device), lambda: synchronize(device))
     if conf.measure_memory and on_torch:  # the torch allocator sees only PyTorch's own memory
         peak = peak_memory(fn, str(device))
-        metrics.append(Metric(f"peak_memory_{mode}", peak.bytes, "B", "numerical"))
+        metrics.append(metric(f"peak_memory_{mode}", peak.bytes))
         extra[f"memory_{mode}"] = {"method": peak.method, "note": peak.note}
     return metrics, list(m.samples)
 
@@ -224,7 +220,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
     extra: dict[str, Any] = {"impl": conf.impl, "n_parameters": count_parameters(model), "warnings": [],
                              "flops": FLOPS_NOTE, "runtime": runtime_info}
-    metrics: list[Metric] = [Metric("n_parameters", count_parameters(model), "", "count")]
+    metrics: list[Metric] = [metric("n_parameters", count_parameters(model))]
     samples: dict[str, list[float]] = {}
     modes = [("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)]
     if not on_torch:

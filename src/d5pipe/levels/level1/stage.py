@@ -10,6 +10,7 @@ from d5pipe.core.atomic import file_sha256
 from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import COMPILE_S, POINT_FIXED_S, timed_s
 from d5pipe.levels.level1 import validate
+from d5pipe.levels.level1.metrics import NETWORK_METRICS
 from d5pipe.levels.level1.runtimes import declaration
 from d5pipe.levels.level1.schema import SECTION, Level1Conf
 from d5pipe.levels.schema import model_requires
@@ -43,6 +44,7 @@ LEVEL = Level(
     schemas={SECTION: Level1Conf}, check_point=validate.check_point, cost=cost,
     runner=point_runner("d5pipe.levels.level1.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, identity_files=identity_files, needs_data=True,
+    metrics=NETWORK_METRICS,
     factors=(Factor(f"{SECTION}.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
              Factor(f"{SECTION}.runtime", "torch", ("inference_latency",), "runtimes"),
              Factor(f"{SECTION}.micro_batches", "1", ("fwd_bwd_time",), "micro-batching",

@@ -1,6 +1,7 @@
-"""A training point's metrics: what each name means (:data:`TRAINING_METRICS`; the report and
-docs/reference/metrics.md read it) and :func:`training_metrics`, which PyTorch's loop
-(d5pipe.levels.level2.point) and a framework's (framework_point) both feed. Imports without torch.
+"""A training point's metrics: what each name means (:data:`TRAINING_METRICS`, the level's
+``Level.metrics``; the report and docs/reference/metrics.md read it) and :func:`training_metrics`,
+which PyTorch's loop (d5pipe.levels.level2.point) and a framework's (framework_point) both feed.
+Imports without torch.
 
 ``train.metrics`` adds metrics of its own: each entry is a built-in name (``macro_f1``) or a target
 (d5pipe.levels.targets) called after training as ``fn(model, x_test, y_test)`` with the model in
@@ -13,29 +14,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.allowlist import TARGET_KEY
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.outcome import Metric, MetricKind
+from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
+from d5pipe.levels.level2.sanity import PREFIX as SANITY_PREFIX
 from d5pipe.levels.targets import metric_targets
+from d5pipe.levels.verify import MICRO_BATCH_METRICS
 from d5pipe.measure.energy import energy_metrics
-from d5pipe.measure.stats import summarize
+from d5pipe.measure.flops import flop_declared
+from d5pipe.measure.stats import summarize, timing_declared
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-
-@dataclass(frozen=True)
-class Declared:
-    """What a metric name means: its unit, kind, raw samples (a key of the point's samples) and a sentence."""
-
-    unit: str
-    kind: MetricKind
-    samples: str | None
-    about: str
 
 
 TRAINING_METRICS: dict[str, Declared] = {
@@ -50,7 +43,8 @@ TRAINING_METRICS: dict[str, Declared] = {
     "samples_per_s": Declared("samples/s", "timing", "epoch_samples_per_s", "all training samples over all training "
                               "time (the per-epoch rates' harmonic mean, weighted by samples)"),
     "train_time_s": Declared("s", "timing", "epoch_train_time_s", "the training loops' wall time, evaluation excluded"),
-    "step_time": Declared("s", "timing", "step_time_s", "median step time [95% CI]; spread: step_time_iqr, _cv, ..."),
+    **timing_declared("step_time", "s", "step_time_s", "a training step (zero_grad to the end of optimizer.step): "
+                      "median [95% CI]", "step_time_"),
     "compile_s": Declared("s", "timing", "compile_s", "a framework's compile or trace, never part of a step"),
     "data_wait": Declared("s", "timing", "data_wait_s", "a step's wait for its batch: median over steps [95% CI]"),
     "first_batch_s": Declared("s", "timing", "first_batch_s", "an epoch's first wait (the loader's start): median"),
@@ -75,16 +69,27 @@ TRAINING_METRICS: dict[str, Declared] = {
     "framework_update_rel_l2": Declared("", "numerical", None, "float64: the weight update's relative L2 difference"),
     "framework_running_stats_rel_l2": Declared("", "numerical", None, "float64: the same of batch norms' statistics"),
     "framework_loss_rel_err_float32": Declared("", "numerical", None, "the float32 run's first loss, relative error"),
+    **flop_declared("", "samples_per_s", "epoch_samples_per_s"),
+    **MICRO_BATCH_METRICS,
+    "sampler_once_per_epoch": Declared("", "verdict", None, "train.sampler: one epoch draws every sample once"),
+    "sampler_class_histogram": Declared("", "verdict", None, "train.sampler: an epoch's classes follow the dataset's "
+                                        "(Pearson's chi-square, fails below train.sampler_alpha)"),
+    "sampler_histogram_p": Declared("", "info", None, "that test's p-value"),
+    "sampler_seeded_order": Declared("", "verdict", None, "train.sampler: two samplers seeded alike give one first "
+                                     "epoch"),
+    f"{SANITY_PREFIX}<rule>": Declared("", "verdict", None, "a reference-free sanity rule that failed (train_finite, "
+                                       "not_diverged, above_chance; only failures have a row)"),
+    "macro_f1": Declared("", "numerical", None, "train.metrics' built-in: the unweighted mean over classes of the "
+                         "F1 score on the test split (a user target's metric is named by it)"),
 }
-"""Every metric name of a training point and its one meaning (``train.metrics``, ``sampler_*``,
-``sanity:*``, ``micro_batch_*`` and the FLOP metrics are declared where they are built)."""
+"""Every metric name of a training point and its one meaning (a user target of ``train.metrics``
+names its own)."""
 
 
 def metric(name: str, value: Any, kind: MetricKind | None = None, ci: tuple[float, float] | None = None,
            detail: str | None = None) -> Metric:
     """``name``'s :class:`Metric` as :data:`TRAINING_METRICS` declares it (``kind`` replaces its kind)."""
-    d, (low, high) = TRAINING_METRICS[name], ci or (None, None)
-    return Metric(name, value, d.unit, kind or d.kind, low, high, d.samples, detail)
+    return declared_metric(TRAINING_METRICS, name, value, kind, ci, detail)
 
 
 def median_metric(name: str, values: Sequence[float]) -> Metric:

@@ -23,6 +23,7 @@ import torch
 from scipy.stats import chisquare
 
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.level2.metrics import metric
 from d5pipe.levels.verify import FAIL, passed
 
 SamplerFactory = Callable[[int], Iterable[int]]
@@ -74,11 +75,10 @@ def check_sampler(factory: SamplerFactory, labels: torch.Tensor, seed: int, n_cl
                     f"the first difference at position {int(np.argmax(first[:len(again)] != again[:len(first)]))}"
                     if len(first) == len(again) else f"{len(first)} against {len(again)} indices")
     metrics = [
-        Metric("sampler_once_per_epoch", once, "", "verdict", detail=once_detail),
-        Metric("sampler_class_histogram", hist, "", "verdict", detail=hist_detail),
-        Metric("sampler_histogram_p", p, "", "info"),
-        Metric("sampler_seeded_order", passed(same), "", "verdict",
-               detail=f"two samplers seeded alike: {order_detail}"),
+        metric("sampler_once_per_epoch", once, detail=once_detail),
+        metric("sampler_class_histogram", hist, detail=hist_detail),
+        metric("sampler_histogram_p", p),
+        metric("sampler_seeded_order", passed(same), detail=f"two samplers seeded alike: {order_detail}"),
     ]
     extra = {"once_per_epoch": once_detail, "class_histogram": hist_detail, "seeded_order": order_detail,
              "alpha": alpha, "epoch_length": len(first)}

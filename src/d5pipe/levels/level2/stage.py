@@ -11,6 +11,7 @@ from d5pipe.core.fields import setting
 from d5pipe.levels.cost_model import EVAL_S, POINT_FIXED_S, STEP_S, train_samples
 from d5pipe.levels.level2 import validate
 from d5pipe.levels.level2.frameworks import FRAMEWORKS
+from d5pipe.levels.level2.metrics import TRAINING_METRICS
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.schema import model_requires
 from d5pipe.levels.stage import Factor, Level, point_runner
@@ -36,7 +37,7 @@ LEVEL = Level(
     schemas={"train": TrainConf}, check_point=validate.check_point, cost=cost,
     runner=point_runner("d5pipe.levels.level2.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, needs_data=True,
-    recipes=True,
+    recipes=True, metrics=TRAINING_METRICS,
     factors=(Factor("train.optimizer", None, ("step_time",), "optimizers", fallback="sgd", quality="test_accuracy"),
              Factor("train.micro_batches", "1", ("step_time",), "micro-batching", quality="step_peak_memory"),
              Factor("train.framework", "torch", ("step_time",), "training frameworks", quality="test_accuracy")),

@@ -15,6 +15,7 @@ import numpy as np
 
 from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.levels.level3.collectives import actual_message_bytes, busbw_factor
+from d5pipe.levels.level3.metrics import DISTRIBUTED_METRICS, ENERGY_ABOUT, STEP_SAMPLES, metric
 from d5pipe.levels.level3.rank_split import split_metrics
 from d5pipe.levels.level3.scaling import ring_allreduce_bytes
 from d5pipe.levels.verify import passed
@@ -42,12 +43,6 @@ ASYNC_TIMING_NOTE = (
 )
 
 
-ENERGY_ABOUT = ("energy of the timed steps per step, summed over the hosts: RAPL counts a whole host (its sockets "
-                "and DRAM, every rank on it and other processes too), so it is read once per host, by the host's "
-                "local rank 0 around its timed steps; on CUDA each rank reads its own GPU (NVML), summed over ranks")
-"""What level 3's ``energy_per_step`` and ``power`` (the measuring ranks' average powers, summed) mean."""
-
-
 def energy_of(ranks: list[dict[str, Any]], steps: int, out: PointOutcome) -> None:
     """``energy_per_step`` and ``power`` from the ranks that measured (:data:`ENERGY_ABOUT`), their
     records in ``extra.energy``; where a measuring rank could read nothing, no metric and the reason."""
@@ -66,9 +61,9 @@ def energy_of(ranks: list[dict[str, Any]], steps: int, out: PointOutcome) -> Non
                            "measured_by": sorted(records), "per_rank": {str(k): v for k, v in records.items()},
                            "what": ENERGY_ABOUT}
     if steps:
-        out.metrics.append(Metric("energy_per_step", joules / steps, "J", "info", detail=ENERGY_ABOUT))
+        out.metrics.append(metric("energy_per_step", joules / steps, detail=ENERGY_ABOUT))
     if len(watts) == len(records):
-        out.metrics.append(Metric("power", sum(watts), "W", "info", detail=ENERGY_ABOUT))
+        out.metrics.append(metric("power", sum(watts), detail=ENERGY_ABOUT))
 
 
 def role_of(rank: dict[str, Any]) -> str:
@@ -98,12 +93,11 @@ def role_metrics(ranks: list[dict[str, Any]], strategy: dict[str, Any], samples:
         summary = summarize(samples[key])
         payload = float(np.mean([r["comm_bytes_per_step"] for r in mine]))
         analytic = float(expected.get(role, float("nan")))
-        found += [Metric(f"time_per_step_{role}_s", summary.median, "s", "timing", summary.ci_low, summary.ci_high, key),
-                  Metric(f"ranks_{role}", len(mine), "", "deterministic"),
-                  Metric(f"comm_payload_bytes_per_step_{role}", payload, "B", "count"),
-                  Metric(f"comm_expected_payload_bytes_per_step_{role}", analytic, "B", "deterministic"),
-                  Metric(f"comm_payload_vs_expected_{role}", payload / analytic if analytic else float("nan"), "",
-                         "numerical")]
+        found += [metric(f"time_per_step_{role}_s", summary.median, ci=(summary.ci_low, summary.ci_high)),
+                  metric(f"ranks_{role}", len(mine)),
+                  metric(f"comm_payload_bytes_per_step_{role}", payload),
+                  metric(f"comm_expected_payload_bytes_per_step_{role}", analytic),
+                  metric(f"comm_payload_vs_expected_{role}", payload / analytic if analytic else float("nan"))]
     return found
 
 
@@ -120,9 +114,9 @@ def staleness_metrics(ranks: list[dict[str, Any]], extra: dict[str, Any]) -> lis
     worst = max(values, default=0)
     detail = (f"{len(values)} gradients applied; staleness (rounds behind the synchronous schedule) "
               f"max {worst}, bound {bound}; histogram {extra['staleness_histogram']}")
-    return [Metric("staleness_max", worst, "", "count"),
-            Metric("staleness_mean", float(np.mean(values)) if values else 0.0, "", "numerical"),
-            Metric("staleness_bounded", passed(worst <= bound), "", "verdict", detail=detail)]
+    return [metric("staleness_max", worst),
+            metric("staleness_mean", float(np.mean(values)) if values else 0.0),
+            metric("staleness_bounded", passed(worst <= bound), detail=detail)]
 
 
 def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
@@ -136,15 +130,15 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
 def _common(outcome: PointOutcome, launch: dict[str, Any]) -> None:
     hosts = list(launch.get("hosts") or [])
     per_host = launch.get("ranks_per_host") or {}
-    outcome.metrics += [Metric("oversubscribed", bool(launch["oversubscribed"]), "", "info"),
-                        Metric("threads_per_rank", int(launch["threads_per_rank"]), "", "info"),
+    outcome.metrics += [metric("oversubscribed", bool(launch["oversubscribed"])),
+                        metric("threads_per_rank", int(launch["threads_per_rank"])),
                         # how the ranks were placed (d5pipe.levels.level3.placement) and whether they shared CPUs
-                        Metric("bind", str(launch.get("binding") or "none").split(" ")[0], "", "info"),
-                        Metric("ranks_share_cpus", bool(launch.get("ranks_share_cpus")), "", "info"),
-                        Metric("nodes", len(hosts), "", "info"),
-                        Metric("shared_host", bool(launch.get("shared_host")), "", "info")]
+                        metric("bind", str(launch.get("binding") or "none").split(" ")[0]),
+                        metric("ranks_share_cpus", bool(launch.get("ranks_share_cpus"))),
+                        metric("nodes", len(hosts)),
+                        metric("shared_host", bool(launch.get("shared_host")))]
     if per_host:
-        outcome.metrics.append(Metric("ranks_per_node", max(per_host.values()), "", "info"))
+        outcome.metrics.append(metric("ranks_per_node", max(per_host.values())))
     outcome.extra.update(nodelist=hosts, launch=launch)
 
 
@@ -160,18 +154,18 @@ def collective_outcome(spec: dict[str, Any], ranks: list[dict[str, Any]], launch
     factor = busbw_factor(collective, n)
     correct = all(bool(r["correct"]) for r in ranks)
     out.metrics += [*summary.to_metrics("collective_time_s", "s", key, prefix="coll_"),
-                    rate_metric("algbw_GBps", size / 1e9, summary, "GB/s", key),
-                    rate_metric("busbw_GBps", size * factor / 1e9, summary, "GB/s", key),
-                    Metric("message_bytes", size, "B", "deterministic"),
-                    Metric("busbw_factor", factor, "", "deterministic"),
-                    Metric("collective_correct", passed(correct), "", "verdict")]
+                    *(rate_metric(name, work / 1e9, summary, DISTRIBUTED_METRICS[name].unit, key)
+                      for name, work in (("algbw_GBps", size), ("busbw_GBps", size * factor))),
+                    metric("message_bytes", size),
+                    metric("busbw_factor", factor),
+                    metric("collective_correct", passed(correct))]
     allocations = [r.get("allocation") or {} for r in ranks]
     if allocations[0]:  # the buffer timed (d5pipe.levels.level3.placement.allocate)
         huge = [int(h) for h in (a.get("huge_page_bytes") for a in allocations) if h is not None]
-        out.metrics += [Metric("buffer", str(allocations[0]["buffer"]), "", "info"),
-                        Metric("buffer_allocator", str(allocations[0]["allocator"]), "", "info")]
+        out.metrics += [metric("buffer", str(allocations[0]["buffer"])),
+                        metric("buffer_allocator", str(allocations[0]["allocator"]))]
         if len(huge) == len(allocations):  # every rank could read its smaps
-            out.metrics.append(Metric("buffer_huge_page_bytes", min(huge), "B", "info"))
+            out.metrics.append(metric("buffer_huge_page_bytes", min(huge)))
         out.extra["allocation"] = allocations
     _common(out, launch)
     out.extra.update(notes=[TIMING_NOTE, "algbw = message bytes / time; busbw = algbw x nccl-tests factor "
@@ -198,14 +192,14 @@ def train_outcome(
     n = int(spec["ranks"])
     times = max_over_ranks([r["times_s"] for r in ranks])
     summary = summarize(times)
-    key = "step_time_max_s"
+    key = STEP_SAMPLES
     out = PointOutcome(samples={key: times})
     out.metrics += [*summary.to_metrics("time_per_step_s", "s", key, prefix="step_"),
-                    rate_metric("samples_per_s", float(spec["global_batch"]), summary, "samples/s", key),
-                    Metric("global_batch", int(spec["global_batch"]), "", "deterministic"),
+                    rate_metric("samples_per_s", float(spec["global_batch"]), summary,
+                                DISTRIBUTED_METRICS["samples_per_s"].unit, key),
+                    metric("global_batch", int(spec["global_batch"])),
                     # rank 0 is a worker: its share
-                    Metric("per_rank_batch", int(ranks[0].get("per_rank_batch", spec["per_rank_batch"])), "",
-                           "deterministic")]
+                    metric("per_rank_batch", int(ranks[0].get("per_rank_batch", spec["per_rank_batch"])))]
 
     grad_bytes = int(ranks[0]["gradient_bytes"])
     payload, constant = _payload_per_step(ranks)
@@ -215,26 +209,26 @@ def train_outcome(
                                               "expected_bytes_per_step": float(grad_bytes)}
     analytic = float(strategy["expected_bytes_per_step"])
     out.metrics += [
-        Metric("strategy", str(strategy["name"]), "", "info"),
-        Metric("comm_expected_payload_bytes_per_rank_step", analytic, "B", "deterministic"),
-        Metric("comm_payload_vs_expected", payload / analytic if analytic else float("nan"), "", "numerical"),
-        Metric("gradient_bytes", grad_bytes, "B", "deterministic"),
-        Metric("comm_payload_bytes_per_rank_step", payload, "B", "count"),
-        Metric("comm_ring_expected_bytes", expected, "B", "deterministic"),
-        Metric("comm_payload_vs_gradient", payload / grad_bytes if grad_bytes else float("nan"), "", "numerical"),
-        Metric("comm_calls_per_step", calls, "", "count"),
+        metric("strategy", str(strategy["name"])),
+        metric("comm_expected_payload_bytes_per_rank_step", analytic),
+        metric("comm_payload_vs_expected", payload / analytic if analytic else float("nan")),
+        metric("gradient_bytes", grad_bytes),
+        metric("comm_payload_bytes_per_rank_step", payload),
+        metric("comm_ring_expected_bytes", expected),
+        metric("comm_payload_vs_gradient", payload / grad_bytes if grad_bytes else float("nan")),
+        metric("comm_calls_per_step", calls),
     ]
     if strategy["name"] == "allreduce":  # the ring formula holds for an allreduce only
-        out.metrics.append(Metric("comm_bytes_per_rank_step", ring_allreduce_bytes(payload, n), "B", "count"))
+        out.metrics.append(metric("comm_bytes_per_rank_step", ring_allreduce_bytes(payload, n)))
     workers = workers_of(ranks)
     hashes = {r["params_sha256"] for r in workers}
     if strategy.get("consistent", True):
-        out.metrics.append(Metric("params_identical", passed(len(hashes) == 1), "", "verdict"))
+        out.metrics.append(metric("params_identical", passed(len(hashes) == 1)))
     else:  # replicas differ between synchronisations by design
-        out.metrics.append(Metric("replicas_identical", len(hashes) == 1, "", "info"))
-    out.metrics.append(Metric("final_loss", float(np.mean([r["losses"][-1] for r in workers])), "", "numerical"))
+        out.metrics.append(metric("replicas_identical", len(hashes) == 1))
+    out.metrics.append(metric("final_loss", float(np.mean([r["losses"][-1] for r in workers]))))
     # timed steps run: fewer than distributed.steps when distributed.early_stop ended the run (why: extra.stopped)
-    out.metrics.append(Metric("steps_run", len(times), "steps", "count"))
+    out.metrics.append(metric("steps_run", len(times)))
     energy_of(ranks, len(times), out)
     notes = [TIMING_NOTE if strategy.get("lockstep", True) else ASYNC_TIMING_NOTE, COMM_NOTE]
     out.metrics += role_metrics(ranks, strategy, out.samples)
@@ -247,9 +241,9 @@ def train_outcome(
     if spec["backend"] == "horovod" and n == 1:
         notes.append("Horovod skips gradient allreduce on a single rank: payload 0 is expected")
     if serial is not None:
-        out.metrics.append(Metric("serial_max_abs_diff", serial["max_abs_diff"], "", "numerical"))
+        out.metrics.append(metric("serial_max_abs_diff", serial["max_abs_diff"]))
         if serial.get("exact", True):
-            out.metrics.append(Metric("matches_serial", serial["verdict"], "", "verdict"))
+            out.metrics.append(metric("matches_serial", serial["verdict"]))
             notes.append(serial["note"])
         else:
             notes.append(f"strategy {strategy['name']!r} is lossy: serial_max_abs_diff is its divergence from the "

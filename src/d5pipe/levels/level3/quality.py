@@ -22,6 +22,7 @@ from d5pipe.core.outcome import Metric
 from d5pipe.levels.datasets import Dataset, require_materialised
 from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.level3 import training
+from d5pipe.levels.level3.metrics import metric
 from d5pipe.levels.level3.outcome import max_over_ranks, workers_of
 
 EVAL_BATCH = 512
@@ -34,7 +35,7 @@ def test_metrics(spec: dict[str, Any], data: Dataset, out_dir: Path) -> list[Met
     flat = torch.load(out_dir / "params_rank0.pt")
     torch.nn.utils.vector_to_parameters(flat.to(next(model.parameters()).dtype), model.parameters())
     loss, accuracy = evaluate(model, x_test, y_test, EVAL_BATCH, torch.device("cpu"))
-    return [Metric("test_loss", loss, "", "numerical"), Metric("test_accuracy", accuracy, "", "numerical")]
+    return [metric("test_loss", loss), metric("test_accuracy", accuracy)]
 
 
 def target_metrics(spec: dict[str, Any], ranks: list[dict[str, Any]], target: float) -> tuple[list[Metric], str | None]:
@@ -48,5 +49,4 @@ def target_metrics(spec: dict[str, Any], ranks: list[dict[str, Any]], target: fl
     note = None if hit is not None else (
         f"target loss {target:g} never reached in {len(losses)} timed steps (lowest mean loss "
         f"{float(losses.min()) if len(losses) else math.nan:.4g}); time_to_target_loss_s is NaN")
-    return [Metric("steps_to_target_loss", steps, "steps", "numerical"),
-            Metric("time_to_target_loss_s", seconds, "s", "timing", samples="step_time_max_s")], note
+    return [metric("steps_to_target_loss", steps), metric("time_to_target_loss_s", seconds)], note

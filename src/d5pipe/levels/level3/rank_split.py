@@ -25,17 +25,16 @@ False) get no split: their ranks' i-th steps do not happen together, so there is
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from d5pipe.core.outcome import Metric
+from d5pipe.core.outcome import Metric, fill, name_regex
+from d5pipe.levels.level3.metrics import PARTS, RANK_SPLIT, metric
 
-PARTS = ("compute", "comm", "wait")
-RANK_METRIC = re.compile(r"^(compute|comm|wait)_s_per_step_rank(\d+)$")
-"""A per-rank part's metric name (:func:`rank_metric`): the part and the rank."""
+RANK_METRIC = name_regex(RANK_SPLIT)
+"""A per-rank part's metric name (:func:`rank_metric`; ``fullmatch``): the part and the rank."""
 STRAGGLER_RATIO = 1.5
 STRAGGLER_MIN_SHARE = 0.1
 STRAGGLER_STEPS = 0.75
@@ -57,7 +56,7 @@ SPLIT_NOTE = (
 
 
 def rank_metric(part: str, rank: int) -> str:
-    return f"{part}_s_per_step_rank{rank}"
+    return fill(RANK_SPLIT, part, rank)
 
 
 @dataclass(frozen=True)
@@ -137,9 +136,8 @@ def split_metrics(ranks: list[dict[str, Any]], lockstep: bool) -> tuple[list[Met
     split = split_ranks(ranks)
     if split is None:
         return [], "no compute/comm/wait split per rank: the ranks recorded no collective times"
-    found = [Metric(rank_metric(part, s.rank), value, "s", "info")
+    found = [metric(rank_metric(part, s.rank), value)
              for s in split for part, value in zip(PARTS, (s.compute_s, s.comm_s, s.wait_s))]
     named, ratio = straggler(split)
-    found += [Metric("straggler", "none" if named is None else f"rank {named}", "", "info"),
-              Metric("compute_imbalance", ratio, "", "info")]
+    found += [metric("straggler", "none" if named is None else f"rank {named}"), metric("compute_imbalance", ratio)]
     return found, SPLIT_NOTE

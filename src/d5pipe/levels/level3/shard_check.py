@@ -17,6 +17,7 @@ import numpy as np
 
 from d5pipe.core.atomic import write_bytes
 from d5pipe.core.outcome import Metric
+from d5pipe.levels.level3.metrics import metric
 from d5pipe.levels.verify import FAIL, passed
 
 
@@ -58,6 +59,6 @@ def shard_metric(out_dir: Path, ranks: list[int], n_train: int, global_batch: in
     try:
         per_rank = [np.load(samples_file(out_dir, r)) for r in ranks]
     except OSError as exc:
-        return Metric("rank_samples_disjoint", FAIL, "", "verdict", detail=f"a rank's sample indices are missing ({exc})")
+        return metric("rank_samples_disjoint", FAIL, detail=f"a rank's sample indices are missing ({exc})")
     verdict, detail = check_shards(per_rank, n_train, global_batch)
-    return Metric("rank_samples_disjoint", verdict, "", "verdict", detail=detail)
+    return metric("rank_samples_disjoint", verdict, detail=detail)

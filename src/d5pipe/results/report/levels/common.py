@@ -1,6 +1,6 @@
 """What the levels' report sections share: placing warning notes, the section's order (the
-side-by-side answers, the configurations, then figures and checks), the upper-bounds table and
-outcomes over repetitions."""
+side-by-side answers, the configurations, then figures and checks), the upper-bounds table,
+outcomes over repetitions and what each metric means (the glossary closing every level's section)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from d5pipe.core.outcome import lookup
+from d5pipe.levels.registry import STAGES
 from d5pipe.plan.point_config import REPEAT_AXIS
 from d5pipe.results.report.answers import answer_blocks
 from d5pipe.results.report.blocks import Block, Figure, Section, Table
@@ -16,6 +18,7 @@ from d5pipe.results.report.frames import MAX_TABLE_ROWS, fmt_plain, folded_cell,
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.units import quantity
 from d5pipe.results.report.verdict_sections import level_notes
+from d5pipe.results.run_results import RESULT_ROWS
 
 
 def _names_metric(details: list[str], metric: str) -> bool:
@@ -47,8 +50,19 @@ def finish(data: RunData, stage: str, title: str, blocks: list[Block], notes_at:
     folded = answer_blocks(data.stage_rows(stage))
     if folded:
         section.subsections.append(Section(f"configurations-{stage}", f"{stage}: configurations", folded))
-    section.subsections.append(Section(f"detail-{stage}", f"{stage}: figures and checks", blocks + extra))
+    section.subsections.append(Section(f"detail-{stage}", f"{stage}: figures and checks",
+                                       blocks + extra + glossary(data.stage_rows(stage), stage)))
     return section
+
+
+def glossary(rows: pd.DataFrame, stage: str) -> list[Block]:
+    """What each metric of the level's rows means, one row per declared name (a pattern once), in
+    the order of the declarations: the level's (``Level.metrics``) and the results pass's rows
+    (d5pipe.results.run_results.RESULT_ROWS), as docs/reference/metrics.md."""
+    declared = {**(STAGES[stage].metrics if stage in STAGES else {}), **RESULT_ROWS}
+    present = {found[0] for name in metric_names(rows) if (found := lookup(declared, str(name)))}
+    body = [[n, d.unit, d.about] for n, d in declared.items() if n in present]
+    return [Table(["metric", "unit", "meaning"], body, "What the metrics of this level mean", wrap={2})] if body else []
 
 
 def upper_bounds(rows: pd.DataFrame, modes: Sequence[tuple[str, str]]) -> list[Block]:

@@ -6,7 +6,6 @@ from typing import Any
 
 import pandas as pd
 
-from d5pipe.levels.level2.metrics import TRAINING_METRICS
 from d5pipe.levels.level2.stage import LEVEL
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
 from d5pipe.results.report.figures import verdict_table
@@ -99,13 +98,6 @@ def stall_sentence(rows: pd.DataFrame, axes: list[str]) -> list[Block]:
                  "(data_stall_fraction, median over epochs and repetitions).", "note")]
 
 
-def glossary(rows: pd.DataFrame) -> list[Block]:
-    """What each level-2 metric of the run means (d5pipe.levels.level2.metrics.TRAINING_METRICS)."""
-    names = set(metric_names(rows))
-    body = [[n, d.unit, d.about] for n, d in TRAINING_METRICS.items() if n in names]
-    return [Table(["metric", "unit", "meaning"], body, "What the training metrics of this run mean", wrap={2})] if body else []
-
-
 def section(data: RunData) -> Section:
     rows = data.stage_rows(LEVEL.name)
     blocks: list[Block] = []
@@ -149,5 +141,4 @@ def section(data: RunData) -> Section:
     if acc:
         blocks += verdict_table(data, LEVEL.name, rows, acc, varying_axes(rows, repeat=True), "Acceptance thresholds of the recipe")
     blocks += upper_bounds(rows, [("samples_per_s", "")])
-    blocks += glossary(rows)
     return finish(data, LEVEL.name, LEVEL.title, blocks)
