@@ -57,7 +57,7 @@ def points_in_one_process(counts: str) -> list[dict[str, Any]]:
                 out.append({"level": 0, "framework": fw, "threads": n, "status": rec.status, "error": rec.error,
                             "told": {k: v for k, v in told.items() if k in ("intra_op_threads", "XLA_FLAGS")}})
     model = mlp((8,), 3, [4])
-    graph = trace(model)
+    graph = trace(model, (4, 8))  # the batches below
     w0 = initial_weights(model, graph)
     rng = np.random.default_rng(0)
     batches = [(rng.standard_normal((4, 8)).astype(np.float32), rng.integers(0, 3, 4)) for _ in range(2)]

@@ -217,9 +217,10 @@ def test_the_native_peer_benchmark_runs_and_prints_a_ratio_per_framework() -> No
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "benchmarks" / "bench_native_frameworks.py"
-    # ResNet-50 on torch and JAX (all three frameworks took this test 312 s in `make test`), the tiny ViT
-    # on all three: TensorFlow's native Keras side is timed there, its d5pipe step checked above too
-    for model, frameworks in (("resnet50", ("torch", "jax")), ("vit_b16", ("torch", "jax", "tensorflow"))):
+    # the tiny ViT on every framework, ResNet-50 on torch only: its XLA and TensorFlow builds took this test
+    # 312 s of `make test` (232 s on torch and JAX), and the Keras side builds keras.applications.ResNet50,
+    # one call, where the ViT's side is the benchmark's own code (benchmarks/native_networks.py)
+    for model, frameworks in (("vit_b16", ("torch", "jax", "tensorflow")), ("resnet50", ("torch",))):
         r = subprocess.run([sys.executable, str(script), "--quick", "--model", model, "--frameworks",
                             ",".join(frameworks)], capture_output=True, text=True, timeout=900)
         assert r.returncode == 0, r.stdout + r.stderr[-3000:]
