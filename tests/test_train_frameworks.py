@@ -6,6 +6,7 @@ sits inside the bias correction)."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -95,16 +96,22 @@ class LayoutMix(torch.nn.Module):
         return self.head(self.flat(y)) + side
 
 
-def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> None:
-    torch.manual_seed(5)
-    model = LayoutMix()
+def agree_in_float64(model: torch.nn.Module, digits: Any) -> tuple[Any, Any, Any]:
+    """(graph, initial weights, PyTorch's float64 steps) of two SGD steps on ``model``, after asserting
+    that JAX and TensorFlow in float64 take the same steps."""
     graph = trace(model, SHAPE)
     w0 = initial_weights(model, graph)
-    opt = OPTIMIZERS[0]
-    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=THREADS)
+    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, OPTIMIZERS[0], digits[:2], threads=THREADS)
     for fw in (JaxFramework("float64"), TensorFlowFramework("float64")):
-        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=THREADS), ref, w0, graph, "float64")
+        steps = run_steps(fw, graph, w0, OPTIMIZERS[0], digits[:2], threads=THREADS)
+        agreement = check(steps, ref, w0, graph, "float64")
         assert agreement.passed, (fw.name, agreement.why())
+    return graph, w0, ref
+
+
+def test_channels_last_builds_agree_with_torch_on_every_layout_path(digits) -> None:
+    torch.manual_seed(5)
+    agree_in_float64(LayoutMix(), digits)
 
 
 def test_every_framework_builds_every_layer_kind() -> None:
@@ -136,15 +143,9 @@ def tiny_vit() -> torch.nn.Module:
 def test_a_vision_transformer_takes_the_reference_steps_and_a_wrong_gelu_fails(digits) -> None:
     import dataclasses
 
-    model = tiny_vit()
-    graph = trace(model, SHAPE)
+    graph, w0, ref = agree_in_float64(tiny_vit(), digits)
     assert {"attention", "gelu", "layer_norm", "parameter", "cat", "expand", "select"} <= set(graph.kinds())
-    w0 = initial_weights(model, graph)
     opt = OPTIMIZERS[0]
-    ref = run_steps(TorchFramework(model, dtype="float64"), graph, w0, opt, digits[:2], threads=THREADS)
-    for fw in (JaxFramework("float64"), TensorFlowFramework("float64")):
-        agreement = check(run_steps(fw, graph, w0, opt, digits[:2], threads=THREADS), ref, w0, graph, "float64")
-        assert agreement.passed, (fw.name, agreement.why())
     tanh = dataclasses.replace(graph, layers=tuple(  # transformers' ViT takes the exact (erf) GELU
         dataclasses.replace(layer, attrs={"approximate": "tanh"}) if layer.kind == "gelu" else layer
         for layer in graph.layers))
