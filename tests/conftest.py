@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture"]
 
@@ -32,8 +33,6 @@ if "D5PIPE_CACHE_DIR" not in os.environ:
 # processes on two cores, where torch's default pool (a thread per core) spins against the other
 # lanes' work (a micro-batch test of 0.75 s alone took 69 s there). The processes a test starts
 # (shards, ranks, the CLI) get the threads their config or tests/conftest.d5pipe gives them.
-import torch  # noqa: E402
-
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]

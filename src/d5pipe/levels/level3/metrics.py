@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
+from d5pipe.measure.energy import JOULES, WATTS
 from d5pipe.measure.flops import flop_declared
 from d5pipe.measure.stats import timing_declared
 
@@ -68,8 +69,8 @@ _TRAINING = {
     "final_loss": Declared("", "numerical", None, "the last step's loss, mean over the workers"),
     "steps_run": Declared("steps", "count", None, "timed steps run: fewer than distributed.steps when "
                           "distributed.early_stop ended the run (why: the record's extra.stopped)"),
-    "energy_per_step": Declared("J", "info", None, ENERGY_ABOUT),
-    "power": Declared("W", "info", None, "the measuring ranks' average powers over the timed steps, summed"),
+    "energy_per_step": Declared(JOULES, "info", None, ENERGY_ABOUT),
+    "power": Declared(WATTS, "info", None, "the measuring ranks' average powers over the timed steps, summed"),
     "time_per_step_<role>_s": Declared("s", "timing", "step_time_max_<role>_s", "ranks of several roles (a parameter "
                                        "server): the step time of the role's slowest rank, median [95% CI]"),
     "ranks_<role>": Declared("", "deterministic", None, "ranks of that role"),
