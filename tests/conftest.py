@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture"]
+pytest_plugins = ["tests.slurm_fixture", "tests.multinode_fixture", "tests.cpu_time"]
 
 # The shared dataset cache (d5pipe.rundir.data_cache) is off in the tests: each run prepares its own
 # data, as the tests about preparation expect; tests/test_data_cache.py turns it on in a tmp dir.
