@@ -26,7 +26,9 @@ from tests.conftest import TEST_CONF, TESTING_OPS_ENV, d5pipe
 pytestmark = pytest.mark.slow
 
 FAULTS = ["--config-dir", str(TEST_CONF)]
-SLOW_TINY = ["tiny", "--config-dir", str(TEST_CONF), "timer.budget_s=2", "timer.target_ci_pct=0.001",
+# three points of 1 s each (budget_s=1 with an unreachable CI target): a run long enough to be killed,
+# timed out or joined mid-shard; each test runs it once or twice, so its length is most of their time
+SLOW_TINY = ["tiny", "--config-dir", str(TEST_CONF), "timer.budget_s=1", "timer.target_ci_pct=0.001",
              "timer.max_samples=100000"]
 
 
@@ -127,7 +129,7 @@ def test_a_point_that_kills_its_shard_job_is_failed_after_max_attempts(tmp_path:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_of_the_driver_leaves_nothing_and_resumes(tmp_path: Path, seed: int) -> None:
     run = tmp_path / "run"
-    delay = random.Random(seed).uniform(6.0, 16.0)  # from composing to mid-shard
+    delay = random.Random(seed).uniform(4.0, 12.0)  # from composing to mid-shard
     proc = subprocess.Popen([sys.executable, "-m", "d5pipe.cli.main", "run", *SLOW_TINY, "--out", str(run)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
@@ -146,7 +148,7 @@ def test_sigkill_of_the_driver_leaves_nothing_and_resumes(tmp_path: Path, seed: 
 
 def test_timeout_then_resume_without_a_manual_step(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    r = d5pipe("run", *SLOW_TINY, "--out", str(run), "--timeout", "12")
+    r = d5pipe("run", *SLOW_TINY, "--out", str(run), "--timeout", "8")
     assert r.returncode == 124 and "--timeout" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert wait_for(lambda: not run_processes(run), 10.0)
     again = d5pipe("run", *SLOW_TINY, "--out", str(run))

@@ -264,6 +264,10 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     # the verdicts of its checks are the original's business, not the reproduction's
     first = cli("run", "quickstart", "repetitions=1", "--out", str(run))
     assert first.returncode in (0, 3), first.stdout[-3000:] + first.stderr[-3000:]
+    # the console is short: a summary, not Snakemake's or the libraries' noise
+    lines = (first.stdout + first.stderr).strip().splitlines()
+    assert len(lines) <= 15, lines
+    assert not any("USDT" in ln or "CPUAllocator" in ln or "--unlock" in ln or "--cores" in ln for ln in lines)
     # Issue 36 rebuilt the levels and the planner: results.parquet keeps the columns, the point IDs
     # and each stage's metrics that the quickstart had at e3fb53f, before it (tests/data/before_36.json;
     # plausibility warnings depend on the noise and are left out)

@@ -42,7 +42,7 @@ JOBS = 4
 SHARDS = 12  # slurm_wide: 12 sizes x 1 batch, one point per shard
 SHIPPED = ("executor.resources.default.runtime_min=10", "executor.resources.default.mem_mb=256",
            "executor.retries=0")
-WATCHDOG_S = 30
+WATCHDOG_S = 15
 
 STUB_SBATCH = """#!/bin/bash
 # Test stub: hands every call to the real sbatch, except the second job array, which it answers
@@ -120,7 +120,7 @@ def dropped(cluster: SlurmCluster, run_dir: Path) -> Dropped:
     stub = stub_dir / "sbatch"
     stub.write_text(STUB_SBATCH.format(count=stub_dir / "arrays", real=real))
     stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
-    # two arrays of 6 (array_limit), the test profile's fast polling, a 30 s watchdog
+    # two arrays of 6 (array_limit), the test profile's fast polling, a 15 s watchdog
     settings = ("executor.array_limit=6", f"executor.watchdog_s={WATCHDOG_S}",
                 f"executor.extra_args=['--workflow-profile','{TEST_PROFILE}']")
     first = _run(_env(cluster, stub_dir), run_dir, *settings)

@@ -3,7 +3,8 @@
 The sandbox (scripts/slurm_sandbox.py's cluster) has ``MaxArraySize=11`` (array indices 0..10) and
 ``MaxJobCount=40`` (every task in slurmctld, finished ones for ``MinJobAge``). One run of two array
 stages -- 90 one-point level-0 shards and 10 one-point level-2 shards of a tiny MLP (100 shards:
-150 took 7.5 min on 2 cores, too long for ``make test``) -- under
+150 took 7.5 min on 2 cores, too long for ``make test``; the requeued task waits the sandbox's
+``cred_expire``, 30 s, where Slurm's default would idle the run for 120 s) -- under
 ``--jobs 6``, while two nodes (of 16) are set DOWN and a running task is requeued mid-run:
 
 * arrays are chunked and numbered from 1: no task index above 10, no rejected ``sbatch``;
