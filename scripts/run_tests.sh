@@ -5,9 +5,10 @@
 #   1. the SLURM tests (-m slurm), serially: the one-node and the three-node test clusters share
 #      /etc/slurm and may not overlap;
 #   2. the long failure-injection, bring-your-own-code, strategy, training-framework, environment-rebuild,
-#      history-store, parameter-server and disk-full modules (HEAVY below);
+#      history-store and disk-full modules (HEAVY below);
 #   3. the long end-to-end CLI runs of reproduce, runtimes, comparisons, the model zoo,
-#      generated datasets, the audited reads of a run, profiles and early stopping (HEAVY2 below);
+#      generated datasets, the audited reads of a run, profiles, early stopping and the parameter
+#      servers (HEAVY2 below);
 #   4. everything else;
 # then, alone once the lanes are done, the tests whose timed change needs a quiet machine (QUIET).
 # Each has its own --basetemp; `make lint` runs beside them. Lane 4 prints as it goes, the others' logs follow it; the exit code
@@ -16,10 +17,11 @@ set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
 HEAVY=(tests/test_failures.py tests/test_example_byo.py tests/test_strategies.py tests/test_verification.py tests/test_ab.py
        tests/test_train_frameworks.py tests/test_framework_threads.py tests/test_rebuild_env.py tests/test_history_store.py
-       tests/test_parameter_servers.py tests/test_disk_full.py)
+       tests/test_disk_full.py)
 HEAVY2=(tests/test_tutorials.py tests/test_reproduce_e2e.py tests/test_runtimes.py tests/test_comparisons.py
         tests/test_level2_sanity.py tests/test_zoo.py tests/test_lazy_datasets.py tests/test_reads_once.py
-        tests/test_data_pipeline_e2e.py tests/test_profiles.py tests/test_early_stop.py tests/test_early_stop_level3.py)
+        tests/test_data_pipeline_e2e.py tests/test_profiles.py tests/test_early_stop.py tests/test_early_stop_level3.py
+        tests/test_parameter_servers.py)
 # Timed comparisons that need a quiet machine (two threads against one; a rank slowed on purpose
 # against ranks that must not look slow): alone, after the lanes.
 QUIET=(tests/test_history_quickstart.py tests/test_rank_split.py)
