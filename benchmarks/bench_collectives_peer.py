@@ -14,10 +14,11 @@ message size (default 1 MiB and 16 MiB) on ``--ranks`` ranks, two kinds of fresh
 Both sides combine ranks as OSU and nccl-tests do: the maximum over ranks per iteration, then the
 median over the iterations. Each round runs every (engine, size, side) once, in a random order
 (Abedi & Brecht's randomized interleaved trials), so drift on a shared machine hits all sides.
-Printed per engine, size and buffer: each side's median over the rounds of its per-round medians,
-the ratio d5pipe / bare -- the median of the per-round ratios with its nonparametric CI
-(d5pipe.measure.stats.median_ci; with 5 rounds it is [min, max] at 94%) and whether it lies within
-10% -- and the spread between rounds (min and max of the per-round medians of each side). Then the
+Printed per engine, size and buffer: each side's median over the rounds of its launches' values, the
+ratio d5pipe / bare and its 95% CI from d5pipe's own comparison model (Welch's t on the logs, bare as
+the baseline; unpaired, since a launch's speed does not carry over to the other side's launch of its
+round) with its verdict at a 10% margin (``equivalent``: the whole CI within x1.1) and how many launches
+would decide, and the spread between rounds (min and max of each side's launches). Then the
 placement (binding, each rank's CPUs) and the allocation (allocator, bytes on huge pages) of each side.
 
 Usage: python benchmarks/bench_collectives_peer.py [--rounds 5] [--sizes 1048576,16777216]
@@ -43,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BARE_MODULE = "benchmarks.bare_collective"
 NAMES = {"mpi": "mpi4py", "ddp": "torch.distributed (gloo)", "horovod": "horovod"}
 MARGIN = 0.10
+"""The equivalence margin of the verdict: a factor 1.1 either way."""
 
 
 def available(engine: str) -> bool:
@@ -111,31 +113,29 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
     """The comparison table and, per engine, placement and allocation."""
     import numpy as np
 
-    from d5pipe.measure.stats import median_ci
+    from d5pipe.results.timing_compare import Policy, compare_one
 
     print(f"{'engine':<26} {'size':>6} {'buffer':<7} {'d5pipe us':>10} {'bare us':>9} {'d5pipe/bare':>11} "
-          f"{'CI (coverage)':>22} {'within 10%':>10}  {'d5pipe rounds [min, max] us':>27}  {'bare rounds [min, max] us':>25}")
+          f"{'95% CI':>16} {'verdict (10%)':>24}  {'d5pipe rounds [min, max] us':>27}  {'bare rounds [min, max] us':>25}")
+    policy = Policy(margin=MARGIN)
     for engine in engines:
         for size in sizes:
             bare = got[(engine, size, "bare")]
             for side in sides_of(engine)[:-1]:
-                mine = got[(engine, size, side)]
-                pairs = [(float(np.median(d["times_s"])), float(np.median(b["times_s"])))
-                         for d, b in zip(mine, bare) if d is not None and b is not None]
                 label = f"{size // 2**20} MiB" if size >= 2**20 else f"{size} B"
-                if not pairs:
-                    print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} (no round completed)")
+                ds = [float(np.median(d["times_s"])) for d in got[(engine, size, side)] if d is not None]
+                bs = [float(np.median(b["times_s"])) for b in bare if b is not None]
+                if len(ds) < 2 or len(bs) < 2:
+                    print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} (fewer than two launches a side)")
                     continue
-                ds, bs = [p[0] for p in pairs], [p[1] for p in pairs]
-                ratios = [d / b for d, b in pairs]
-                ci = median_ci(ratios)
-                within = "yes" if 1 - MARGIN <= ci.low and ci.high <= 1 + MARGIN else (
-                    "no" if ci.low > 1 + MARGIN or ci.high < 1 - MARGIN else "?")
-                shown = f"[{ci.low:.3f}, {ci.high:.3f}] ({ci.coverage:.0%})" if len(ratios) > 1 else "(one round)"
+                # unpaired: a launch's speed does not carry over to the other side's launch of its round
+                c = compare_one("allreduce_time", "s", bs, ds, policy, paired=False)
+                ci = f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]" if c.ci else "-"
                 print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} {fmt_us(statistics.median(ds)):>10} "
-                      f"{fmt_us(statistics.median(bs)):>9} {statistics.median(ratios):>11.3f} {shown:>22} {within:>10}  "
+                      f"{fmt_us(statistics.median(bs)):>9} {c.ratio or float('nan'):>11.3f} {ci:>16} {c.label():>24}  "
                       f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
                       f"{'[' + fmt_us(min(bs)) + ', ' + fmt_us(max(bs)) + ']':>25}")
+                print(f"{'':<26}   {c.text()}")
     print("\nplacement and allocation (last completed round of each side):")
     for engine in engines:
         for size in sizes:

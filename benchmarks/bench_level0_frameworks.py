@@ -8,7 +8,12 @@ framework's users write it, independently of d5pipe (``torch.matmul``; ``jax.jit
 ``block_until_ready``; ``tf.linalg.matmul(...).numpy()``; an ``InferenceSession`` of a one-node
 graph and ``session.run``), on arrays of the same shapes and dtype, timed by a bare
 ``time.perf_counter`` loop: blocks of as many back-to-back calls as d5pipe's timer put in a block
-in that round, the median of the blocks' per-call times (the same estimator on both sides). The
+in that round, the median of the blocks' per-call times (the same estimator on both sides), each call
+made at the same depth of the Python stack as d5pipe's timer makes it: TensorFlow's eager executor
+captures the caller's Python stack at every op (``SetStackTrace(GetStackTrace(kStackTraceInitialSize))``
+in ``TFE_Py_Execute``), so one op costs more the deeper its caller sits, up to that limit (tf.nn.softmax
+on a 64x64 tensor: 9.5 us called 2 frames deep, 9.9 us 10 or 40 deep, 2026-12-07) -- a loop at a
+script's top level would otherwise win by that alone. The
 two sides take turns in a seeded random order each round (interleaved, so drift favours neither).
 Prints each pair's median per-call time both ways and the ratio d5pipe / bare (median of the
 per-round ratios with its nonparametric 95% CI). The goal: every ratio within 5% of 1.
@@ -23,8 +28,11 @@ import argparse
 import math
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from functools import partial
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -50,6 +58,21 @@ def _bare(fn: Callable[[], object], reps: int, seconds: float) -> float:
             fn()
         times.append((time.perf_counter() - t0) / reps)
     return statistics.median(times)
+
+
+def _depth() -> int:
+    """How many frames deep the caller of this function sits on the Python stack."""
+    frame: FrameType | None = sys._getframe(1)
+    n = 0
+    while frame is not None:
+        frame, n = frame.f_back, n + 1
+    return n
+
+
+def at_depth(depth: int, run: Callable[[], float]) -> float:
+    """``run()`` called so that its own frame is ``depth`` frames deep (or as deep as it already is);
+    a ``functools.partial`` adds no frame of its own."""
+    return at_depth(depth, run) if _depth() + 1 < depth else run()
 
 
 def bare_torch(op: str, xs: list[np.ndarray], dtype: str) -> Callable[[], object]:
@@ -152,6 +175,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     order = random.Random(args.seed)
     engines: dict[str, Any] = {}
+    seen: list[int] = []  # how deep measure, called from here, calls what it times (the last: a block)
+    measure(lambda: seen.append(_depth()), {"warmup_s": 1e-3, "min_block_s": 1e-3, "budget_s": 1e-3}, "cpu")
     worst, widest = 0.0, 0.0
     for framework in args.frameworks.split(","):
         for op in args.ops.split(","):
@@ -167,8 +192,8 @@ def main() -> int:
                     if side == "d5pipe":
                         m = measure(call, TIMER, "cpu")
                         reps = m.calls_per_block
-                    else:
-                        b = _bare(bare, reps, TIMER["budget_s"])
+                    else:  # _bare, then the callable: as deep as measure's calls
+                        b = at_depth(seen[-1] - 1, partial(_bare, bare, reps, TIMER["budget_s"]))
                 d5.append(m.median)
                 bb.append(b)
                 ratios.append(m.median / b)

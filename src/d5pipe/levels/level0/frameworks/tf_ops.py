@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,9 @@ NHWC, HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
 
 
 def builtins(tf: Any) -> dict[str, NativeOp]:
-    """The built-in operators in TensorFlow's own idiom."""
+    """The built-in operators in TensorFlow's own idiom; keywords bound by ``functools.partial``, not a
+    lambda: each Python frame between the timed call and the op costs (TensorFlow captures the
+    caller's stack at every eager op; benchmarks/bench_level0_frameworks.py)."""
 
     def layer_norm(x: Any, w: Any, b: Any) -> Any:  # as keras.layers.LayerNormalization computes it
         mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
@@ -39,13 +42,13 @@ def builtins(tf: Any) -> dict[str, NativeOp]:
     return {
         "matmul": NativeOp(tf.linalg.matmul, form="tf.linalg.matmul"),
         "bmm": NativeOp(tf.linalg.matmul, form="tf.linalg.matmul"),
-        "conv2d": NativeOp(lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), (NHWC, HWIO), NHWC,
+        "conv2d": NativeOp(partial(tf.nn.conv2d, strides=1, padding="SAME"), (NHWC, HWIO), NHWC,
                            "tf.nn.conv2d NHWC/HWIO, SAME"),
         "sdpa": NativeOp(sdpa, form="tf.matmul, tf.nn.softmax, tf.matmul (keras MultiHeadAttention's)"),
         "layer_norm": NativeOp(layer_norm, form="tf.nn.moments + tf.nn.batch_normalization (keras LayerNormalization's)"),
-        "softmax": NativeOp(lambda x: tf.nn.softmax(x, axis=-1), form="tf.nn.softmax"),
-        "gelu": NativeOp(lambda x: tf.nn.gelu(x, approximate=False), form="tf.nn.gelu(approximate=False)"),
-        "sum": NativeOp(lambda x: tf.reduce_sum(x, axis=-1), form="tf.reduce_sum"),
+        "softmax": NativeOp(partial(tf.nn.softmax, axis=-1), form="tf.nn.softmax"),
+        "gelu": NativeOp(partial(tf.nn.gelu, approximate=False), form="tf.nn.gelu(approximate=False)"),
+        "sum": NativeOp(partial(tf.reduce_sum, axis=-1), form="tf.reduce_sum"),
     }
 
 
@@ -55,12 +58,12 @@ class TfPrepared:
     compile_s = 0.0
 
     def __init__(self, tf: Any, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> None:
-        self._tf, self._op, self._dtype = tf, op, getattr(tf, dtype)
+        self._tf, self._op, self._fn, self._dtype = tf, op, op.fn, getattr(tf, dtype)
         self._xs = [tf.constant(to_layout(a, lay).astype(self._dtype.as_numpy_dtype))
                     for a, lay in zip(inputs, input_layouts(op, len(inputs)), strict=True)]
 
     def call(self) -> None:
-        self._op.fn(*self._xs).numpy()
+        self._fn(*self._xs).numpy()
 
     def output(self) -> np.ndarray:
         return from_layout(self._op.fn(*self._xs).numpy(), self._op.output)
