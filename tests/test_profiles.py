@@ -1,5 +1,6 @@
 """Where the time goes (issue 53): a profiled pass per point after its timed pass, profile.parquet,
-the traces, the report's section, and ``compare`` naming the operator a slowdown is made of."""
+the traces, the report's section, and ``compare`` and ``history check`` naming the operator a
+slowdown is made of."""
 
 from __future__ import annotations
 
@@ -53,9 +54,19 @@ def test_profiled_runs_give_profile_parquet_traces_the_report_section_and_compar
         tmp_path: Path) -> None:
     conf = ["--config-dir", str(TEST_CONF)]
     a, b, off = tmp_path / "a", tmp_path / "b", tmp_path / "off"
-    for run, extra in ((a, {}), (b, {"PROFILE_OPS_EXTRA": "1"})):
-        r = d5pipe("run", "profiled", *conf, "--out", str(run), env={**ENV, **extra})
+    store = tmp_path / "history.duckdb"
+    # two runs a side into one history: a step needs two runs on each side (history.steps.MIN_RUNS)
+    for run, extra in ((tmp_path / "a0", {}), (a, {}), (b, {"PROFILE_OPS_EXTRA": "1"}),
+                       (tmp_path / "b1", {"PROFILE_OPS_EXTRA": "1"})):
+        r = d5pipe("run", "profiled", *conf, "--out", str(run), "--history", str(store),
+                   env={**ENV, **extra, "D5PIPE_HISTORY": None})
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    c = d5pipe("history", "check", "--history", str(store))
+    print(c.stdout)
+    steps = [ln for ln in c.stdout.splitlines() if ln.startswith("regression:")]
+    assert c.returncode == 0 and steps, c.stdout + c.stderr
+    for ln in steps:  # the step at the third run, made of the sorts the operator gained
+        assert "where the time went (profiles): aten::sort +" in ln, ln
     prof = pd.read_parquet(a / "profile.parquet")
     results = pd.read_parquet(a / "results.parquet")
     assert set(prof["point_id"]) == set(results["point_id"]) and len(set(prof["point_id"])) == 3
@@ -100,3 +111,26 @@ def test_a_profiled_training_step_leaves_the_trained_weights_as_they_were(tmp_pa
     prof = pd.read_parquet(on / "profile.parquet")
     assert set(prof["phase"]) == {"train_step"} and set(prof["stage"]) == {"level2"}
     assert {"aten::addmm", "aten::mm"} & set(prof["operator"]) and any("Adam" in op for op in prof["operator"])
+
+
+@pytest.mark.slow
+def test_profiling_on_against_off_in_an_interleaved_ab_leaves_the_timings_equivalent(tmp_path: Path) -> None:
+    """An A/A test of the profiled pass: the same points with ``profile.enabled`` off (A) and on (B),
+    measured interleaved by ``d5pipe ab`` until decided: every timing comes out equivalent within
+    the default margin, none changed -- the pass runs after the timed one and leaves it as it was."""
+    conf = ["--config-dir", str(TEST_CONF), "sweep.grid.operators.size=[96]", "repetitions=3"]
+    sides = []
+    for name, enabled in (("off", "false"), ("on", "true")):
+        out = tmp_path / name
+        r = d5pipe("run", "profiled", *conf, f"profile.enabled={enabled}", "--dry-run", "--out", str(out), env=ENV)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        sides.append(str(out))
+    r = d5pipe("ab", *sides, "--out", str(tmp_path / "ab"), "--allow", "profile_ops", "--max-repetitions", "12",
+               "--budget", "300", env=ENV, timeout=900)
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    data = json.loads((tmp_path / "ab" / "ab.json").read_text())
+    assert data["interleaved"] and data["paired"]
+    timings = [t for p in data["comparison"]["points"] for t in p["timings"] if not t["derived_from"]]
+    assert timings and all(t["verdict"] == "equivalent" for t in timings), r.stdout[-3000:]
+    assert (tmp_path / "ab" / "b" / "profile.parquet").is_file() and not (tmp_path / "ab" / "a" / "profile.parquet").exists()

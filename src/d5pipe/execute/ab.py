@@ -44,6 +44,7 @@ from d5pipe.measure import lockstep
 from d5pipe.plan.point_config import fewest_repetitions
 from d5pipe.results.compare import RunComparison, compare_runs, to_json
 from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.profile_changes import explain_comparison
 from d5pipe.results.repetition_values import planned_looks
 from d5pipe.results.timing_compare import Policy
 from d5pipe.rundir.layout import RunDir
@@ -191,6 +192,7 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
             wants = wants_of_comparison(comparison, max_repetitions)
             if not sum(grow(out / side, wants, timing.looks) for side in SIDES):
                 break
+    explain_comparison(comparison, out / "a", out / "b")  # where the time went, when both sides profiled
     alone = measured_alone(out) if pair_dir is not None else 0
     result = AbResult(out, comparison, rounds, pair_dir is not None, time.perf_counter() - t0, codes, alone)
     write_json(out / AB_FILE, {"schema_version": AB_SCHEMA_VERSION,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from d5pipe.history.queries import run_rows_of, series_groups, series_info
+from d5pipe.history.queries import run_rows_of, series_groups, series_info, series_profiles
 from d5pipe.history.steps import (
     DEFAULT_ALPHA,
     DEFAULT_MIN_STEP,
@@ -21,6 +21,7 @@ from d5pipe.history.steps import (
     family_noise,
 )
 from d5pipe.provenance.environment import flatten
+from d5pipe.results.profiles import explain_change
 from d5pipe.results.timing_compare import lower_is_better
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ class Finding:
     also: tuple[str, ...] = ()
     """Metrics of the same configuration that are a constant multiple or reciprocal of this one
     (GFLOP/s, GB/s of a time): the same step, shown once."""
+    why: str = ""
+    """Where the time went, when runs on both sides of the step were profiled: the operators whose
+    self time changed most (d5pipe.results.profiles.explain_change)."""
 
     @property
     def regression(self) -> bool:
@@ -63,10 +67,11 @@ class Finding:
         what = "regression" if self.regression else "improvement"
         why = "; ".join(self.changed) if self.changed else "nothing recorded changed"
         also = f" (also {', '.join(self.also)})" if self.also else ""
+        went = f"; where the time went (profiles): {self.why}" if self.why else ""
         return (f"{what}: {self.experiment} {self.stage} {self.params} {self.metric}{also}: x{self.step.ratio:.3f} "
                 f"[{lo:.3f}, {hi:.3f}] from run {self.run_after} ({_when(self.created_after)}; "
                 f"{self.step.runs_before} runs before, {self.step.runs_after} after, p={self.step.p:.2g}) "
-                f"on machine {self.machine}; changed: {why}")
+                f"on machine {self.machine}; changed: {why}{went}")
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,7 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
     info = series_info(con, experiment)
     family = _family(con, experiment, info)
     results: list[SeriesResult] = []
-    pending: list[tuple[Any, Step, Any, Any]] = []
+    pending: list[tuple[Any, Step, Any, Any, tuple[str, list[str], list[str]]]] = []
     for (ser, metric, machine), g in series_groups(con, experiment):
         about = info[(ser, metric)]
         chk = check_series(run_logs(g, str(about.unit), metric), family.get(_name(metric)), alpha, min_step,
@@ -151,16 +156,24 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
                                     tuple(g["run_id"]), chk))
         for st in chk.steps:
             if since is None or _after(g["created"].iloc[st.index], since):
-                pending.append((about, st, g.iloc[st.index - 1], g.iloc[st.index]))
-    rows = run_rows_of(con, sorted({str(r["run_id"]) for _, _, b, a in pending for r in (b, a)}))
+                ids = [str(r) for r in g["run_id"]]  # the profiles are read once the series' stream is done
+                sides = (ser, ids[st.index - st.runs_before:st.index], ids[st.index:st.index + st.runs_after])
+                pending.append((about, st, g.iloc[st.index - 1], g.iloc[st.index], sides))
+    rows = run_rows_of(con, sorted({str(r["run_id"]) for _, _, b, a, _ in pending for r in (b, a)}))
     findings = [Finding(str(about.experiment), str(about.stage), str(about.params), str(after["metric"]),
                         str(about.unit), str(after["machine"]), st, str(before["run_id"]), str(after["run_id"]),
                         after["created"],
                         what_changed(rows.get(str(before["run_id"]), {}), rows.get(str(after["run_id"]), {})),
-                        lower_is_better(str(about.unit), str(after["metric"])))
-                for about, st, before, after in pending]
+                        lower_is_better(str(about.unit), str(after["metric"])), why=_why(con, *sides))
+                for about, st, before, after, sides in pending]
     findings.sort(key=lambda f: (not f.regression, -abs(math.log(f.step.ratio))))
     return HistoryCheck(_fold_derived(findings), results)
+
+
+def _why(con: duckdb.DuckDBPyConnection, series: str, before: list[str], after: list[str]) -> str:
+    """The operators whose self time changed most between the profiled runs ``before`` and
+    ``after`` a step of ``series`` ('' unless both sides hold a profile)."""
+    return explain_change(series_profiles(con, series, before), series_profiles(con, series, after))
 
 
 def _fold_derived(findings: list[Finding]) -> list[Finding]:

@@ -5,7 +5,7 @@ series: the median over the run's repetitions)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -114,3 +114,18 @@ def series_groups(con: duckdb.DuckDBPyConnection, experiment: str | None = None
     if carry is not None and len(carry):
         first = carry.iloc[0]
         yield (str(first["series"]), str(first["metric"]), str(first["machine"])), carry.reset_index(drop=True)
+
+
+def series_profiles(con: duckdb.DuckDBPyConnection, series: str, run_ids: Sequence[str]) -> pd.DataFrame:
+    """The profiled operators of one series in ``run_ids``: per (phase, operator), the median over
+    those runs' points of the self seconds per call (d5pipe.results.profiles.by_operator's columns);
+    empty where no run was profiled, or the store predates profiles."""
+    import pandas as pd
+
+    tables = con.execute("SELECT 1 FROM information_schema.tables WHERE table_name = 'profiles'").fetchone()
+    if not tables or not run_ids:
+        return pd.DataFrame(columns=["phase", "operator", "self_per_call_s"])
+    marks = ", ".join("?" * len(run_ids))
+    return con.execute("SELECT phase, operator, median(self_per_call_s) AS self_per_call_s FROM profiles "
+                       f"WHERE series = ? AND run_id IN ({marks}) GROUP BY ALL ORDER BY phase, operator",
+                       [series, *run_ids]).df()

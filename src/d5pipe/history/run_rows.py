@@ -30,6 +30,8 @@ RUN_COLUMNS = ("run_id", "experiment", "created", "run_dir", "hostname", "machin
                "slurm_cluster", "imported")
 RESULT_COLUMNS = ("run_id", "experiment", "stage", "series", "params", "point_id", "repeat", "metric",
                   "unit", "kind", "value", "ci_low", "ci_high", "status", "record")
+PROFILE_COLUMNS = ("run_id", "series", "point_id", "phase", "operator", "self_per_call_s")
+"""A profiled point's operators (d5pipe.results.profiles.by_operator), under the point's series."""
 
 
 def stage_config(config: dict[str, Any], stage: str) -> dict[str, Any] | None:
@@ -133,3 +135,19 @@ def _float(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if f != f else f
+
+
+def profile_rows(run_dir: Path, run_id: str, results: pd.DataFrame) -> pd.DataFrame:
+    """Each profiled point's operators with their self seconds per call (the median over its profiled
+    repetitions and ranks), under the point's series (``results``: :func:`run_rows`'s rows); none
+    without a ``profile.parquet``."""
+    import pandas as pd
+
+    from d5pipe.results.profile_changes import read_profiles
+    from d5pipe.results.profiles import by_operator
+
+    ops = by_operator(read_profiles(run_dir))
+    if ops.empty or results.empty:
+        return pd.DataFrame(columns=list(PROFILE_COLUMNS))
+    series = results.drop_duplicates(["stage", "point_id"])[["stage", "point_id", "series"]]
+    return ops.merge(series, on=["stage", "point_id"]).assign(run_id=run_id)[list(PROFILE_COLUMNS)]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.user_dirs import user_data_dir
-from d5pipe.history.run_rows import RESULT_COLUMNS, RUN_COLUMNS
+from d5pipe.history.run_rows import PROFILE_COLUMNS, RESULT_COLUMNS, RUN_COLUMNS
 
 if TYPE_CHECKING:
     import duckdb
@@ -28,7 +28,9 @@ OFF = ("off", "none", "0", "no")
 """``D5PIPE_HISTORY=off``: finished runs are not appended (``d5pipe run --no-history`` does the same)."""
 LOCK_TIMEOUT_S = 600.0
 SCHEMA_VERSION = 2
-"""2: series named by the point's config hash (was its sweep parameters), runs carry ``slurm_cluster``."""
+"""2: series named by the point's config hash (was its sweep parameters), runs carry ``slurm_cluster``.
+The ``profiles`` table (a profiled point's operators) came later within 2: a store written before it
+gains it, empty, when it is next written to, and reads as holding no profiles until then."""
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -40,6 +42,8 @@ CREATE TABLE IF NOT EXISTS results (run_id VARCHAR, experiment VARCHAR, stage VA
   params VARCHAR, point_id VARCHAR, repeat INTEGER, metric VARCHAR, unit VARCHAR, kind VARCHAR,
   value DOUBLE, ci_low DOUBLE, ci_high DOUBLE, status VARCHAR, record VARCHAR);
 CREATE INDEX IF NOT EXISTS results_series ON results (series, metric);
+CREATE TABLE IF NOT EXISTS profiles (run_id VARCHAR, series VARCHAR, point_id VARCHAR, phase VARCHAR,
+  operator VARCHAR, self_per_call_s DOUBLE);
 INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');
 """
 
@@ -107,10 +111,12 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                           "start a new store (--history FILE) and d5pipe history import the runs into it")
 
 
-def append(path: Path, run: dict[str, Any], results: pd.DataFrame) -> bool:
-    """Add one run (False: it was already there, nothing written). One transaction: a run lands
-    whole or not at all."""
+def append(path: Path, run: dict[str, Any], results: pd.DataFrame, profiles: pd.DataFrame | None = None) -> bool:
+    """Add one run and its profiles (False: it was already there, nothing written). One
+    transaction: a run lands whole or not at all."""
     import pandas as pd
+
+    profiles = pd.DataFrame(columns=list(PROFILE_COLUMNS)) if profiles is None else profiles
 
     with connect(path, write=True) as con:
         if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run["run_id"]]).fetchone():
@@ -121,21 +127,23 @@ def append(path: Path, run: dict[str, Any], results: pd.DataFrame) -> bool:
         try:
             con.register("new_run", row)
             con.register("new_results", results[list(RESULT_COLUMNS)])
+            con.register("new_profiles", profiles[list(PROFILE_COLUMNS)])
             con.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) SELECT * FROM new_run")
             con.execute(f"INSERT INTO results ({', '.join(RESULT_COLUMNS)}) SELECT * FROM new_results")
+            con.execute(f"INSERT INTO profiles ({', '.join(PROFILE_COLUMNS)}) SELECT * FROM new_profiles")
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
             raise
         finally:
-            con.unregister("new_run")
-            con.unregister("new_results")
+            for name in ("new_run", "new_results", "new_profiles"):
+                con.unregister(name)
     return True
 
 
 def add_run_dir(path: Path, run_dir: Path) -> tuple[str, bool]:
     """Append a finished run directory; (run_id, whether it was new)."""
-    from d5pipe.history.run_rows import run_rows
+    from d5pipe.history.run_rows import profile_rows, run_rows
 
     run, rows = run_rows(run_dir)
-    return run["run_id"], append(path, run, rows)
+    return run["run_id"], append(path, run, rows, profile_rows(run_dir, run["run_id"], rows))

@@ -54,6 +54,7 @@ from d5pipe.provenance import environment as envinfo
 from d5pipe.provenance.bundle import is_archive, opened_bundle, verify
 from d5pipe.results.compare import PointComparison, compare_loaded, load_points
 from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.profile_changes import explain_comparison
 from d5pipe.results.timing_compare import Policy
 from d5pipe.rundir.layout import RunDir
 
@@ -217,6 +218,8 @@ def _judge(points: list[PointComparison], only_ref: list[tuple[str, str]], only_
                 continue
             tcounts[t.verdict] += 1
             line = f"{p.stage}/{p.point_id} {t.metric}: {t.label()}: {t.text()}"
+            if p.why and t.verdict == "changed":
+                line += f"; where the time went (profiles): {p.why}"
             if t.verdict == "changed":
                 timing.append(line)
             elif t.verdict == "inconclusive":
@@ -305,6 +308,7 @@ def reproduce(bundle: Path, out: Path | None, strict_env: bool, rerun: RerunFn,
                 raise D5PipeError(f"{out}: the re-run wrote no results.parquet")
             measured = _measured_comparison(manifest, _read_manifest(out), ref_dir, out)
             result = compare_loaded(reference, load_points(out), policy, check_seeds=True, timing=timing)
+            explain_comparison(result, ref_dir, out)  # where the time went, when both were profiled
         finally:
             restore()
     failures, changed, undecided, counts, tcounts = _judge(result.points, result.only_ref, result.only_new,

@@ -1,5 +1,6 @@
-"""The operators a changed timing is made of: ``d5pipe compare`` sets each changed configuration's
-``why`` from both runs' ``profile.parquet`` (d5pipe.results.profiles)."""
+"""The operators a changed timing is made of: ``d5pipe compare``, ``ab`` and ``reproduce`` set each
+changed configuration's ``why`` from both runs' ``profile.parquet`` (d5pipe.results.profiles);
+``history check`` does the same from the profiles the store keeps (d5pipe.history.check)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def read_profiles(run_dir: Path) -> pd.DataFrame:
 
 def explain_comparison(result: RunComparison, a: Path, b: Path, limit: int = 3) -> None:
     """Set ``why`` on each configuration with a changed timing that both runs profiled: the
-    operators whose self time changed most (``d5pipe compare``; ``ab`` and ``reproduce`` do not ask yet)."""
+    operators whose self time changed most (``d5pipe compare``, ``ab`` and ``reproduce``)."""
     changed = [p for p in result.points if any(t.verdict == "changed" and not t.derived_from for t in p.timings)]
     if not changed:
         return
