@@ -134,3 +134,32 @@ def test_profiling_on_against_off_in_an_interleaved_ab_leaves_the_timings_equiva
     timings = [t for p in data["comparison"]["points"] for t in p["timings"] if not t["derived_from"]]
     assert timings and all(t["verdict"] == "equivalent" for t in timings), r.stdout[-3000:]
     assert (tmp_path / "ab" / "b" / "profile.parquet").is_file() and not (tmp_path / "ab" / "a" / "profile.parquet").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_quickstart_profiled_at_all_four_levels_and_its_report_in_chromium(tmp_path: Path) -> None:
+    """The shipped quickstart with ``profile.enabled=true`` (one repetition): every point that ran
+    has profile rows, at levels 0-3 (at level 3 each rank's, its collective among the operators),
+    every trace is Chrome-trace JSON, and the report's profile section lays out in Chromium with
+    nothing on the console."""
+    from tests.test_report_browser import console_lines, render, section_boxes
+
+    run = tmp_path / "quickstart"
+    r = d5pipe("run", "quickstart", "repetitions=1", "profile.enabled=true", "--out", str(run))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof, results = pd.read_parquet(run / "profile.parquet"), pd.read_parquet(run / "results.parquet")
+    ran = results[results["status"] == "ok"]
+    assert set(ran["stage"]) == set(prof["stage"]) == {"level0", "level1", "level2", "level3"}
+    for stage, g in ran.groupby("stage"):
+        assert set(g["point_id"]) == set(prof[prof["stage"] == stage]["point_id"]), stage
+    level3 = prof[prof["stage"] == "level3"]
+    assert level3.groupby("point_id")["rank"].nunique().max() == 2  # the 2-rank point: both ranks
+    assert "c10d::allreduce_" in set(level3["operator"])  # DDP's gradient allreduce
+    for stage, name in set(zip(prof["stage"], prof["trace"], strict=True)):
+        assert json.loads((run / "profiles" / stage / name).read_text())["traceEvents"], name
+    html = run / "report.html"
+    assert "Where the time goes" in html.read_text() and "c10d::allreduce_" in html.read_text()
+    assert console_lines(render(html, tmp_path / "report.png", tmp_path / "chromium")) == []
+    top, bottom = section_boxes(html, tmp_path)["profiles"]
+    assert bottom - top > 100  # laid out, not collapsed

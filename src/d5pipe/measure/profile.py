@@ -31,7 +31,9 @@ class ProfileConf:
     enabled: bool = False
     """Profile every point of the run (``d5pipe profile RUN POINT_ID`` profiles one afterwards)."""
     iterations: int = at_least(5, 1)
-    """Calls of the point's function (level 0, 1) under the profiler."""
+    """Calls of the point's function under the profiler: level 0's operator, level 1's network,
+    a training step at level 2, and on each rank a step of the strategy at level 3 (its
+    collectives included)."""
     top: int = at_least(10, 1)
     """Operators per point the report lists, by self time."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +46,15 @@ class ByteCounter:
 
     @contextmanager
     def timing(self) -> Iterator[None]:
-        """Add the wall time of the block (the outermost block only, when they nest)."""
+        """Add the wall time of the block (the outermost block only, when they nest); under a
+        profiler (a profiled pass) the block is also the operator ``d5pipe:collective``."""
         self._depth += 1
+        label = torch.profiler.record_function("d5pipe:collective") \
+            if self._depth == 1 and torch.autograd._profiler_enabled() else nullcontext()
         t0 = time.perf_counter()
         try:
-            yield
+            with label:
+                yield
         finally:
             self._depth -= 1
             if self._depth == 0:

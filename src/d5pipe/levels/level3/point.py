@@ -201,6 +201,11 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
         data_path, _ = ensure(dict(cfg["dataset"]), Path(ctx.data_dir).resolve())
         spec["data_path"] = str(data_path)
+        if ctx.profile and ctx.profile.get("enabled") and ctx.profile_dir is not None:
+            traces = Path(ctx.profile_dir).resolve()  # the ranks run in a directory of their own
+            traces.mkdir(parents=True, exist_ok=True)  # each rank profiles after its timed steps
+            spec["profile"] = {"iterations": int(ctx.profile.get("iterations", 5)),
+                               "trace": str(traces / f"{ctx.point_id}.rank{{rank}}.train_step.trace.json")}
     options = launch_options(ctx)
     if options["executor_name"] != "slurm" and int(dist_cfg["nodes"]) > 1:
         raise PointSkipped(f"distributed.nodes={dist_cfg['nodes']} needs the slurm executor "
@@ -226,6 +231,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
     result.metrics.append(shard_metric(out_dir, workers, len(data.y_train), int(spec["global_batch"])))
     result.metrics += quality.test_metrics(spec, data, out_dir)
     result.extra["training_seed"] = spec["training_seed"]
+    passes = [r["profile"] for r in rank_results if r.get("profile")]
+    if passes:  # one profiled pass per rank (d5pipe.levels.level3.worker)
+        result.extra["profile"] = passes
     target = setting(dist_cfg, DistributedConf, "target_loss")
     if target is not None:
         reached, note = quality.target_metrics(spec, rank_results, float(target))

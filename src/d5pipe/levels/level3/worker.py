@@ -135,7 +135,9 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     save_samples(out_dir, rank, used)
     if rank == 0:
         torch.save(training.flat_params(model), out_dir / "params_rank0.pt")
+    profiled = _profiled_steps(backend, spec, model, xb, yb, device) if spec.get("profile") and used else None
     return {
+        "profile": profiled,
         "times_s": times,
         "comm_bytes_per_step": step_bytes,
         "comm_calls_per_step": step_calls,
@@ -154,6 +156,28 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
         "energy": None if span is None else span.record(ran),
         "stopped": stop.record(ran, steps),
     }
+
+
+def _profiled_steps(backend: Backend, spec: dict[str, Any], model: torch.nn.Module, xb: torch.Tensor,
+                    yb: torch.Tensor, device: torch.device) -> dict[str, Any]:
+    """This rank's profiled pass (d5pipe.measure.profile), after its timed steps, every rank
+    together: steps of the strategy on the last batch, run by a twin of the trained model with an
+    optimizer and a strategy of its own, so the trained weights, the recorded metrics and the
+    serial check are untouched. The collectives d5pipe counts show as ``d5pipe:collective``."""
+    import copy
+
+    from d5pipe.measure.profile import profile_calls
+
+    twin = copy.deepcopy(model)
+    strategy = training.build_strategy(spec)
+    comm = Communicator(backend)
+    step = strategy.make_step(twin, make_optimizer(spec["train"], twin.parameters()), training.loss_fn(), comm)
+    trace = Path(str(spec["profile"]["trace"]).format(rank=backend.rank))
+    out = profile_calls(lambda: step(xb, yb), int(spec["profile"]["iterations"]), trace,
+                        cuda=device.type == "cuda", sync=lambda: synchronize(device), phase="train_step")
+    strategy.finish(twin, comm)
+    backend.counter.reset()
+    return {**out, "rank": backend.rank}
 
 
 def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> None:
