@@ -163,3 +163,13 @@ def test_the_quickstart_profiled_at_all_four_levels_and_its_report_in_chromium(t
     assert console_lines(render(html, tmp_path / "report.png", tmp_path / "chromium")) == []
     top, bottom = section_boxes(html, tmp_path)["profiles"]
     assert bottom - top > 100  # laid out, not collapsed
+
+
+def test_plan_prices_the_profiled_passes() -> None:
+    """``d5pipe plan`` shows what ``profile.enabled`` adds: a pass per point (two at level 1)."""
+    on = d5pipe("plan", "quickstart", "profile.enabled=true")
+    assert on.returncode == 0, on.stderr
+    [line] = [ln.strip() for ln in on.stdout.splitlines() if ln.strip().startswith("profile:")]
+    assert line.startswith("profile: 51 profiled passes after the timed ones, ~5 s")  # 30 + 2 x 6 + 3 + 6
+    off = d5pipe("plan", "quickstart")
+    assert off.returncode == 0 and "profile:" not in off.stdout

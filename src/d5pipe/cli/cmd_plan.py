@@ -65,6 +65,22 @@ def until_decided_cost(plan: Plan, budget_s: float, max_repetitions: int) -> str
             f"after {budget_s:.0f} s in all")
 
 
+def profile_cost(plan: Plan) -> list[str]:
+    """With ``profile.enabled``: what the profiled passes add to the timed work (the cost model's
+    d5pipe.levels.cost_model.PROFILE_PASS_S a pass)."""
+    from d5pipe.levels.cost_model import PROFILE_PASS_S
+    from d5pipe.levels.registry import STAGES
+    from d5pipe.measure.profile import enabled
+
+    if not enabled(plan.config.get("profile")):
+        return []
+    passes = sum(len(sp.point_ids) * STAGES[stage].profiled_passes for stage, sp in plan.stages.items()
+                 if stage in STAGES)
+    work = sum(sum(sp.costs) for sp in plan.stages.values())
+    return [f"profile: {passes} profiled passes after the timed ones, ~{passes * PROFILE_PASS_S:.0f} s beside "
+            f"~{work:.0f} s of timed work ({PROFILE_PASS_S:g} s a pass, d5pipe.levels.cost_model)"]
+
+
 def slurm_lines(plan: Plan) -> list[str]:
     """Under ``executor.name: slurm``: the site's limits (read from the cluster) and how the
     stages' shards are submitted under them (d5pipe.execute.slurm_limits)."""
@@ -90,12 +106,13 @@ def main(args: argparse.Namespace) -> int:
     stale = code_stale(plan, Path(run_dir))
     missing = unavailable(plan)
     slurm = slurm_lines(plan)
+    profiled = profile_cost(plan)
     if args.json:
         print(json.dumps({**summary.to_dict(), "stale": stale, "code": sorted(plan.code), "unavailable": missing,
-                          "slurm": slurm}, indent=1))
+                          "slurm": slurm, "profile": profiled}, indent=1))
     else:
         print(format_summary(summary))
-        for line in stale + missing + slurm:
+        for line in stale + missing + slurm + profiled:
             print(f"  {line}")
         if args.until_decided:
             print(f"  {until_decided_cost(plan, args.budget, args.max_repetitions)}")

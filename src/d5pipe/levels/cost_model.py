@@ -10,7 +10,9 @@ documented, not measured:
   timer.min_block_s`` when that is less (blocks of calls shorter than ``min_block_s`` last about
   ``min_block_s``, so a point with few samples of a fast operator stops long before its budget);
 * ``torch.compile`` adds :data:`COMPILE_S` per compiled call site;
-* a training step of a small model on a CPU costs :data:`STEP_S`, an evaluation :data:`EVAL_S`.
+* a training step of a small model on a CPU costs :data:`STEP_S`, an evaluation :data:`EVAL_S`;
+* a profiled pass (``profile.enabled``) :data:`PROFILE_PASS_S` (shown by ``d5pipe plan``, not packed
+  into shards: it is small beside the timed work).
 
 Defaults come from the schemas (d5pipe.core.fields.setting), never re-spelled here.
 """
@@ -28,6 +30,11 @@ POINT_FIXED_S = 0.05
 COMPILE_S = 15.0
 STEP_S = 0.005
 EVAL_S = 0.05
+PROFILE_PASS_S = 0.1
+"""One profiled pass (``profile.enabled``): its warm call, ``profile.iterations`` calls under
+torch.profiler and the trace written. Measured on this project's 2-core VM (the quickstart,
+2026-12-07; each record's ``pass_s``): medians 5 ms (level 0), 7 and 22 ms (level 1), 50 ms (level
+2), 94 ms (level 3); the first pass of a process up to 0.65 s."""
 DEFAULT_TRAIN_SAMPLES = 1500
 """Training samples assumed when the dataset's size is not in its config (digits: 1347)."""
 GENERATED = ("synthetic", "synthetic_images", "synthetic_tokens")

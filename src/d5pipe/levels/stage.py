@@ -90,6 +90,10 @@ class Level:
     """The axis that counts parallel workers (a speedup above it is implausible)."""
     requires: Callable[[PointConfig], list[tuple[str, str]]] = _none
     """``(setting, Python package)`` a point needs installed (``d5pipe plan`` names what is missing)."""
+    profiled_passes: int = 1
+    """Profiled passes one point runs when ``profile.enabled`` (d5pipe.measure.profile; level 1: its
+    inference and its forward+backward; level 3: one per rank, the ranks at once): ``d5pipe plan``
+    prices them with d5pipe.levels.cost_model.PROFILE_PASS_S."""
     identity_files: Callable[[PointConfig], dict[str, str]] = lambda cfg: {}
     """``{"file:<path>": sha256}`` of files whose content is part of a point's identity."""
     needs_data: bool = False

@@ -50,6 +50,7 @@ def profile_calls(fn: Callable[[], object], iterations: int, trace: Path | None 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    started = time.perf_counter()
     fn()
     sync()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -74,4 +75,5 @@ def profile_calls(fn: Callable[[], object], iterations: int, trace: Path | None 
         with replacing(trace, durable=False, created=False) as tmp:  # the profiler writes the file itself
             prof.export_chrome_trace(str(tmp))
         out["trace"] = trace.name
+    out["pass_s"] = time.perf_counter() - started  # what the pass added to the point: its measured cost
     return out

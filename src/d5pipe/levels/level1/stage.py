@@ -44,7 +44,7 @@ LEVEL = Level(
     schemas={SECTION: Level1Conf}, check_point=validate.check_point, cost=cost,
     runner=point_runner("d5pipe.levels.level1.point"),
     used_targets=validate.used_targets, check_targets=validate.check_targets, requires=requires, identity_files=identity_files, needs_data=True,
-    metrics=NETWORK_METRICS,
+    metrics=NETWORK_METRICS, profiled_passes=2,
     factors=(Factor(f"{SECTION}.impl", "eager", ("inference_latency", "fwd_bwd_time"), "implementations"),
              Factor(f"{SECTION}.runtime", "torch", ("inference_latency",), "runtimes"),
              Factor(f"{SECTION}.micro_batches", "1", ("fwd_bwd_time",), "micro-batching",
