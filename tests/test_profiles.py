@@ -173,3 +173,25 @@ def test_plan_prices_the_profiled_passes() -> None:
     assert line.startswith("profile: 51 profiled passes after the timed ones, ~5 s")  # 30 + 2 x 6 + 3 + 6
     off = d5pipe("plan", "quickstart")
     assert off.returncode == 0 and "profile:" not in off.stdout
+
+
+@pytest.mark.slow
+def test_onnx_runtime_and_openvino_points_are_profiled_by_the_runtimes_own_profilers(tmp_path: Path) -> None:
+    """At level 1 on ONNX Runtime and OpenVINO the pass is the runtime's own profiler (torch.profiler
+    would see one opaque call): ONNX Runtime's kernel time per node type with its Chrome trace,
+    OpenVINO's per-layer counters per layer type and kernel."""
+    run = tmp_path / "runtimes"
+    r = d5pipe("run", "quickstart", "stages=[level1]", "sweep.grid.level1.runtime=[onnxruntime,openvino]",
+               "sweep.grid.level1.batch_size=[16]", "repetitions=1", "profile.enabled=true", "--out", str(run))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof = pd.read_parquet(run / "profile.parquet")
+    by_source = {src: g for src, g in prof.groupby("source")}
+    assert set(by_source) == {"onnxruntime profiler", "openvino PERF_COUNT"}
+    ort, ov = by_source["onnxruntime profiler"], by_source["openvino PERF_COUNT"]
+    assert ort["operator"].str.startswith("ort::").all() and "ort::Gemm" in set(ort["operator"]) | {
+        o.replace("Fused", "") for o in ort["operator"]}
+    assert ov["operator"].str.startswith("ov::FullyConnected").any() and (ov["self_s"] > 0).all()
+    assert set(ort["calls"]) == set(ov["calls"]) == {5}  # profile.iterations: the warm run left out
+    [name] = set(ort["trace"])
+    assert json.loads((run / "profiles" / "level1" / name).read_text())["traceEvents"]
+    assert set(ov["trace"]) == {""}  # OpenVINO writes no trace

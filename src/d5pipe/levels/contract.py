@@ -78,16 +78,19 @@ def run_closers(cache: dict[str, Any]) -> None:
 
 
 def profile_pass(ctx: PointContext, extra: dict[str, Any], fn: Callable[[], object], phase: str,
-                 device: str = "cpu", sync: Callable[[], None] = lambda: None) -> None:
+                 device: str = "cpu", sync: Callable[[], None] = lambda: None,
+                 native: Callable[[int, Path | None], dict[str, Any]] | None = None) -> None:
     """The point's profiled pass of ``phase`` (d5pipe.measure.profile), after its timed pass, when
     the run asks for one: appended to the record's ``profile`` list; its trace goes to
-    ``ctx.profile_dir``. Nothing otherwise."""
+    ``ctx.profile_dir``. ``native(iterations, trace)``: the engine's own profiler, in place of
+    torch.profiler. Nothing without ``profile.enabled``."""
     if not ctx.profile or not ctx.profile.get("enabled"):
         return
     from d5pipe.measure.profile import profile_calls
 
     name = f"{ctx.point_id}.{phase}.trace.json"
     trace = ctx.profile_dir / name if ctx.profile_dir is not None else None
+    iterations = int(ctx.profile.get("iterations", 5))
     extra.setdefault("profile", []).append(
-        profile_calls(fn, int(ctx.profile.get("iterations", 5)), trace, cuda=device.startswith("cuda"),
-                      sync=sync, phase=phase))
+        native(iterations, trace) if native is not None else
+        profile_calls(fn, iterations, trace, cuda=device.startswith("cuda"), sync=sync, phase=phase))

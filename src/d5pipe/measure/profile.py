@@ -66,14 +66,22 @@ def profile_calls(fn: Callable[[], object], iterations: int, trace: Path | None 
         if cuda:
             self_s += getattr(evt, "self_device_time_total", 0.0) / 1e6
         rows.append({"operator": evt.key, "calls": int(evt.count), "self_s": self_s,
-                     "total_s": evt.cpu_time_total / 1e6, "share": self_s / wall if wall > 0 else None,
+                     "total_s": evt.cpu_time_total / 1e6,
                      "input_shapes": str(evt.input_shapes) if evt.input_shapes else ""})
-    rows.sort(key=lambda r: -r["self_s"])
-    out: dict[str, Any] = {"phase": phase, "source": SOURCE, "torch": torch.__version__, "iterations": iterations,
-                           "step_s": wall / iterations, "rows": rows}
+    out = pass_record(phase, SOURCE, {"torch": torch.__version__}, iterations, wall, rows)
     if trace is not None:
         with replacing(trace, durable=False, created=False) as tmp:  # the profiler writes the file itself
             prof.export_chrome_trace(str(tmp))
         out["trace"] = trace.name
     out["pass_s"] = time.perf_counter() - started  # what the pass added to the point: its measured cost
     return out
+
+
+def pass_record(phase: str, source: str, versions: dict[str, str], iterations: int, wall: float,
+                rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One profiled pass as a record keeps it (every source's, torch.profiler's and a runtime's own):
+    ``rows`` (operator, calls, self_s, total_s, input_shapes) sorted by self time, each with its
+    share of the profiled loop's ``wall`` seconds; the caller adds ``trace`` and ``pass_s``."""
+    rows = sorted(({**r, "share": r["self_s"] / wall if wall > 0 else None} for r in rows), key=lambda r: -r["self_s"])
+    return {"phase": phase, "source": source, **versions, "iterations": iterations, "step_s": wall / iterations,
+            "rows": rows}

@@ -12,6 +12,7 @@ sha256 is part of the point's identity (d5pipe.plan.build), like user code.
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -23,7 +24,7 @@ import torch
 from d5pipe.core.atomic import file_sha256
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.outcome import PointOutcome
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level1.output_check import judge
 from d5pipe.levels.level1.runtimes.contract import ReadsOnnx
@@ -124,6 +125,8 @@ def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any
         "timer_inference": m.info(), "warnings": [f"inference: {w}" for w in m.warnings],
         "not_measured": {"fwd_bwd": "a network given as an ONNX file runs inference only"},
     }
+    profile_pass(ctx, extra, infer, "inference",  # the runtime's own profiler where it has one
+                 native=None if prepared.profile is None else functools.partial(prepared.profile, x))
     if conf.output_check:
         found, extra["output_check"] = judge(prepared.run(x), reference_outputs(path, name, x), torch.float32, conf,
                                              "onnx.reference.ReferenceEvaluator, float64 copy of the graph")

@@ -33,6 +33,7 @@ import functools
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -63,6 +64,9 @@ from d5pipe.measure.memory import peak_memory
 from d5pipe.measure.peak import flops_peak
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
+
+Native = Callable[[int, Path | None], dict[str, Any]] | None
+"""A runtime's own profiler of its inference, bound to the point's batch (Prepared.profile)."""
 
 
 def input_batch(data: Dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,7 +139,7 @@ def _prepare_model(
 
 
 def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
-                   device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any]]:
+                   device: torch.device) -> tuple[Callable[..., torch.Tensor], dict[str, Any], Native]:
     """The network on ``level1.runtime`` (d5pipe.levels.level1.runtimes): a callable batch -> outputs
     and what to record (name, versions, what it was told, threads asked and used, the ONNX file)."""
     if device.type != "cpu":
@@ -151,12 +155,13 @@ def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
                          "sha256": prepared.onnx["sha256"]}} if prepared.onnx else {})}
     if prepared.threads is None:
         info["warning"] = "the runtime does not report its intra-op threads: not pinned as far as d5pipe can tell"
-    return prepared.run, info
+    native = None if prepared.profile is None else functools.partial(prepared.profile, x)
+    return prepared.run, info, native
 
 
 def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mode: str, fn: Callable[[], None],
-                  eager: Callable[[], None], compiled: bool, on_torch: bool, label: str, extra: dict[str, Any]
-                  ) -> tuple[list[Metric], list[float]]:
+                  eager: Callable[[], None], compiled: bool, on_torch: bool, label: str, extra: dict[str, Any],
+                  native: Native = None) -> tuple[list[Metric], list[float]]:
     """Time ``fn`` (one ``mode`` of the network) after a first call that is timed on its own (a
     compiled network compiles there); its rate, FLOPs (counted on the ``eager`` model: the same
     mathematics) and peak memory. Returns its metrics and time samples; notes go into ``extra``."""
@@ -181,7 +186,7 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
         metrics += flop_metrics(f"_{mode}", counted / conf.batch_size, throughput, fpeak)
     extra[f"timer_{mode}"] = m.info()
     extra["warnings"] += [f"{mode}: {w}" for w in m.warnings]
-    profile_pass(ctx, extra, fn, mode, str(device), lambda: synchronize(device))
+    profile_pass(ctx, extra, fn, mode, str(device), lambda: synchronize(device), native)
     if conf.measure_memory and on_torch:  # the torch allocator sees only PyTorch's own memory
         peak = peak_memory(fn, str(device))
         metrics.append(metric(f"peak_memory_{mode}", peak.bytes))
@@ -207,8 +212,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
     runtime_info: dict[str, Any] = {"name": conf.runtime if on_torch else "torch",
                                     "versions": {"torch": str(torch.__version__)}, "threads": torch.get_num_threads(),
                                     **({"told": {"compile_mode": conf.compile_mode}} if compiled else {})}
+    native: Native = None  # a runtime's own profiler (its inference)
     if not on_torch:
-        forward, runtime_info = _other_runtime(ctx, model, x, device)
+        forward, runtime_info, native = _other_runtime(ctx, model, x, device)
 
     def infer(net: Callable[..., torch.Tensor] = forward) -> None:
         with torch.inference_mode():
@@ -238,7 +244,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         set_mode()
         eager = functools.partial(fn, model)  # the FLOPs are counted on the eager model: the same mathematics
         measured, samples[f"{MODE_NAMES[mode][0]}_s"] = _measure_mode(ctx, conf, device, mode, fn, eager,
-                                                                       compiled, on_torch, label, extra)
+                                                                       compiled, on_torch, label, extra, native)
         metrics += measured
     model.zero_grad(set_to_none=True)
     if check is not None:

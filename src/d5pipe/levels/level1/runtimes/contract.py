@@ -39,6 +39,11 @@ class Prepared:
     threads: int | None = None
     onnx: dict[str, str] = field(default_factory=dict)
     """``{"path", "sha256"}`` of the ONNX file the runtime read (empty for PyTorch)."""
+    profile: Callable[[torch.Tensor, int, Path | None], dict[str, Any]] | None = None
+    """The runtime's own profiler, where it has one: ``profile(x, iterations, trace)`` runs one warm
+    and ``iterations`` profiled inferences of ``x`` in a session of its own (the timed one is left as
+    it was) and returns the pass (d5pipe.measure.profile.pass_record; its trace written to ``trace``
+    where the runtime writes one). None: torch.profiler profiles the call (one operator to it)."""
 
 
 class Engine(BaseEngine, Protocol):
