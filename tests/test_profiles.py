@@ -195,3 +195,27 @@ def test_onnx_runtime_and_openvino_points_are_profiled_by_the_runtimes_own_profi
     [name] = set(ort["trace"])
     assert json.loads((run / "profiles" / "level1" / name).read_text())["traceEvents"]
     assert set(ov["trace"]) == {""}  # OpenVINO writes no trace
+
+
+@pytest.mark.slow
+def test_jax_and_tensorflow_training_steps_are_profiled_by_their_own_profilers(tmp_path: Path) -> None:
+    """Level 2 on JAX and TensorFlow: the pass runs the framework's own profiler on a twin built from
+    the trained weights (torch.profiler sees none of their work): XLA's CPU kernels with JAX's
+    Chrome trace, TensorFlow's executor ops per op type; the trained weights are the framework's
+    own (the same checksum with profiling off)."""
+    conf = ["--config-dir", str(TEST_CONF), "+sweep.grid={train.framework: [jax, tensorflow]}", "train.optimizer=sgd"]
+    on, off = tmp_path / "on", tmp_path / "off"
+    for run, enabled in ((on, "true"), (off, "false")):
+        r = d5pipe("run", "profiled_train", *conf, f"profile.enabled={enabled}", "--out", str(run))
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof = pd.read_parquet(on / "profile.parquet")
+    by_source = {src: g for src, g in prof.groupby("source")}
+    assert set(by_source) == {"jax.profiler (XLA CPU kernels)", "tf.profiler (executor ops)"}
+    xla, tf_ops = by_source["jax.profiler (XLA CPU kernels)"], by_source["tf.profiler (executor ops)"]
+    assert xla["operator"].str.startswith("xla::").all() and (xla["self_s"] > 0).all()
+    assert tf_ops["operator"].str.startswith("tf::").all() and not tf_ops["operator"].str.contains("::.*::").any()
+    assert any("MatMul" in op for op in tf_ops["operator"])
+    [name] = set(xla["trace"])
+    assert json.loads((on / "profiles" / "level2" / name).read_text())["traceEvents"]
+    sums = [pd.read_parquet(run / "results.parquet").query("metric == 'weights_sha256'") for run in (on, off)]
+    assert sums[0]["text"].tolist() == sums[1]["text"].tolist() and len(sums[0]) == 2

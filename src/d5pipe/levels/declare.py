@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from d5pipe.core.allowlist import TARGET_KEY
@@ -81,6 +82,16 @@ class Engine(Protocol):
     def versions(self) -> dict[str, str]:
         """The packages that compute, with their versions (recorded with every point)."""
         ...
+
+
+@runtime_checkable
+class Profiles(Protocol):
+    """An engine with a profiler of its own (its operators are invisible to torch.profiler):
+    ``profile_steps(step, iterations, trace)`` calls ``step`` once unprofiled, then ``iterations``
+    times under that profiler, and returns the pass (d5pipe.measure.profile.pass_record), its trace
+    written to ``trace`` where the profiler gives one."""
+
+    def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]: ...
 
 
 @runtime_checkable

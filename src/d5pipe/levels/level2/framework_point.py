@@ -23,8 +23,10 @@ evaluation for every framework (not timed).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,8 +35,9 @@ import torch
 from torch import nn
 
 from d5pipe.core.outcome import Metric, PointOutcome
-from d5pipe.levels.contract import PointContext, PointSkipped
+from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
 from d5pipe.levels.datasets import Dataset
+from d5pipe.levels.declare import Profiles
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.level2.early_stop import EarlyStop
 from d5pipe.levels.level2.frameworks.agreement import Agreement, check, prepare, run_steps
@@ -171,6 +174,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     told, compile_s = prepare(framework, graph, w0, spec, first[0], threads)
     run = _train(framework, model, graph, conf, data, seed)
     weights = framework.weights()
+    profiled = _profile(ctx, make, graph, weights, spec, first[0], threads)
     finite = all(bool(np.isfinite(w).all()) for w in weights.values())
     sane = sanity_checks(run.losses, run.curves, {}, finite, data.n_classes)
     trained, samples, warnings = training_metrics(run.curves, run.step_times, run.epoch_samples, conf.target_accuracy,
@@ -185,4 +189,24 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
         "warnings": warnings, "target_accuracy": conf.target_accuracy, "stopped": run.stopped, "energy": run.energy,
         "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
                   "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
-                  "gathered and evaluation done off the clock"})
+                  "gathered and evaluation done off the clock", **profiled})
+
+
+def _profile(ctx: PointContext, make: Callable[[str], Any], graph: Graph, weights: dict[str, np.ndarray],
+             spec: OptimizerSpec, batch: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
+    """The profiled pass (``profile.enabled``): steps of a twin of the framework, built from the
+    trained weights, so the trained one and its metrics are untouched; under the framework's own
+    profiler where it has one (d5pipe.levels.declare.Profiles), else torch.profiler."""
+    extra: dict[str, Any] = {}
+    if not ctx.profile or not ctx.profile.get("enabled"):
+        return extra
+    twin = make("float32")
+    twin.prepare(graph, {n: np.asarray(w, dtype=np.float32) for n, w in weights.items()}, spec, batch, threads)
+    x, y = batch
+
+    def step() -> None:
+        twin.step(x, y)
+
+    native = functools.partial(twin.profile_steps, step) if isinstance(twin, Profiles) else None
+    profile_pass(ctx, extra, step, "train_step", native=native)
+    return extra

@@ -18,6 +18,7 @@ import operator
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -208,6 +209,16 @@ class JaxFramework:
     def weights(self) -> dict[str, np.ndarray]:
         return self.graph.hwio({n: np.asarray(w, dtype=np.float64) for n, w in {**self.params, **self.buffers}.items()},
                                back=True)
+
+    def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]:
+        """``jax.profiler``: the kernels XLA's CPU runtime ran (its fusions, not jax.numpy's ops)
+        with their time, and JAX's Chrome trace (d5pipe.levels.declare.Profiles)."""
+        import jax
+
+        from d5pipe.measure.xplane import JAX_KERNELS, profiled_steps
+
+        return profiled_steps(step, iterations, trace, lambda d: jax.profiler.trace(str(d), create_perfetto_trace=True),
+                              JAX_KERNELS, "jax.profiler (XLA CPU kernels)", self.versions())
 
 
 FRAMEWORK = Builtin("jax", f"{__name__}.JaxFramework", packages=("optax", "jax"))

@@ -18,10 +18,12 @@ restored after); keras's Adam puts epsilon inside the bias correction
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -229,6 +231,23 @@ class TensorFlowFramework:
         out = {n: np.asarray(v.numpy(), dtype=np.float64) for n, v in zip(self.names, self.vars)}
         return self.graph.hwio(out, back=True) | {n: np.asarray(v.numpy(), dtype=np.float64)
                                                   for n, v in self.buffers.items()}
+
+    def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]:
+        """TensorFlow's profiler (``tf.profiler.experimental``): the ops its executor ran, per op
+        type, with their time (d5pipe.levels.declare.Profiles); it writes no Chrome trace."""
+        from d5pipe.measure.xplane import TF_OPS, profiled_steps
+
+        tf = self._tf
+
+        @contextlib.contextmanager
+        def session(directory: Path) -> Iterator[None]:
+            tf.profiler.experimental.start(str(directory))
+            try:
+                yield
+            finally:
+                tf.profiler.experimental.stop()
+
+        return profiled_steps(step, iterations, trace, session, TF_OPS, "tf.profiler (executor ops)", self.versions())
 
 
 FRAMEWORK = Builtin("tensorflow", f"{__name__}.TensorFlowFramework", packages=("tensorflow",))
