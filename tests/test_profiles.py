@@ -210,8 +210,8 @@ def test_jax_and_tensorflow_training_steps_are_profiled_by_their_own_profilers(t
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     prof = pd.read_parquet(on / "profile.parquet")
     by_source = {src: g for src, g in prof.groupby("source")}
-    assert set(by_source) == {"jax.profiler (XLA CPU kernels)", "tf.profiler (executor ops)"}
-    xla, tf_ops = by_source["jax.profiler (XLA CPU kernels)"], by_source["tf.profiler (executor ops)"]
+    assert set(by_source) == {"jax.profiler (XLA CPU kernels)", "tf.profiler (ops)"}
+    xla, tf_ops = by_source["jax.profiler (XLA CPU kernels)"], by_source["tf.profiler (ops)"]
     assert xla["operator"].str.startswith("xla::").all() and (xla["self_s"] > 0).all()
     assert tf_ops["operator"].str.startswith("tf::").all() and not tf_ops["operator"].str.contains("::.*::").any()
     assert any("MatMul" in op for op in tf_ops["operator"])
@@ -219,3 +219,19 @@ def test_jax_and_tensorflow_training_steps_are_profiled_by_their_own_profilers(t
     assert json.loads((on / "profiles" / "level2" / name).read_text())["traceEvents"]
     sums = [pd.read_parquet(run / "results.parquet").query("metric == 'weights_sha256'") for run in (on, off)]
     assert sums[0]["text"].tolist() == sums[1]["text"].tolist() and len(sums[0]) == 2
+
+
+@pytest.mark.slow
+def test_level0_on_every_framework_is_profiled_by_that_frameworks_profiler(tmp_path: Path) -> None:
+    """Level 0's operators on PyTorch, JAX, TensorFlow and ONNX Runtime: each point's pass comes
+    from its framework's own profiler, and names the framework's own matmul."""
+    run = tmp_path / "frameworks"
+    r = d5pipe("run", "operator_frameworks", "sweep.grid.operators.op=[matmul]", "sweep.grid.operators.size=[64]",
+               "repetitions=1", "profile.enabled=true", "--out", str(run))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prof = pd.read_parquet(run / "profile.parquet")
+    sources = prof.groupby(prof["point_id"].str.split("-").str[0])["source"].agg(set).to_dict()
+    assert sources == {"torch": {"torch.profiler"}, "jax": {"jax.profiler (XLA CPU kernels)"},
+                       "tensorflow": {"tf.profiler (ops)"}, "onnxruntime": {"onnxruntime profiler"}}
+    ops = set(prof["operator"])
+    assert {"aten::mm", "tf::MatMul", "ort::MatMul"} <= ops and any(o.startswith("xla::") for o in ops)

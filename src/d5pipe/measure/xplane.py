@@ -3,19 +3,20 @@
 ``frameworks`` extra installs jax beside tensorflow).
 
 Each source says which events are its operators by the host thread they ran on and their name
-(:data:`JAX_KERNELS`: the kernels XLA's CPU runtime runs; :data:`TF_OPS`: TensorFlow's executor's
-ops, ``node:OpType``); their durations are summed per operator into the rows of a profiled pass
+(:data:`JAX_KERNELS`: the kernels XLA's CPU runtime runs; :data:`TF_OPS`: TensorFlow's ops, a
+graph's and eager ones); their durations are summed per operator into the rows of a profiled pass
 (d5pipe.measure.profile.pass_record).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,19 @@ def jax_kernel(line: str, name: str) -> str | None:
     return f"xla::{name}" if kernel else None
 
 
+EAGER = "EagerLocalExecute: "
+
+
 def tf_op(line: str, name: str) -> str | None:
-    """TensorFlow's executor's ops (``node:OpType`` on its compute threads), per op type."""
-    node_op = ":" in name and "::" not in name  # ExecutorState::Process and the like are not ops
-    return f"tf::{name.split(':', 1)[1]}" if line.startswith("tf_Compute") and node_op else None
+    """TensorFlow's ops, per op type: a graph's (a ``tf.function``'s) as its executor runs them
+    (``node:OpType`` on its compute threads) and an eager op on the calling thread
+    (``EagerLocalExecute: OpType``, dispatch included); a function's own eager call
+    (``__inference_...``) is left out, its ops are counted."""
+    if line.startswith("tf_Compute") and ":" in name and "::" not in name:  # not ExecutorState::Process
+        return f"tf::{name.split(':', 1)[1]}"
+    if line == "python" and name.startswith(EAGER) and not name[len(EAGER):].startswith("__"):
+        return f"tf::{name[len(EAGER):]}"
+    return None
 
 
 JAX_KERNELS: OperatorOf = jax_kernel
@@ -99,3 +109,27 @@ def profiled_steps(step: Callable[[], object], iterations: int, trace: Path | No
         out["trace"] = trace.name
     out["pass_s"] = time.perf_counter() - started
     return out
+
+
+def profile_jax(jax: Any, step: Callable[[], object], iterations: int, trace: Path | None,
+                phase: str) -> dict[str, Any]:
+    """``step`` under ``jax.profiler``: the kernels XLA's CPU runtime ran, and JAX's Chrome trace."""
+    return profiled_steps(step, iterations, trace, lambda d: jax.profiler.trace(str(d), create_perfetto_trace=True),
+                          JAX_KERNELS, "jax.profiler (XLA CPU kernels)", {"jax": jax.__version__}, phase)
+
+
+def profile_tf(tf: Any, step: Callable[[], object], iterations: int, trace: Path | None,
+               phase: str) -> dict[str, Any]:
+    """``step`` under TensorFlow's profiler (``tf.profiler.experimental``): its ops per op type; it
+    writes no Chrome trace."""
+
+    @contextlib.contextmanager
+    def session(directory: Path) -> Iterator[None]:
+        tf.profiler.experimental.start(str(directory))
+        try:
+            yield
+        finally:
+            tf.profiler.experimental.stop()
+
+    return profiled_steps(step, iterations, trace, session, TF_OPS, "tf.profiler (ops)", {"tensorflow": tf.__version__},
+                          phase)

@@ -17,13 +17,14 @@ point with the reason; nothing falls back to another framework. Backward timings
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import torch
 
 from d5pipe.core.outcome import Metric, PointOutcome
-from d5pipe.levels.contract import PointContext, PointSkipped
-from d5pipe.levels.declare import missing_package
+from d5pipe.levels.contract import PointContext, PointSkipped, profile_pass
+from d5pipe.levels.declare import Profiles, missing_package
 from d5pipe.levels.device import DTYPES
 from d5pipe.levels.level0.correctness import forward_report, gradients_report, reference_gradients
 from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, Prepared
@@ -137,5 +138,7 @@ def run_framework_point(ctx: PointContext, conf: OperatorsConf, framework: Frame
         metrics = [metric("compile_s", prepared.compile_s)] if prepared.compile_s else []
         m = measure(prepared.call, ctx.config.get("timer"), "cpu")
         metrics += timed_metrics(ctx, conf, spec, dtype, m, extra)
+        native = functools.partial(prepared.profile_steps, prepared.call) if isinstance(prepared, Profiles) else None
+        profile_pass(ctx, extra, prepared.call, "forward", native=native)  # the framework's own profiler
         metrics += _checks(conf, spec, framework, prepared, ref_inputs, dtype, gen, extra)
     return PointOutcome(metrics=metrics, samples={"time": list(m.samples)}, extra=extra)

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,12 @@ class JaxPrepared:
 
     def call(self) -> None:
         self._fn(*self._xs).block_until_ready()
+
+    def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]:
+        """``jax.profiler``: the kernels XLA ran for ``step`` (d5pipe.levels.declare.Profiles)."""
+        from d5pipe.measure.xplane import profile_jax
+
+        return profile_jax(self._jax, step, iterations, trace, "forward")
 
     def output(self) -> np.ndarray:
         return from_layout(np.asarray(self._fn(*self._xs)), self._op.output)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from d5pipe.levels.contract import PointSkipped
 from d5pipe.levels.declare import package_versions
 from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout
+from d5pipe.levels.ort_profile import ort_profile
 
 OPSET = 23
 
@@ -73,7 +75,7 @@ class OrtPrepared:
             raise
         self.compile_s = time.perf_counter() - start
         self._feed = {i.name: a for i, a in zip(self._session.get_inputs(), arrays, strict=True)}
-        self._op = op
+        self._op, self._model, self._options = op, model.SerializeToString(), options
 
     def call(self) -> None:
         self._session.run(None, self._feed)
@@ -83,6 +85,11 @@ class OrtPrepared:
 
     def gradients(self, upstream: np.ndarray) -> list[np.ndarray | None]:
         raise NotImplementedError("onnxruntime runs forward only")
+
+    def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]:
+        """ONNX Runtime's own profiler (d5pipe.levels.declare.Profiles) on a profiling session of
+        this operator's graph and feed: what ``step`` (:meth:`call`) runs, in a session of its own."""
+        return ort_profile(self._model, self._options, self._feed, iterations, trace, "forward")
 
 
 class OrtEngine:

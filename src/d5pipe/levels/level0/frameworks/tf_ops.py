@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,12 @@ class TfPrepared:
 
     def call(self) -> None:
         self._fn(*self._xs).numpy()
+
+    def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]:
+        """TensorFlow's profiler: the ops ``step`` ran (d5pipe.levels.declare.Profiles)."""
+        from d5pipe.measure.xplane import profile_tf
+
+        return profile_tf(self._tf, step, iterations, trace, "forward")
 
     def output(self) -> np.ndarray:
         return from_layout(self._op.fn(*self._xs).numpy(), self._op.output)

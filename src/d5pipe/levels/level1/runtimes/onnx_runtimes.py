@@ -18,18 +18,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
-import json
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from d5pipe.core.atomic import file_sha256, replacing, write_json
+from d5pipe.core.atomic import file_sha256, replacing
 from d5pipe.levels.contract import PointSkipped
 from d5pipe.levels.declare import package_versions
 from d5pipe.levels.level1.runtimes.contract import Prepared, Runtime, require
+from d5pipe.levels.ort_profile import ort_profile
 from d5pipe.measure.profile import pass_record
 
 if TYPE_CHECKING:
@@ -71,8 +70,10 @@ class OnnxRuntime(_FromOnnx):
 
         told = {"providers": session.get_providers(), "intra_op_num_threads": threads,
                 "inter_op_num_threads": 1, "graph_optimization_level": "ORT_ENABLE_ALL"}
-        return Prepared(run=run, told=told, threads=int(options.intra_op_num_threads), onnx=onnx,
-                        profile=functools.partial(_ort_profile, onnx["path"], options))
+        def profile(x: torch.Tensor, iterations: int, trace: Path | None) -> dict[str, Any]:
+            return ort_profile(onnx["path"], options, {name: x.detach().cpu().numpy()}, iterations, trace, "inference")
+
+        return Prepared(run=run, told=told, threads=int(options.intra_op_num_threads), onnx=onnx, profile=profile)
 
 
 class OpenVino(_FromOnnx):
@@ -95,45 +96,6 @@ class OpenVino(_FromOnnx):
         told = {"device": "CPU", **config, "precision_used": str(compiled.get_property("INFERENCE_PRECISION_HINT"))}
         return Prepared(run=run, told=told, threads=used, onnx=onnx,
                         profile=functools.partial(_openvino_profile, onnx["path"], config))
-
-
-def _ort_profile(path: str, options: object, x: torch.Tensor, iterations: int, trace: Path | None) -> dict[str, Any]:
-    """ONNX Runtime's own profiler (``SessionOptions.enable_profiling``) on a session like the timed
-    one: each node's kernel time per operator type (``ort::<op_type>``), the warm run's left out;
-    its trace (Chrome-trace events) written to ``trace``."""
-    import onnxruntime as ort
-
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        opts = ort.SessionOptions()
-        for name in ("intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level"):
-            setattr(opts, name, getattr(options, name))
-        opts.enable_profiling, opts.profile_file_prefix = True, str(Path(tmp) / "ort")
-        session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        feed = {session.get_inputs()[0].name: x.detach().cpu().numpy()}
-        session.run(None, feed)
-        t0 = time.perf_counter()
-        for _ in range(iterations):
-            session.run(None, feed)
-        wall = time.perf_counter() - t0
-        events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
-    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
-    after_warm = runs[0]["ts"] + runs[0]["dur"] if runs else 0
-    ops: dict[str, dict[str, Any]] = {}
-    for e in events:
-        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time") and e["ts"] >= after_warm:
-            args = e.get("args") or {}
-            row = ops.setdefault(f"ort::{args.get('op_name', '?')}", {"calls": 0, "self_s": 0.0,
-                                                                      "input_shapes": str(args.get("input_type_shape", ""))})
-            row["calls"] += 1
-            row["self_s"] += float(e["dur"]) / 1e6
-    out = pass_record("inference", "onnxruntime profiler", {"onnxruntime": ort.__version__}, iterations, wall,
-                      [{"operator": k, **v, "total_s": v["self_s"]} for k, v in ops.items()])
-    if trace is not None:
-        write_json(trace, {"traceEvents": events})
-        out["trace"] = trace.name
-    out["pass_s"] = time.perf_counter() - started
-    return out
 
 
 def _openvino_profile(path: str, config: dict[str, Any], x: torch.Tensor, iterations: int,

@@ -215,10 +215,9 @@ class JaxFramework:
         with their time, and JAX's Chrome trace (d5pipe.levels.declare.Profiles)."""
         import jax
 
-        from d5pipe.measure.xplane import JAX_KERNELS, profiled_steps
+        from d5pipe.measure.xplane import profile_jax
 
-        return profiled_steps(step, iterations, trace, lambda d: jax.profiler.trace(str(d), create_perfetto_trace=True),
-                              JAX_KERNELS, "jax.profiler (XLA CPU kernels)", self.versions())
+        return profile_jax(jax, step, iterations, trace, "train_step")
 
 
 FRAMEWORK = Builtin("jax", f"{__name__}.JaxFramework", packages=("optax", "jax"))

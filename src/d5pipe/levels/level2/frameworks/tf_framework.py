@@ -18,11 +18,10 @@ restored after); keras's Adam puts epsilon inside the bias correction
 
 from __future__ import annotations
 
-import contextlib
 import operator
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -233,21 +232,11 @@ class TensorFlowFramework:
                                                   for n, v in self.buffers.items()}
 
     def profile_steps(self, step: Callable[[], object], iterations: int, trace: Path | None) -> dict[str, Any]:
-        """TensorFlow's profiler (``tf.profiler.experimental``): the ops its executor ran, per op
-        type, with their time (d5pipe.levels.declare.Profiles); it writes no Chrome trace."""
-        from d5pipe.measure.xplane import TF_OPS, profiled_steps
+        """TensorFlow's profiler: the ops a training step ran, per op type
+        (d5pipe.levels.declare.Profiles); no Chrome trace."""
+        from d5pipe.measure.xplane import profile_tf
 
-        tf = self._tf
-
-        @contextlib.contextmanager
-        def session(directory: Path) -> Iterator[None]:
-            tf.profiler.experimental.start(str(directory))
-            try:
-                yield
-            finally:
-                tf.profiler.experimental.stop()
-
-        return profiled_steps(step, iterations, trace, session, TF_OPS, "tf.profiler (executor ops)", self.versions())
+        return profile_tf(self._tf, step, iterations, trace, "train_step")
 
 
 FRAMEWORK = Builtin("tensorflow", f"{__name__}.TensorFlowFramework", packages=("tensorflow",))
