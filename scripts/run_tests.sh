@@ -23,8 +23,8 @@ HEAVY2=(tests/test_tutorials.py tests/test_reproduce_e2e.py tests/test_runtimes.
         tests/test_data_pipeline_e2e.py tests/test_profiles.py tests/test_early_stop.py tests/test_early_stop_level3.py
         tests/test_parameter_servers.py)
 # Timed comparisons that need a quiet machine (two threads against one; a rank slowed on purpose
-# against ranks that must not look slow): alone, after the lanes.
-QUIET=(tests/test_history_quickstart.py tests/test_rank_split.py)
+# against ranks that must not look slow; profiling on against off, equivalent): alone, after the lanes.
+QUIET=(tests/test_history_quickstart.py tests/test_rank_split.py tests/test_profile_equivalence.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
 pids=()
 lint_pid=""
