@@ -70,6 +70,7 @@ class OnnxRuntime(_FromOnnx):
 
         told = {"providers": session.get_providers(), "intra_op_num_threads": threads,
                 "inter_op_num_threads": 1, "graph_optimization_level": "ORT_ENABLE_ALL"}
+
         def profile(x: torch.Tensor, iterations: int, trace: Path | None) -> dict[str, Any]:
             return ort_profile(onnx["path"], options, {name: x.detach().cpu().numpy()}, iterations, trace, "inference")
 
