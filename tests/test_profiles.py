@@ -168,7 +168,10 @@ def test_onnx_runtime_and_openvino_points_are_profiled_by_the_runtimes_own_profi
     assert ort["operator"].str.startswith("ort::").all() and "ort::Gemm" in set(ort["operator"]) | {
         o.replace("Fused", "") for o in ort["operator"]}
     assert ov["operator"].str.startswith("ov::FullyConnected").any() and (ov["self_s"] > 0).all()
-    assert set(ort["calls"]) == set(ov["calls"]) == {5}  # profile.iterations: the warm run left out
+    # profile.iterations (5) runs each, the warm run left out: every node's kernel 5 times (ONNX
+    # Runtime), the matrix products' layers in every run (OpenVINO counts a layer where it took time)
+    assert (ort["calls"] % 5 == 0).all() and (ov["calls"] <= 5).all()
+    assert set(ov[ov["operator"].str.startswith("ov::FullyConnected")]["calls"]) == {5}
     [name] = set(ort["trace"])
     assert json.loads((run / "profiles" / "level1" / name).read_text())["traceEvents"]
     assert set(ov["trace"]) == {""}  # OpenVINO writes no trace

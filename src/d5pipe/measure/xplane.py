@@ -63,14 +63,15 @@ def xplane_file(directory: Path) -> Path:
 
 
 def xplane_rows(path: Path, operator_of: OperatorOf) -> list[dict[str, Any]]:
-    """Rows per operator (calls, self seconds: durations summed over every host thread)."""
+    """Rows per operator (calls, self seconds: durations summed over every host thread); instant
+    events (no duration: markers) are not calls."""
     from jax.profiler import ProfileData
 
     ops: dict[str, dict[str, Any]] = {}
     for plane in ProfileData.from_file(str(path)).planes:
         for line in plane.lines:
             for event in line.events:
-                op = operator_of(line.name, event.name)
+                op = operator_of(line.name, event.name) if event.duration_ns > 0 else None
                 if op is not None:
                     row = ops.setdefault(op, {"operator": op, "calls": 0, "self_s": 0.0, "input_shapes": ""})
                     row["calls"] += 1
