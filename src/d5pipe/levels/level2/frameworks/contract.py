@@ -10,7 +10,7 @@ arrays.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -39,9 +39,6 @@ class OptimizerSpec:
         if self.name not in OPTIMIZERS:
             raise D5PipeError(f"train.optimizer: {self.name!r} has no cross-framework mapping "
                               f"(one of {', '.join(OPTIMIZERS)})")
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class UnsupportedNetwork(D5PipeError):
