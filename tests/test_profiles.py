@@ -67,6 +67,9 @@ def test_profiled_runs_give_profile_parquet_traces_the_report_section_and_compar
     assert c.returncode == 0 and steps, c.stdout + c.stderr
     for ln in steps:  # the step at the third run, made of the sorts the operator gained
         assert "where the time went (profiles): aten::sort +" in ln, ln
+    page = tmp_path / "trend.html"
+    assert d5pipe("history", "trend", "--history", str(store), "--html", str(page)).returncode == 0
+    assert "where the time went (profiles): aten::sort +" in page.read_text()
     prof = pd.read_parquet(a / "profile.parquet")
     results = pd.read_parquet(a / "results.parquet")
     assert set(prof["point_id"]) == set(results["point_id"]) and len(set(prof["point_id"])) == 3
