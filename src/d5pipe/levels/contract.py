@@ -84,13 +84,13 @@ def profile_pass(ctx: PointContext, extra: dict[str, Any], fn: Callable[[], obje
     the run asks for one: appended to the record's ``profile`` list; its trace goes to
     ``ctx.profile_dir``. ``native(iterations, trace)``: the engine's own profiler, in place of
     torch.profiler. Nothing without ``profile.enabled``."""
-    if not ctx.profile or not ctx.profile.get("enabled"):
-        return
-    from d5pipe.measure.profile import profile_calls
+    from d5pipe.measure.profile import enabled, iterations, profile_calls
 
+    if not enabled(ctx.profile):
+        return
     name = f"{ctx.point_id}.{phase}.trace.json"
     trace = ctx.profile_dir / name if ctx.profile_dir is not None else None
-    iterations = int(ctx.profile.get("iterations", 5))
+    n = iterations(ctx.profile)
     extra.setdefault("profile", []).append(
-        native(iterations, trace) if native is not None else
-        profile_calls(fn, iterations, trace, cuda=device.startswith("cuda"), sync=sync, phase=phase))
+        native(n, trace) if native is not None else
+        profile_calls(fn, n, trace, cuda=device.startswith("cuda"), sync=sync, phase=phase))

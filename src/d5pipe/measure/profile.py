@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.core.atomic import replacing
-from d5pipe.core.fields import at_least
+from d5pipe.core.fields import at_least, setting
 
 SOURCE = "torch.profiler"
 
@@ -40,6 +40,11 @@ class ProfileConf:
 
 def enabled(section: dict[str, Any] | None) -> bool:
     return bool(section and section.get("enabled"))
+
+
+def iterations(section: dict[str, Any] | None) -> int:
+    """``profile.iterations`` of a run's section (the schema's default where it is left out)."""
+    return int(setting(section, ProfileConf, "iterations"))
 
 
 def profile_calls(fn: Callable[[], object], iterations: int, trace: Path | None = None,

@@ -55,6 +55,7 @@ from d5pipe.levels.targets import target_of
 from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
 from d5pipe.measure import energy
 from d5pipe.measure.determinism import seed_everything
+from d5pipe.measure.profile import enabled as profiling
 
 CPU = torch.device("cpu")
 
@@ -198,7 +199,7 @@ def _profile(ctx: PointContext, make: Callable[[str], Any], graph: Graph, weight
     trained weights, so the trained one and its metrics are untouched; under the framework's own
     profiler where it has one (d5pipe.levels.declare.Profiles), else torch.profiler."""
     extra: dict[str, Any] = {}
-    if not ctx.profile or not ctx.profile.get("enabled"):
+    if not profiling(ctx.profile):
         return extra
     twin = make("float32")
     twin.prepare(graph, {n: np.asarray(w, dtype=np.float32) for n, w in weights.items()}, spec, batch, threads)

@@ -47,6 +47,8 @@ from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import target_of
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
 from d5pipe.levels.verify import NO_DETECT, verdict
+from d5pipe.measure.profile import enabled as profiling
+from d5pipe.measure.profile import iterations as profile_iterations
 
 if TYPE_CHECKING:
     from d5pipe.levels.datasets import Dataset
@@ -201,10 +203,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
         data_path, _ = ensure(dict(cfg["dataset"]), Path(ctx.data_dir).resolve())
         spec["data_path"] = str(data_path)
-        if ctx.profile and ctx.profile.get("enabled") and ctx.profile_dir is not None:
+        if profiling(ctx.profile) and ctx.profile_dir is not None:
             traces = Path(ctx.profile_dir).resolve()  # the ranks run in a directory of their own
             traces.mkdir(parents=True, exist_ok=True)  # each rank profiles after its timed steps
-            spec["profile"] = {"iterations": int(ctx.profile.get("iterations", 5)),
+            spec["profile"] = {"iterations": profile_iterations(ctx.profile),
                                "trace": str(traces / f"{ctx.point_id}.rank{{rank}}.train_step.trace.json")}
     options = launch_options(ctx)
     if options["executor_name"] != "slurm" and int(dist_cfg["nodes"]) > 1:
