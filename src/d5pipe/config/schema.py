@@ -17,6 +17,7 @@ from d5pipe.core.fields import at_least, between, choice, positive
 from d5pipe.levels.registry import RECIPE_STAGE, SECTION_SCHEMAS, STAGE_NAMES
 from d5pipe.levels.schema import DatasetConf, ModelConf
 from d5pipe.measure import compare_defaults
+from d5pipe.measure.mllog import MlperfConf
 from d5pipe.measure.profile import ProfileConf
 from d5pipe.measure.timer_schema import TimerConf
 
@@ -177,6 +178,9 @@ class RootConf:
     profile: ProfileConf = field(default_factory=ProfileConf)
     """A profiled pass per point after its timed pass (d5pipe.measure.profile); not part of a
     point's identity: the timed results are the same with and without it."""
+    mlperf: MlperfConf = field(default_factory=MlperfConf)
+    """MLPerf-format training logs checked by MLPerf's compliance checker (d5pipe.measure.mllog); not
+    part of a point's identity."""
     model: ModelConf = field(default_factory=ModelConf)
     dataset: DatasetConf = field(default_factory=DatasetConf)
     placement: PlacementConf = field(default_factory=PlacementConf)

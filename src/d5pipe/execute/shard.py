@@ -22,6 +22,7 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from d5pipe.execute.supervisor import Result, Supervisor
 from d5pipe.levels.contract import PointContext, PointSkipped, run_closers
 from d5pipe.levels.registry import STAGES
 from d5pipe.measure import lockstep
+from d5pipe.measure.mllog import MlperfConf
 from d5pipe.measure.profile import enabled as profiling
 from d5pipe.plan.point_config import point_config, stage_base
 from d5pipe.rundir.layout import RunDir
@@ -61,6 +63,18 @@ def _provenance() -> dict[str, Any]:
     from d5pipe.execute.fork_client import process_start
 
     return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids), "process_start": process_start()}
+
+
+def mlperf_section(section: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's ``mlperf`` section with its defaults, an empty ``platform`` filled in: the host's CPU
+    model and logical CPUs (d5pipe.measure.mllog)."""
+    from d5pipe.provenance.probes import cpu_info
+
+    out = {**asdict(MlperfConf()), **(section or {})}
+    if not out["platform"]:
+        cpu = cpu_info()
+        out["platform"] = f"{cpu['model'] or 'CPU'}, {cpu['logical_cpus']} logical CPUs"
+    return out
 
 
 def done_record(path: Path) -> Record | None:
@@ -183,6 +197,7 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
     run_point = STAGES[stage].runner()  # imported once, before the worker is forked
     cache: dict[str, Any] = {}
     profile = rd.config.get("profile") if profiling(rd.config.get("profile")) else None
+    mlperf = mlperf_section(rd.config.get("mlperf"))
 
     def run_one(k: int) -> str:
         pt = points[k]
@@ -193,7 +208,7 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
             experiment=spec["experiment"], stage=stage, point_id=pid, params=pt["params"],
             config=point_config(base, pt["params"]), seed=int(pt["seed"]), run_dir=rd.root,
             work_dir=work, data_dir=rd.data_dir, executor=executor, cache=cache,
-            profile=profile, profile_dir=rd.profile_dir(stage),
+            profile=profile, profile_dir=rd.profile_dir(stage), mlperf=mlperf, mlperf_dir=rd.mlperf_dir(stage),
         )
         try:
             rec = run_point_record(ctx, env_hash, run_point)

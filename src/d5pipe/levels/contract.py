@@ -58,6 +58,10 @@ class PointContext:
     else None; the point's timed pass is the same either way."""
     profile_dir: Path | None = None
     """Where the profiled pass writes its trace file."""
+    mlperf: dict[str, Any] | None = None
+    """The run's ``mlperf`` section (d5pipe.measure.mllog.MlperfConf), its ``platform`` filled in."""
+    mlperf_dir: Path | None = None
+    """Where the point's MLPerf files go (d5pipe.rundir.layout.RunDir.mlperf_dir): None, none are written."""
 
 
 def register_closer(cache: dict[str, Any], closer: Callable[[dict[str, Any]], None]) -> None:

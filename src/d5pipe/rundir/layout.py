@@ -15,6 +15,8 @@ Layout (``RUN`` = the run directory)::
     RUN/work/<stage>/<point_id>/       per-point scratch (step logs, rank outputs)
     RUN/profiles/<stage>/<point_id>.*  a profiled pass's trace (d5pipe.measure.profile) and, from
                                        ``d5pipe profile``, its record
+    RUN/mlperf/<stage>/<point_id>.log  a training point's MLPerf log (d5pipe.measure.mllog); level 1's
+    RUN/mlperf/<stage>/<point_id>/     LoadGen summary and detail logs
     RUN/env/<env_hash>.json            the environment record of each distinct job environment
     RUN/logs/<rule>/...                Snakemake job logs
     RUN/logs/slurm_events.jsonl        what the SLURM driver saw (d5pipe.rundir.slurm_events)
@@ -183,6 +185,11 @@ class RunDir:
 
     def profile_dir(self, stage: str) -> Path:
         return self.root / "profiles" / stage
+
+    def mlperf_dir(self, stage: str) -> Path:
+        """MLPerf's files of a stage's points: training logs (``<point_id>.log``, d5pipe.measure.mllog),
+        LoadGen's summaries and logs (``<point_id>/``); part of the bundle."""
+        return self.root / "mlperf" / stage
 
     def profile_record(self, stage: str, point_id: str) -> Path:
         """The record of a point profiled afterwards (``d5pipe profile``)."""
