@@ -277,12 +277,14 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     ids = {s: set(v) for s, v in before["experiments"]["quickstart"].items()}
     assert all(set(g.point_id) <= ids[str(s)] for s, g in df.groupby("stage"))
     added_since = {"level2": {"data_wait", "first_batch_s", "data_stall_fraction",  # issue 38's data waits
-                              "epochs_run"},  # issue 56: the epochs train.early_stop let run
+                              "epochs_run",  # issue 56: the epochs train.early_stop let run
+                              "mllog_check"},  # issue 54: the MLPerf log under MLPerf's checker
                    "level3": {"rank_samples_disjoint", "test_loss", "test_accuracy",  # issues 38 and 40
                               "shared_host",  # issue 60: whether the nodes are one machine
                               "bind", "ranks_share_cpus",  # issue 59: where the ranks ran
                               "steps_run",  # issue 56: the steps distributed.early_stop let run
-                              "straggler", "compute_imbalance"}}  # issue 53: the ranks' split
+                              "straggler", "compute_imbalance",  # issue 53: the ranks' split
+                              "mllog_check"}}  # issue 54: rank 0's MLPerf log, with the point's evaluation
     measured_here = ("plausibility:", "energy_per_", "power")  # energy: where a machine lets it be read (issue 56)
     per_rank = RANK_METRIC.fullmatch  # issue 53: compute/comm/wait of each rank, named by its rank
     assert {str(s): sorted({m for m in g.metric if not m.startswith(measured_here) and not per_rank(m)}
@@ -291,6 +293,7 @@ def test_an_untouched_quickstart_bundle_reproduces(tmp_path: Path) -> None:
     assert any(per_rank(m) for m in df[df.stage == "level3"].metric)
     assert undeclared(df) == []  # every name its level declares (docs/reference/metrics.md), with that unit
     assert all(added <= set(df[df.stage == stage].metric) for stage, added in added_since.items())
+    assert set(df[df.metric == "mllog_check"].text) == {"pass"}  # levels 2 and 3's logs pass MLPerf's checker
     r = _ok(cli("reproduce", str(run), "--out", str(tmp_path / "again")))
     report = _report(tmp_path / "again")
     assert report["status"] == "reproduced" and report["failures"] == []

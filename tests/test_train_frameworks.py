@@ -194,6 +194,8 @@ def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, c
     df = pd.read_parquet(out / "results.parquet")
     checks = df[df["metric"] == "framework_check"].groupby("train.framework")["text"].agg(set).to_dict()
     assert checks == {"torch": {"pass"}, "jax": {"pass"}, "tensorflow": {"pass"}, "off_by_one": {"fail"}}
+    logs = df[df["metric"] == "mllog_check"].groupby("train.framework")["text"].agg(set).to_dict()
+    assert logs == {name: {"pass"} for name in checks}  # every framework's MLPerf log passes MLPerf's checker
     failed = df[(df["metric"] == "framework_check") & (df["text"] == "fail")]
     assert failed["error"].str.startswith("off_by_one in float64: ").all()
     assert failed["error"].str.contains("weight updates differ").all()

@@ -72,22 +72,37 @@ def logging_on(section: dict[str, Any] | None) -> bool:
     return section is not None and bool(section.get("log", True))
 
 
+class _Silent:
+    """What a log that writes nothing logs through."""
+
+    def start(self, **_: Any) -> None:
+        return None
+
+    end = event = start
+
+
 class TrainingLog:
-    """One point's MLPerf log at ``path`` (``append``: continue one that another process wrote)."""
+    """One point's MLPerf log at ``path`` (``append``: continue one that another process wrote);
+    ``path`` None: a log that writes nothing, so a training loop calls it whether or not one was asked."""
 
-    def __init__(self, path: Path, section: dict[str, Any], append: bool = False) -> None:
-        from mlperf_logging import mllog
+    def __init__(self, path: Path | None, section: dict[str, Any], append: bool = False) -> None:
+        from mlperf_logging.mllog import constants
 
-        self.path = Path(path)
+        self.path = None if path is None else Path(path)
         self.section = section
+        self.constants = constants
+        self.ml: Any = _Silent()
+        self._handler: logging.Handler | None = None
+        if self.path is None:
+            return
+        from mlperf_logging.mllog import mllog
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._logger = logging.getLogger(f"d5pipe.mllog.{next(_SERIAL)}")
+        self._logger = logging.Logger(f"d5pipe.mllog.{next(_SERIAL)}", logging.INFO)  # not kept by logging's registry
         self._logger.propagate = False
-        self._logger.setLevel(logging.INFO)
         self._handler = logging.FileHandler(self.path, mode="a" if append else "w", encoding="utf-8")
         self._logger.addHandler(self._handler)
-        self.ml = mllog.mllog.MLLogger(logger=self._logger, default_stack_offset=2)
-        self.constants = mllog.constants
+        self.ml = mllog.MLLogger(logger=self._logger, default_stack_offset=2)
 
     def __enter__(self) -> TrainingLog:
         return self
@@ -96,8 +111,10 @@ class TrainingLog:
         self.close()
 
     def close(self) -> None:
-        self._logger.removeHandler(self._handler)
-        self._handler.close()
+        if self._handler is not None:
+            self._logger.removeHandler(self._handler)
+            self._handler.close()
+            self._handler = None
 
     def event(self, key: str, value: Any = None, **metadata: Any) -> None:
         self.ml.event(key=key, value=value, metadata=metadata or None)

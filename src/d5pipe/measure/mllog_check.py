@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from d5pipe.core.atomic import write_text
-from d5pipe.core.outcome import Metric
+from d5pipe.core.atomic import write_if_changed, write_text
+from d5pipe.core.outcome import Declared, Metric
 from d5pipe.measure.mllog import DIVISION
 
 RULESET = "6.1.0"
@@ -33,6 +33,11 @@ NOT_APPLICABLE: dict[str, str] = {
 }
 """Official rules left out, and why (the README names them too)."""
 METRIC = "mllog_check"
+DECLARED: dict[str, Declared] = {
+    METRIC: Declared("", "verdict", None, "the point's MLPerf log (RUN/mlperf/<stage>/<point_id>.log) under MLPerf's "
+                     f"compliance checker: training {RULESET} common and open rules, and d5pipe's (extra.mllog)"),
+}
+"""What the check's metric means (levels 2 and 3 list it among their metrics)."""
 
 
 @dataclass
@@ -54,9 +59,10 @@ class Compliance:
                 "not_applicable": NOT_APPLICABLE}
 
 
-def official_rules(scratch: Path) -> Path:
+def official_rules(directory: Path) -> Path:
     """MLPerf's common training rules of :data:`RULESET` with the open division's in place of what it
-    enqueues, less :data:`NOT_APPLICABLE`, as one ruleset written to ``scratch``."""
+    enqueues, less :data:`NOT_APPLICABLE`, as one ruleset written to ``directory`` (MLPerf's own
+    checker takes it: ``python -m mlperf_logging.compliance_checker --config <it> <log>``)."""
     from mlperf_logging import compliance_checker
 
     root = Path(compliance_checker.__file__).parent / f"training_{RULESET}"
@@ -70,8 +76,9 @@ def official_rules(scratch: Path) -> Path:
         post = r.get("KEY", {}).get("POST")
         if isinstance(post, str) and "enqueue_config" in post:  # the division's rules are in already
             r["KEY"]["POST"] = ";".join(s for s in post.split(";") if "enqueue_config" not in s).strip() or "None"
-    out = scratch / f"mlperf_training_{RULESET}_{DIVISION}.yaml"
-    write_text(out, yaml.safe_dump(rules, sort_keys=False), durable=False)
+    out = directory / f"mlperf_training_{RULESET}_{DIVISION}.yaml"
+    directory.mkdir(parents=True, exist_ok=True)
+    write_if_changed(out, yaml.safe_dump(rules, sort_keys=False).encode())  # the same for every point of a run
     return out
 
 
@@ -99,14 +106,17 @@ def _run(lines: list[Any], rules: Path, strict: bool) -> tuple[list[str], list[s
     return [*checker.overwritable.values(), *checker.not_overwritable], list(checker.warnings.values())
 
 
-def check_log(log: Path, seed: int, global_batch_size: int, scratch: Path) -> Compliance:
+def check_log(log: Path, seed: int, global_batch_size: int, rules_dir: Path, scratch: Path) -> Compliance:
     """Both rulesets on ``log`` (d5pipe's strictly: a key it requires once, found twice with the same
-    value, fails rather than warns); their copies go to ``scratch``."""
+    value, fails rather than warns); MLPerf's goes to ``rules_dir``, d5pipe's (the point's seed and
+    batch size in it) to ``scratch``."""
     from mlperf_logging.compliance_checker import mlp_parser
 
+    # the checker reads a relative ruleset path from its own directory
+    scratch, rules_dir = Path(scratch).resolve(), Path(rules_dir).resolve()
     lines, errors = mlp_parser.parse_file(str(log), ruleset=RULESET)
     messages = [f"line not parsed: {error}: {line.strip()[:120]}" for line, error in errors]
-    official, ours = official_rules(scratch), d5pipe_rules(scratch, seed, global_batch_size)
+    official, ours = official_rules(rules_dir), d5pipe_rules(scratch, seed, global_batch_size)
     found, warnings = _run(lines, official, strict=False)
     strict, _ = _run(lines, ours, strict=True)
     messages += [*found, *strict]

@@ -45,16 +45,19 @@ from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedN
 from d5pipe.levels.level2.frameworks.graph import Graph
 from d5pipe.levels.level2.frameworks.torch_framework import TorchFramework
 from d5pipe.levels.level2.frameworks.trace import initial_weights, load_weights, model_tensors, trace
-from d5pipe.levels.level2.metrics import add_epoch, energy_step_metrics, metric, training_metrics
+from d5pipe.levels.level2.metrics import add_epoch, energy_step_metrics, epochs_to_target, metric, training_metrics
 from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
+from d5pipe.levels.training_log import checked as mllog_checked
+from d5pipe.levels.training_log import facts, point_log
 from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
 from d5pipe.measure import energy
 from d5pipe.measure.determinism import seed_everything
+from d5pipe.measure.mllog import TrainingLog
 from d5pipe.measure.profile import enabled as profiling
 
 CPU = torch.device("cpu")
@@ -106,8 +109,10 @@ class Trained:
     energy: dict[str, Any] = field(default_factory=dict)
 
 
-def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int) -> Trained:
-    """``train.epochs`` epochs of timed steps, each epoch's weights evaluated by PyTorch off the clock."""
+def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data: Dataset, seed: int,
+           mllog: TrainingLog) -> Trained:
+    """``train.epochs`` epochs of timed steps, each epoch's weights evaluated by PyTorch off the clock;
+    ``mllog`` gets MLPerf's events of each epoch and evaluation."""
     out = Trained()
     evaluator = copy.deepcopy(model).float()
     tensors = model_tensors(evaluator, graph)
@@ -116,6 +121,7 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
     span = energy.Span(energy.meter("cpu"))  # around each timed step, as its clock (the frameworks run on the CPU)
     for epoch in range(1, conf.epochs + 1):
         losses, times, n = [], [], 0
+        mllog.epoch_start(epoch)
         for x, y in batches:
             span.begin()
             t0 = time.perf_counter_ns()
@@ -123,10 +129,12 @@ def _train(framework: Any, model: nn.Module, graph: Graph, conf: TrainConf, data
             times.append((time.perf_counter_ns() - t0) * 1e-9)
             span.end()
             n += len(y)
+        mllog.epoch_stop(epoch)
         out.losses += losses
         out.step_times += times
         load_weights(tensors, framework.weights())
         test_loss, test_acc = evaluate(evaluator, data.x_test, data.y_test, conf.eval_batch_size, CPU)
+        mllog.evaluation(test_acc, epoch_num=epoch)
         add_epoch(out.curves, sum(times), n, epoch=epoch, train_loss=float(np.average(losses)), test_loss=test_loss,
                   test_accuracy=test_acc)
         out.epoch_samples.append(n)
@@ -156,6 +164,8 @@ def _verdict(name: str, agreement: Agreement, f32_err: float) -> list[Metric]:
 def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed: int, seed_note: str) -> PointOutcome:
     """Check, then train and time, one framework (see the module docstring)."""
     seeds = seed_everything(seed)
+    mllog = point_log(ctx)
+    mllog.start(facts(ctx.experiment, seed, conf, conf.batch_size, len(data.y_train), len(data.y_test)))
     try:
         model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
         graph = trace(model, (conf.batch_size, *data.input_shape))
@@ -173,7 +183,10 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     reference, agreement = _check(model, graph, w0, spec, first, threads, make)
     framework = make("float32")
     told, compile_s = prepare(framework, graph, w0, spec, first[0], threads)
-    run = _train(framework, model, graph, conf, data, seed)
+    mllog.begin_run()
+    run = _train(framework, model, graph, conf, data, seed, mllog)
+    mllog.stop(conf.target_accuracy, epochs_to_target(run.curves, conf.target_accuracy) is not None)
+    compliance = mllog_checked(ctx, mllog, seed, conf.batch_size)
     weights = framework.weights()
     profiled = _profile(ctx, make, graph, weights, spec, first[0], threads)
     finite = all(bool(np.isfinite(w).all()) for w in weights.values())
@@ -181,7 +194,8 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     trained, samples, warnings = training_metrics(run.curves, run.step_times, run.epoch_samples, conf.target_accuracy,
                                                   _sha256(weights), count_parameters(model))
     metrics = [*_verdict(conf.framework, agreement, max_relative_difference(run.losses[:1], reference.losses[:1])),
-               metric("compile_s", compile_s), *trained, *sane[0], metric("epochs_run", run.stopped["epochs_run"]), *energy_step_metrics(run.energy)]
+               metric("compile_s", compile_s), *trained, *sane[0], metric("epochs_run", run.stopped["epochs_run"]), *energy_step_metrics(run.energy),
+               *compliance[0]]
     return PointOutcome(metrics=metrics, samples={**samples, "compile_s": [compile_s]}, extra={
         "framework": {"selected": conf.framework, "class": type(framework).__qualname__},
         "check": {"steps": len(first), "float64": asdict(agreement), "reference_losses": reference.losses},
@@ -190,7 +204,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
         "warnings": warnings, "target_accuracy": conf.target_accuracy, "stopped": run.stopped, "energy": run.energy,
         "timing": "a step spans framework.step(x, y) on perf_counter_ns (numpy batch in, update done, device "
                   "drained); compile_s is the framework's prepare (compile or trace, never a step); batches "
-                  "gathered and evaluation done off the clock", **profiled})
+                  "gathered and evaluation done off the clock", **profiled, **compliance[1]})
 
 
 def _profile(ctx: PointContext, make: Callable[[str], Any], graph: Graph, weights: dict[str, np.ndarray],

@@ -24,6 +24,7 @@ from d5pipe.levels.targets import metric_targets
 from d5pipe.levels.verify import MICRO_BATCH_METRICS
 from d5pipe.measure.energy import energy_metrics
 from d5pipe.measure.flops import flop_declared
+from d5pipe.measure.mllog_check import DECLARED as MLLOG_DECLARED
 from d5pipe.measure.stats import summarize, timing_declared
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ TRAINING_METRICS: dict[str, Declared] = {
                                        "not_diverged, above_chance; only failures have a row)"),
     "macro_f1": Declared("", "numerical", None, "train.metrics' built-in: the unweighted mean over classes of the "
                          "F1 score on the test split (a user target's metric is named by it)"),
+    **MLLOG_DECLARED,
 }
 """Every metric name of a training point and its one meaning (a user target of ``train.metrics``
 names its own)."""

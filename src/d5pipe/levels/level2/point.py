@@ -77,10 +77,13 @@ from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind
 from d5pipe.levels.optim import make_optimizer, make_scheduler
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import metric_targets
+from d5pipe.levels.training_log import checked as mllog_checked
+from d5pipe.levels.training_log import facts, point_log
 from d5pipe.measure import energy
 from d5pipe.measure.determinism import deterministic_mode, seed_everything
 from d5pipe.measure.flops import FLOPS_NOTE, flop_metrics, safe_count, training_step_flops
 from d5pipe.measure.memory import PeakMemory, peak_memory
+from d5pipe.measure.mllog import TrainingLog
 from d5pipe.measure.peak import flops_peak
 
 ENERGY_WHAT = "each epoch's training pass, as train_time_s (loader waits included); evaluation excluded"
@@ -129,9 +132,12 @@ class TrainResult:
 
 
 def fit(
-    model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog
+    model: nn.Module, data: Dataset, conf: TrainConf, seed: int, device: torch.device, log: StepLog,
+    mllog: TrainingLog | None = None,
 ) -> TrainResult:
-    """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch."""
+    """Train ``model`` on ``data`` as ``conf`` says; evaluate after every epoch. ``mllog`` gets
+    MLPerf's events of each epoch and evaluation (outside the timed passes)."""
+    ml = mllog or TrainingLog(None, {})
     optimizer = make_optimizer(asdict(conf), model.parameters())
     scheduler = make_scheduler(asdict(conf), optimizer)  # stepped once per epoch
     loader = training_loader(conf, data, seed, device)
@@ -142,13 +148,16 @@ def fit(
     span = energy.Span(energy.meter(str(device)))  # around each epoch's training pass, as train_time_s
     for epoch in range(1, conf.epochs + 1):
         lr = float(optimizer.param_groups[0]["lr"])
+        ml.epoch_start(epoch)
         stats = train_epoch(model, loader, optimizer, device, epoch, log, steps, conf.log_every, conf.micro_batches,
                             span)
+        ml.epoch_stop(epoch)
         epochs.append(stats)
         steps += len(stats.step_times_s)
         scheduler.step()
         test_loss, test_acc = evaluate(model, data.x_test, data.y_test, conf.eval_batch_size, device)
         # accuracy of the epoch's final model on the training split (not counted in the loop)
+        ml.evaluation(test_acc, epoch_num=epoch)
         _, train_acc = evaluate(model, data.x_train, data.y_train, conf.eval_batch_size, device)
         row = add_epoch(curves, stats.train_time_s, stats.samples, epoch=epoch, lr=lr, train_loss=stats.train_loss,
                         train_accuracy=train_acc, test_loss=test_loss, test_accuracy=test_acc)
@@ -218,6 +227,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
         return run_framework_point(ctx, conf, data, seed, seed_note)
     seeds = seed_everything(seed)
+    mllog = point_log(ctx)
+    mllog.start(facts(ctx.experiment, seed, conf, conf.batch_size, len(data.y_train), len(data.y_test)))
     with deterministic_mode(conf.deterministic, str(device)) as det:
         try:
             model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
@@ -238,7 +249,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
         with StepLog(Path(ctx.work_dir) / "steps.jsonl") as log:
             log.write({"event": "start", "point_id": ctx.point_id, "seed": seed, "point_seed": ctx.seed,
                        "train": asdict(conf), "dataset": data.meta["key"]})
-            result = fit(model, data, conf, seed, device, log)
+            mllog.begin_run()
+            result = fit(model, data, conf, seed, device, log, mllog)
+            mllog.stop(conf.target_accuracy, epochs_to_target(result.curves, conf.target_accuracy) is not None)
             weights = state_dict_sha256(model)
             weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
             log.write({"event": "end", "steps": len(result.step_times_s), "weights_sha256": weights})
@@ -269,7 +282,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
                 median_metric("data_stall_fraction", result.epoch_stall_fraction)]  # how long the steps waited
     metrics += [metric("epochs_run", result.stopped["epochs_run"]), *energy_step_metrics(result.energy)]
     checks = {"optimizer_check": checked, "micro_batch_check": micro, "sampler_check": sampling}
-    metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0]]
+    compliance = mllog_checked(ctx, mllog, seed, conf.batch_size)
+    metrics += [*added, *checked[0], *sane[0], *micro[0], *sampling[0], *compliance[0]]
     if memory is not None:
         metrics.append(metric("step_peak_memory", memory.bytes))
     metrics += loader[0]
@@ -297,6 +311,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
             "stopped": result.stopped,
             "energy": result.energy,
             **profiled,
+            **compliance[1],
             "warnings": [*step_warnings, *flop_warnings],
             "flops": FLOPS_NOTE,
             "step_log": "steps.jsonl",

@@ -9,6 +9,7 @@ from typing import Any
 from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
 from d5pipe.measure.energy import JOULES, WATTS
 from d5pipe.measure.flops import flop_declared
+from d5pipe.measure.mllog_check import DECLARED as MLLOG_DECLARED
 from d5pipe.measure.stats import timing_declared
 
 PARTS = ("compute", "comm", "wait")
@@ -70,6 +71,7 @@ _TRAINING = {
     "steps_run": Declared("steps", "count", None, "timed steps run: fewer than distributed.steps when "
                           "distributed.early_stop ended the run (why: the record's extra.stopped)"),
     "energy_per_step": Declared(JOULES, "info", None, ENERGY_ABOUT),
+    **MLLOG_DECLARED,
     "power": Declared(WATTS, "info", None, "the measuring ranks' average powers over the timed steps, summed"),
     "time_per_step_<role>_s": Declared("s", "timing", "step_time_max_<role>_s", "ranks of several roles (a parameter "
                                        "server): the step time of the role's slowest rank, median [95% CI]"),

@@ -31,7 +31,7 @@ import torch
 from d5pipe.core.atomic import write_json
 from d5pipe.core.canonical import digest
 from d5pipe.core.fields import conf_from_dict, setting
-from d5pipe.core.outcome import PointOutcome
+from d5pipe.core.outcome import Metric, PointOutcome
 from d5pipe.core.seeds import derive_seed
 from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
@@ -45,6 +45,8 @@ from d5pipe.levels.level3.shard_check import shard_metric
 from d5pipe.levels.level3.validate import check_distributed
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import target_of
+from d5pipe.levels.training_log import checked as mllog_checked
+from d5pipe.levels.training_log import log_path, point_log
 from d5pipe.levels.variant_seed import VariantKeys, variant_seed
 from d5pipe.levels.verify import NO_DETECT, verdict
 from d5pipe.measure.profile import enabled as profiling
@@ -203,6 +205,9 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
         data_path, _ = ensure(dict(cfg["dataset"]), Path(ctx.data_dir).resolve())
         spec["data_path"] = str(data_path)
+        mllog = log_path(ctx)
+        if mllog is not None:  # rank 0 writes it; this point adds the evaluation and run_stop
+            spec["mllog"] = {"path": str(mllog.resolve()), "section": ctx.mlperf}
         if profiling(ctx.profile) and ctx.profile_dir is not None:
             traces = Path(ctx.profile_dir).resolve()  # the ranks run in a directory of their own
             traces.mkdir(parents=True, exist_ok=True)  # each rank profiles after its timed steps
@@ -231,7 +236,8 @@ def run_point(ctx: PointContext) -> PointOutcome:
     result = outcome.train_outcome(spec, rank_results, launch_info, serial)
     workers = [r["rank"] for r in outcome.workers_of(rank_results)]
     result.metrics.append(shard_metric(out_dir, workers, len(data.y_train), int(spec["global_batch"])))
-    result.metrics += quality.test_metrics(spec, data, out_dir)
+    tested = quality.test_metrics(spec, data, out_dir)
+    result.metrics += tested
     result.extra["training_seed"] = spec["training_seed"]
     passes = [r["profile"] for r in rank_results if r.get("profile")]
     if passes:  # one profiled pass per rank (d5pipe.levels.level3.worker)
@@ -242,9 +248,27 @@ def run_point(ctx: PointContext) -> PointOutcome:
         result.metrics += reached
         if note:
             result.extra.setdefault("notes", []).append(note)
+    _finish_log(ctx, spec, result, tested, ran, target)
     peak = bool(setting(cfg["train"], TrainConf, "peak"))
     add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result
+
+
+def _finish_log(ctx: PointContext, spec: dict[str, Any], result: PointOutcome, tested: list[Metric], ran: int,
+                target: float | None) -> None:
+    """Rank 0's MLPerf log: this point's evaluation of rank 0's model and ``run_stop`` (``aborted``
+    when ``distributed.target_loss`` was never reached), then the compliance check."""
+    if "mllog" not in spec:
+        return
+    mllog = point_log(ctx, append=True)
+    accuracy = next(float(m.value) for m in tested if m.name == "test_accuracy" and m.value is not None)
+    mllog.evaluation(accuracy, samples_count=(int(spec["warmup_steps"]) + ran) * int(spec["global_batch"]))
+    reached = any(m.name == "steps_to_target_loss" and m.value is not None and m.value == m.value
+                  for m in result.metrics)
+    mllog.stop(target, reached)
+    metrics, extra = mllog_checked(ctx, mllog, int(spec["training_seed"]["seed"]), int(spec["global_batch"]))
+    result.metrics += metrics
+    result.extra.update(extra)
 
 
 def shared_host(rank_results: list[dict[str, Any]]) -> str:

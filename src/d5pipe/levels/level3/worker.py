@@ -30,7 +30,9 @@ import numpy as np
 import torch
 
 from d5pipe.core.atomic import write_json
+from d5pipe.core.fields import conf_from_dict
 from d5pipe.levels.device import synchronize
+from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import early_stop, training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
@@ -38,7 +40,9 @@ from d5pipe.levels.level3.placement import BIND_ENV, bind_from_env
 from d5pipe.levels.level3.shard_check import save_samples
 from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.levels.optim import make_optimizer
+from d5pipe.levels.training_log import facts
 from d5pipe.measure import energy
+from d5pipe.measure.mllog import TrainingLog
 from d5pipe.measure.process import die_with_parent
 
 
@@ -68,6 +72,18 @@ def _energy_span(device: torch.device) -> tuple[energy.Span | None, int]:
     return (energy.Span(energy.meter("cpu")) if local_rank == 0 else None), local_rank
 
 
+def _mllog(spec: dict[str, Any], rank: int, n_train: int, n_test: int, ranks: int) -> TrainingLog:
+    """Rank 0's MLPerf log when the point asks for one (``spec["mllog"]``), else a silent one."""
+    asked = spec.get("mllog")
+    if not asked or rank != 0:
+        return TrainingLog(None, {})
+    log = TrainingLog(Path(asked["path"]), asked["section"])
+    conf = conf_from_dict(TrainConf, "train", spec["train"])
+    log.start(facts(str(spec["experiment"]), int(spec["training_seed"]["seed"]), conf, int(spec["global_batch"]),
+                    n_train, n_test, ranks))
+    return log
+
+
 def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, out_dir: Path) -> dict[str, Any]:
     """Train ``warmup_steps + steps`` steps on this rank's shards; the timed steps follow warm-up.
     ``distributed.early_stop`` may end them sooner, on every rank after the same step
@@ -75,9 +91,10 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     from d5pipe.levels.datasets import require_materialised
 
     data = _load_data(str(spec["data_path"]))
-    x_train, y_train, _, _ = require_materialised(data, "level 3 training")  # level3.point skips earlier
+    x_train, y_train, _, y_test = require_materialised(data, "level 3 training")  # level3.point skips earlier
     x, y = x_train.to(device), y_train.to(device)
     rank, size = backend.rank, backend.size
+    mllog = _mllog(spec, rank, len(y_train), len(y_test), size)
     model = training.build_model(spec["model"], data.input_shape, data.n_classes, int(spec["rank_seeds"][rank]))
     model = model.to(device)
     opt = make_optimizer(spec["train"], model.parameters())
@@ -97,6 +114,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
     collective_s: list[float] = []
     batches = training.global_batches(len(y), int(spec["global_batch"]), warmup + steps, int(spec["data_seed"]))
     used: list[np.ndarray] = []
+    mllog.begin_run()
+    mllog.block(True, 0)
     for i, idx in enumerate(batches):
         share = strategy.share(idx, rank, size)
         used.append(share)
@@ -130,6 +149,8 @@ def run_training(backend: Backend, spec: dict[str, Any], device: torch.device, o
                 if stop.after(len(times), mean, mean):
                     break
     ran = len(times)
+    mllog.block(False, (warmup + ran) * int(spec["global_batch"]))
+    mllog.close()  # the point adds its evaluation and run_stop (d5pipe.levels.level3.point)
     strategy.finish(model, comm)  # untimed, uncounted
     backend.counter.reset()
     save_samples(out_dir, rank, used)
