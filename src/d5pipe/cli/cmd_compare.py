@@ -1,6 +1,7 @@
 """``d5pipe compare A B``: what the two runs differ in (config, environment, code, machine), then
 the configurations they share, each timing changed, equivalent or inconclusive, the other metrics
-identical or not.
+identical or not. Where either side is MLPerf-format logs (a published MLPerf result), the two
+sides' MLPerf results instead, time to train decided over their runs (d5pipe.results.mlperf_result).
 
 The output ends with one line counting the verdicts. Exit codes: 0, :data:`REGRESSION_EXIT` (4)
 a timing ``changed`` for the worse by more than ``--fail-on-regression`` percent,
@@ -11,6 +12,7 @@ user error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from d5pipe.provenance.run_diff import run_differences
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
 from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
+from d5pipe.results.mlperf_result import compare_lines, is_mllog
 from d5pipe.results.profile_changes import explain_comparison
 from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, DEFAULT_RUN_NOISE, Policy
 
@@ -60,8 +63,9 @@ def timing_policy_from_args(args: argparse.Namespace) -> Policy:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", type=Path, help="reference run directory or bundle archive")
-    parser.add_argument("b", type=Path, help="candidate run directory or bundle archive")
+    parser.add_argument("a", type=Path, help="reference run directory or bundle archive, or MLPerf-format logs "
+                        "(a file, or a directory of one result's logs)")
+    parser.add_argument("b", type=Path, help="candidate run directory or bundle archive, or MLPerf-format logs")
     parser.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT",
                         help=f"exit {REGRESSION_EXIT} when a timing changed for the worse by more than PCT percent")
     parser.add_argument("--allow-different", action="store_true",
@@ -85,6 +89,11 @@ def verdict_exit(result: RunComparison, args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    if is_mllog(args.a) or is_mllog(args.b):  # a published MLPerf result on either side
+        with contextlib.ExitStack() as stack:
+            a, b = (p if is_mllog(p) else stack.enter_context(opened_bundle(p)) for p in (args.a, args.b))
+            print("\n".join(compare_lines(a, b, timing_policy_from_args(args))))
+        return 0
     with opened_bundle(args.a) as dir_a, opened_bundle(args.b) as dir_b:
         differs = run_differences(dir_a, dir_b)
         result = compare_runs(dir_a, dir_b, policy_from_args(args), args.allow_different,

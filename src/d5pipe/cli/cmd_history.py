@@ -31,7 +31,9 @@ def _since(text: str) -> datetime:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=ACTIONS)
-    p.add_argument("paths", nargs="*", type=Path, help="import: run directories or bundles")
+    p.add_argument("paths", nargs="*", type=Path,
+                   help="import: run directories or bundles, or MLPerf-format logs (a file, or a directory of one "
+                        "result's logs)")
     p.add_argument("--history", type=Path, metavar="FILE",
                    help="the store (default $D5PIPE_HISTORY, else ~/.local/share/d5pipe/history.duckdb)")
     p.add_argument("--experiment")
@@ -143,12 +145,17 @@ def _report_check(result: Any, args: argparse.Namespace) -> int:
 
 
 def _import(path: Path, paths: list[Path]) -> int:
-    from d5pipe.history.store import add_run_dir
+    from d5pipe.history.store import add_mllog, add_run_dir
     from d5pipe.provenance.bundle import is_archive, opened_bundle, verify
+    from d5pipe.results.mlperf_result import is_mllog
 
     if not paths:
         raise D5PipeError("history import: name at least one run directory or bundle")
     for p in paths:
+        if is_mllog(p):  # a published MLPerf result: its logs
+            run_id, new = add_mllog(path, p)
+            print(f"{p}: MLPerf result {run_id} {'added' if new else 'already in the history'} ({path})")
+            continue
         with opened_bundle(p) as run_dir:
             problems = verify(run_dir) if is_archive(p) else []
             if problems:

@@ -141,6 +141,14 @@ def append(path: Path, run: dict[str, Any], results: pd.DataFrame, profiles: pd.
     return True
 
 
+def add_mllog(path: Path, logs: Path) -> tuple[str, bool]:
+    """Append a published MLPerf result (d5pipe.history.mllog_rows); (run_id, whether it was new)."""
+    from d5pipe.history.mllog_rows import mllog_rows
+
+    run, rows = mllog_rows(logs)
+    return run["run_id"], append(path, run, rows)
+
+
 def add_run_dir(path: Path, run_dir: Path) -> tuple[str, bool]:
     """Append a finished run directory; (run_id, whether it was new)."""
     from d5pipe.history.run_rows import profile_rows, run_rows
