@@ -33,6 +33,23 @@ def _mode(mode: str) -> dict[str, Declared]:
             **flop_declared(f"_{mode}", rate, samples)}
 
 
+_LG_SAMPLE = "a LoadGen sample is one batch of level1.batch_size"
+LOADGEN_METRICS: dict[str, Declared] = {
+    "loadgen_valid": Declared("", "verdict", None, "MLPerf LoadGen's own verdict on the run of level1.scenario "
+                                                   "(result_validity: pass for VALID; a fail names LoadGen's reasons)"),
+    **{f"loadgen_latency_p{p}": Declared("s", "timing", None, f"LoadGen's {p}th percentile of query latency "
+                                                             "(single_stream, multi_stream, server)")
+       for p in (50, 90, 99)},
+    "loadgen_qps": Declared("batches/s", "timing", None, "LoadGen's rate: single_stream's QPS with LoadGen's overhead, "
+                                                         f"server's completed and offline's samples per second ({_LG_SAMPLE})"),
+    "loadgen_throughput": Declared("samples/s", "timing", None, "loadgen_qps x level1.batch_size"),
+    "loadgen_query_count": Declared("", "info", None, "the queries LoadGen issued in the run"),
+    "loadgen_peak_qps": Declared("batches/s", "timing", None, "server, level1.loadgen_find_peak_qps: the highest QPS "
+                                                              "whose LoadGen run was valid, by bisection (0: none was)"),
+}
+"""What a point under MLPerf LoadGen reports (d5pipe.levels.level1.loadgen)."""
+
+
 NETWORK_METRICS: dict[str, Declared] = {
     "n_parameters": Declared("", "count", None, "the model's parameters"),
     **_mode("inference"),
@@ -42,6 +59,7 @@ NETWORK_METRICS: dict[str, Declared] = {
     "output_err_l2": Declared("", "numerical", None, "the outputs' relative L2 error against that reference"),
     "output_err_max_rel": Declared("", "numerical", None, "the largest error relative to the reference's largest value"),
     **MICRO_BATCH_METRICS,
+    **LOADGEN_METRICS,
 }
 """Every metric name of a network point and its one meaning."""
 

@@ -6,7 +6,8 @@ reads ONNX (``onnxruntime``, ``openvino``) runs it. The reference is the ONNX re
 evaluator (``onnx.reference.ReferenceEvaluator``) on a float64 copy of the graph: every float32
 initializer, constant, cast and value type widened to float64. ``output_check`` compares the
 runtime's outputs with it on the same batch (tolerances: d5pipe.levels.verify). The file's
-sha256 is part of the point's identity (d5pipe.plan.build), like user code.
+sha256 is part of the point's identity (d5pipe.plan.build), like user code. Under a LoadGen
+scenario (``level1.scenario``) the QSL is :data:`LOADGEN_BATCHES` such batches (d5pipe.levels.level1.loadgen).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from d5pipe.levels.level1.schema import Level1Conf
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.stats import rate_metric
 from d5pipe.measure.timer import measure
+
+LOADGEN_BATCHES = 8
+"""The batches (filled from the point's seed) a LoadGen scenario's QSL holds for a network given as a file."""
 
 
 def input_spec(path: str | Path, batch_size: int) -> tuple[str, tuple[int, ...]]:
@@ -113,22 +117,32 @@ def run_onnx_point(ctx: PointContext, conf: Level1Conf, timer_cfg: dict[str, Any
     def infer() -> None:
         prepared.run(x)
 
-    infer()
-    m = measure(infer, timer_cfg, "cpu")
-    metrics = m.summary.to_metrics("inference_latency", "s", "inference_latency_s", prefix="inference_latency_")
-    metrics.append(rate_metric("inference_throughput", float(shape[0]), m.summary, "samples/s", "inference_latency_s"))
     extra: dict[str, Any] = {
         "network": {"onnx_file": path, "sha256": prepared.onnx["sha256"], "input": name, "shape": list(shape),
                     "kept": os.path.relpath(kept, ctx.run_dir)},
         "runtime": {"name": runtime.name, "versions": runtime.versions(),
                     "told": prepared.told, "threads_requested": threads, "threads": prepared.threads},
-        "timer_inference": m.info(), "warnings": [f"inference: {w}" for w in m.warnings],
-        "not_measured": {"fwd_bwd": "a network given as an ONNX file runs inference only"},
+        "not_measured": {"fwd_bwd": "a network given as an ONNX file runs inference only"}, "warnings": [],
     }
-    profile_pass(ctx, extra, infer, "inference",  # the runtime's own profiler where it has one
-                 native=None if prepared.profile is None else functools.partial(prepared.profile, x))
+    samples: dict[str, list[float]] = {}
+    if conf.scenario != "none":  # MLPerf LoadGen drives the runtime over random batches of the file's input
+        from d5pipe.levels.level1.loadgen import run_scenario
+
+        batches = [x, *(torch.randn(shape, generator=gen, dtype=torch.float32) for _ in range(LOADGEN_BATCHES - 1))]
+        metrics, extra["loadgen"] = run_scenario(ctx, conf, prepared.run, batches)
+        extra["warnings"] = [f"loadgen: {w}" for w in extra["loadgen"]["warnings"]]
+    else:
+        infer()
+        m = measure(infer, timer_cfg, "cpu")
+        metrics = m.summary.to_metrics("inference_latency", "s", "inference_latency_s", prefix="inference_latency_")
+        metrics.append(rate_metric("inference_throughput", float(shape[0]), m.summary, "samples/s",
+                                   "inference_latency_s"))
+        extra |= {"timer_inference": m.info(), "warnings": [f"inference: {w}" for w in m.warnings]}
+        samples["inference_latency_s"] = list(m.samples)
+        profile_pass(ctx, extra, infer, "inference",  # the runtime's own profiler where it has one
+                     native=None if prepared.profile is None else functools.partial(prepared.profile, x))
     if conf.output_check:
         found, extra["output_check"] = judge(prepared.run(x), reference_outputs(path, name, x), torch.float32, conf,
                                              "onnx.reference.ReferenceEvaluator, float64 copy of the graph")
         metrics += found
-    return PointOutcome(metrics=metrics, samples={"inference_latency_s": list(m.samples)}, extra=extra)
+    return PointOutcome(metrics=metrics, samples=samples, extra=extra)

@@ -130,12 +130,17 @@ def _prepare_model(
             f"{model_name!r}, batch shape {tuple(x.shape)}"
         )
     model = model.to(device=device, dtype=dtype)
-    x = x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device)  # token ids stay integers
-    y = y.to(device)
+    x, y = place_input(x, conf, device), y.to(device)
     if conf.layout == "channels_last":
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        x = x.contiguous(memory_format=torch.channels_last)
     return model, x, y, check
+
+
+def place_input(x: torch.Tensor, conf: Level1Conf, device: torch.device) -> torch.Tensor:
+    """A batch on the point's device, in its dtype (token ids stay integers) and layout."""
+    dtype = torch_dtype(conf.dtype, "level1.dtype")
+    x = x.to(device=device, dtype=dtype) if x.is_floating_point() else x.to(device)
+    return x.contiguous(memory_format=torch.channels_last) if conf.layout == "channels_last" else x
 
 
 def _other_runtime(ctx: PointContext, model: nn.Module, x: torch.Tensor,
@@ -194,6 +199,27 @@ def _measure_mode(ctx: PointContext, conf: Level1Conf, device: torch.device, mod
     return metrics, list(m.samples)
 
 
+def _under_loadgen(ctx: PointContext, conf: Level1Conf, data: Dataset, forward: Callable[..., torch.Tensor],
+                   device: torch.device, model: nn.Module, extra: dict[str, Any]) -> list[Metric]:
+    """The point's runtime as LoadGen's system under test over the test split's batches
+    (d5pipe.levels.level1.loadgen); what the record keeps goes into ``extra["loadgen"]``."""
+    from d5pipe.levels.level1 import loadgen
+
+    model.eval()
+    batches = loadgen.qsl_batches(data.x_test, conf.batch_size, functools.partial(place_input, conf=conf, device=device))
+
+    def run_batch(batch: torch.Tensor) -> None:
+        with torch.inference_mode():
+            forward(batch)
+        synchronize(device)
+
+    found, extra["loadgen"] = loadgen.run_scenario(ctx, conf, run_batch, batches)
+    extra["warnings"] += [f"loadgen: {w}" for w in extra["loadgen"]["warnings"]]
+    extra["not_measured"] = {"timer": f"level1.scenario={conf.scenario}: LoadGen measures inference, "
+                                      "d5pipe's timer measures nothing"}
+    return found
+
+
 def run_point(ctx: PointContext) -> PointOutcome:
     """Measure inference and forward+backward of one model configuration."""
     cfg = ctx.config
@@ -229,7 +255,10 @@ def run_point(ctx: PointContext) -> PointOutcome:
     metrics: list[Metric] = [metric("n_parameters", count_parameters(model))]
     samples: dict[str, list[float]] = {}
     modes = [("inference", infer, model.eval), ("fwd_bwd", fwd_bwd, model.train)]
-    if not on_torch:
+    if conf.scenario != "none":  # MLPerf LoadGen drives the runtime in place of d5pipe's timer
+        metrics += _under_loadgen(ctx, conf, data, forward, device, model, extra)
+        modes = []
+    elif not on_torch:
         modes = modes[:1]
         extra["not_measured"] = {"fwd_bwd": f"level1.runtime={conf.runtime} runs inference only"}
     elif not conf.fwd_bwd:

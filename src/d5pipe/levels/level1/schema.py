@@ -13,6 +13,8 @@ SECTION = "level1"
 """The config section of level 1 (named after the level)."""
 LAYOUTS: tuple[str, ...] = ("contiguous", "channels_last")
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+SCENARIOS: tuple[str, ...] = ("none", "single_stream", "multi_stream", "offline", "server")
+"""``level1.scenario``: d5pipe's own timer (``none``) or one of MLPerf LoadGen's scenarios."""
 
 
 @dataclass
@@ -64,3 +66,32 @@ class Level1Conf:
     """Max error relative to the output's largest value; null: the dtype's default."""
     detect_rel_error: float = positive(0.01)
     """A tolerance at or above this relative error cannot see it: ``output_check`` says ``undetectable``."""
+    scenario: str = later("none", choices=SCENARIOS)
+    """``none``: d5pipe's timer measures the network (inference and forward+backward). ``single_stream``,
+    ``multi_stream``, ``offline`` or ``server``: MLCommons LoadGen drives the point's runtime as its
+    system under test in that scenario (inference only; a LoadGen sample is one batch of
+    ``batch_size``) and the point reports LoadGen's figures (d5pipe.levels.level1.loadgen)."""
+    loadgen_target_latency_ms: float = later(100.0, gt=0)
+    """``server``: the latency bound a query must meet at ``loadgen_percentile`` (LoadGen's
+    ``server_target_latency_ns``), milliseconds."""
+    loadgen_target_qps: float = later(0.0, min=0.0)
+    """``server``: queries per second LoadGen issues (Poisson arrivals); ``offline``: the QPS LoadGen
+    expects, which sizes its one query. 0: from a short calibration of one batch's latency ``L``
+    (server ``0.5 / L``, offline ``2 / L``: its one query then lasts about twice the minimum duration)."""
+    loadgen_min_duration_s: float = later(1.0, gt=0)
+    """LoadGen's minimum test duration (``min_duration_ms``; its own default is 10 minutes)."""
+    loadgen_max_duration_s: float = later(10.0, gt=0)
+    """LoadGen stops issuing queries after this long (``max_duration_ms``); at least ``loadgen_min_duration_s``."""
+    loadgen_min_query_count: int = later(100, min=1)
+    """LoadGen's minimum number of queries (``min_query_count``; offline issues one). Its early
+    stopping wants at least 64 queries for a 90th percentile and 662 for a 99th."""
+    loadgen_percentile: float = later(90.0, gt=0, lt=100)
+    """The latency percentile LoadGen's result and early stopping use (single_stream, multi_stream,
+    and server's latency bound), in percent."""
+    loadgen_samples_per_query: int = later(8, min=1)
+    """``multi_stream``: samples (batches) per query (LoadGen's ``multi_stream_samples_per_query``)."""
+    loadgen_find_peak_qps: bool = later(False)
+    """``server``: after the configured run, search by bisection for the highest QPS whose LoadGen run
+    is valid (the latency bound met), each probe a LoadGen run; reported as ``loadgen_peak_qps``."""
+    loadgen_peak_probes: int = later(5, min=2, max=20)
+    """How many LoadGen runs the peak-QPS search makes."""

@@ -41,7 +41,20 @@ def check_point(cfg: Mapping[str, Any]) -> None:
         raise D5PipeError(f"config error: key 'level1.impl': {impl!r} applies to level1.runtime={takes} "
                           f"only (got runtime {runtime!r}; use impl eager)")
     check_micro_batches(level1, Level1Conf, "level1")
+    check_loadgen(level1)
     check_timer(dict(section(cfg, "timer")))
+
+
+def check_loadgen(level1: Mapping[str, Any]) -> None:
+    """The LoadGen settings of one point that hold together (each value's range is the schema's)."""
+    low, high = (float(setting(level1, Level1Conf, k)) for k in ("loadgen_min_duration_s", "loadgen_max_duration_s"))
+    if high < low:
+        raise D5PipeError(f"config error: key 'level1.loadgen_max_duration_s': {high:g} is below "
+                          f"level1.loadgen_min_duration_s={low:g}")
+    scenario = str(setting(level1, Level1Conf, "scenario"))
+    if setting(level1, Level1Conf, "loadgen_find_peak_qps") and scenario != "server":
+        raise D5PipeError("config error: key 'level1.loadgen_find_peak_qps': the peak-QPS search applies to "
+                          f"level1.scenario=server only (got {scenario!r})")
 
 
 def check_onnx_file(value: Any) -> None:
