@@ -111,6 +111,7 @@ def test_the_shipped_training_experiments_logs_pass_mlperfs_checker(tmp_path: Pa
     ok = subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--config", str(rules),
                          str(logs[0])], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert ok.returncode == 0 and "SUCCESS" in ok.stdout + ok.stderr, ok.stdout + ok.stderr
+    assert "MLPerf logs | 4 training log(s) in mlperf/: 4 pass, 0 fail" in (out / "report.md").read_text()
     # the logs and the ruleset are part of the bundle
     assert {f"mlperf/level2/{p.name}" for p in logs} | {f"mlperf/{rules.name}"} <= set(bundle_files(out))
     # a published MLPerf result (here: these logs, as one result of four runs) in the history, beside the run

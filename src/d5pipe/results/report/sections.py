@@ -68,6 +68,19 @@ def energy_fact(data: RunData) -> str:
     return f"unavailable ({record.get('reason', 'not recorded in this run')})"
 
 
+def mlperf_fact(data: RunData) -> str:
+    """The training points' MLPerf logs under MLPerf's compliance checker (d5pipe.measure.mllog_check)."""
+    from d5pipe.measure.mllog_check import METRIC, NOT_APPLICABLE, RULESET
+
+    rows = data.results[data.results["metric"] == METRIC]
+    if rows.empty:
+        return "no MLPerf training log (no training point, or mlperf.log false)"
+    texts = rows["text"].astype(str) if "text" in rows.columns else rows["value"].astype(str)
+    passed = int((texts == "pass").sum())
+    return (f"{len(rows)} training log(s) in mlperf/: {passed} pass, {len(rows) - passed} fail MLPerf's compliance "
+            f"checker (training {RULESET} common and open rules less {', '.join(NOT_APPLICABLE)}; d5pipe's rules)")
+
+
 def provenance(data: RunData) -> Section:
     m = data.manifest
     facts = [
@@ -79,6 +92,7 @@ def provenance(data: RunData) -> Section:
         ["root seed", str(m.get("seed", data.config.get("seed", "")))],
         ["environment hash", str(m.get("env_hash", ""))],
         ["energy", energy_fact(data)],
+        ["MLPerf logs", mlperf_fact(data)],
     ]
     hashes = sorted(str(h) for h in data.results["env_hash"].dropna().unique() if str(h))
     if len(hashes) > 1:  # the warning itself is under Warnings (several environments), once
