@@ -19,6 +19,11 @@ stop rule, raw samples kept):
   ``output_err_max_rel``: the outputs against the float64 eager reference on the same batch
   (d5pipe.levels.level1.output_check; ``level1.output_check: false`` turns it off).
 
+With ``level1.scenario`` other than ``none``, MLPerf LoadGen drives the same runtime in place of the
+timer (d5pipe.levels.level1.loadgen): ``loadgen_valid``, ``loadgen_latency_p50/p90/p99``,
+``loadgen_qps``, ``loadgen_throughput`` (and server's ``loadgen_peak_qps``); forward+backward, peak
+memory and FLOPs are not measured then, ``output_check`` is.
+
 The model is ``model.name`` (a built-in or a user target, d5pipe.levels.targets); a user model
 may name the model it re-implements in ``model.reference``.
 
