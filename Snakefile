@@ -12,6 +12,7 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/build.smk"
 include: "workflow/rules/levels.smk"
 include: "workflow/rules/report.smk"
 

@@ -11,6 +11,7 @@ for _stage in d5api.enabled_stages("."):
         input:
             spec=f"plan/{_stage}/{{shard}}.json",
             data=d5api.shard_data_input(".", _stage),
+            builds=d5api.shard_build_input(".", _stage),
         output:
             f"shards/{_stage}/{{shard}}.json",
         params:

@@ -11,6 +11,9 @@ so editing a module re-runs exactly the points that use it. For a target ``mypkg
   statements read from the source with :mod:`ast`, relative imports included; imports built at
   run time are not seen). Modules outside the allow-list (the standard library, torch) are not
   followed: they are part of the environment record, not of the point;
+* a package's native sources (C, C++ and CUDA files and headers, :data:`NATIVE_SUFFIXES`) anywhere
+  under its directory are its files too: a compiled operator's sources (d5pipe.levels.level0.compiled)
+  are part of the point, and travel in ``RUN/code/``;
 * a module installed in ``site-packages``/``dist-packages`` (not an editable checkout) stands for
   its distribution: ``name==version`` is hashed instead of its files, and nothing is copied;
 * the **hash** is sha256 over the sorted ``(relative path, sha256 of bytes)`` of the files and the
@@ -34,6 +37,8 @@ from d5pipe.core.allowlist import ALWAYS_ALLOWED, module_allowed
 from d5pipe.core.errors import D5PipeError
 
 INSTALLED_DIRS = ("site-packages", "dist-packages")
+NATIVE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx")
+"""Files of a package that a compiler reads (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -190,6 +195,8 @@ def _collect(chain: list[_Found], prefixes: Sequence[str], files: dict[str, Path
         seen.add(name)
         rel = path.relative_to(chain[0].root).as_posix()
         files[rel] = path
+        if path.name == "__init__.py":
+            files.update(native_sources(path.parent, chain[0].root))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for imported in _imports(str(path), path.stat().st_mtime_ns, package):
             if imported in seen or not module_allowed(imported, prefixes) or module_allowed(imported, ALWAYS_ALLOWED):
@@ -206,6 +213,18 @@ def _collect(chain: list[_Found], prefixes: Sequence[str], files: dict[str, Path
             if sub[0].root != chain[0].root:
                 continue  # another import-path directory: its module gets its own entry
             _collect(sub, prefixes, files, dists, seen)
+
+
+def native_sources(directory: Path, root: Path) -> dict[str, Path]:
+    """A package directory's native sources (:data:`NATIVE_SUFFIXES`), relative to ``root``; hidden
+    and ``__pycache__`` directories left out."""
+    out: dict[str, Path] = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).parts
+        if path.suffix in NATIVE_SUFFIXES and path.is_file() and not any(
+                p.startswith(".") or p == "__pycache__" for p in rel[:-1]):
+            out[path.relative_to(root).as_posix()] = path
+    return out
 
 
 def _finish(module: str, root: Path, files: dict[str, Path], dists: Iterable[str]) -> ModuleCode:

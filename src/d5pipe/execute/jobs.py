@@ -4,7 +4,7 @@
   from the rule's ``shell:`` (d5pipe.execute.snakefile_api.shard_shell) -- no Snakemake import in
   the job, which a ``script:`` job pays;
 * ``prepare_data``: ``workflow/scripts/prepare_data.py`` calls :func:`prepare_data_job` with the
-  ``snakemake`` object;
+  ``snakemake`` object; ``build_operator``: ``workflow/scripts/build_operator.py``, :func:`build_operator_job`;
 * ``report``: :func:`report_in_process`, in Snakemake's own process.
 """
 
@@ -96,6 +96,23 @@ def prepare_data_job(smk: Any) -> None:
         if meta.get("storage", "memory") == "memory":  # the cache holds one file a dataset
             store(key, Path(str(smk.output.data)), {"key": key, **meta}, seconds)  # for other run directories
         print(f"prepared dataset {key} in {seconds:.1f} s: {meta.get('checksum')}")
+
+
+def build_operator_job(smk: Any) -> None:
+    """Build one compiled operator into the user cache (``build_operator`` rule), or reuse the binary a
+    run built before; a failed build is tried again once per run. Its record is the rule's output: the
+    points that need it read the outcome (a compile error fails them alone)."""
+    from d5pipe.core.atomic import write_json
+    from d5pipe.levels.level0.compiled import build, spec_of
+    from d5pipe.rundir.layout import RunDir
+
+    with _logged_to(Path(str(smk.log[0])) if len(smk.log) else None):
+        key = str(smk.wildcards.build)
+        spec = spec_of(RunDir.of(".").index["builds"][key])
+        record = build(spec, retry_failed=True)
+        write_json(Path(str(smk.output[0])), {"planned_key": key, **record})
+        print(f"build {key} of {spec.package}: {record['status']} ({record['outcome']}, key {record['key']})"
+              + (f"\n{record['error']}" if record["status"] != "ok" else ""))
 
 
 _PRELOAD: threading.Thread | None = None

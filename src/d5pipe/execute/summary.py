@@ -90,7 +90,8 @@ def summarize(plan: Plan, run_dir: Path, seconds: float = 0.0) -> PlanSummary:
             points_per_shard=sp.points_per_shard, axes=list(sp.axes),
             expected_s_per_job=max((sp.shard_cost_s(i) for i in range(sp.n_shards)), default=0.0),
             submissions=_submissions(plan, stage, sp.n_shards)))
-    other = {"prepare_data": len(plan.datasets), "report": 1}
+    other = {"prepare_data": len(plan.datasets), **({"build_operator": len(plan.builds)} if plan.builds else {}),
+             "report": 1}
     slurm = (plan.config.get("executor") or {}).get("name") == "slurm"
     return PlanSummary(plan.experiment, str(run_dir), plan.n_points(), stages, other, seconds, slurm,
                        repetitions={st: stage_repetitions(plan.config, st) for st in plan.stages})

@@ -38,6 +38,10 @@ class Factor:
     fallback: str = ""
     quality: str = ""
     """The metric that says what the speed bought (shown for both sides); empty: none."""
+    baseline_metric: str = ""
+    """Where each variant names its own baseline: the text of this metric on the variant's points
+    (level 0: a user operator's ``compare_to``, the built-in it re-implements); empty: one baseline
+    for all, :attr:`baseline`. A variant that names none is not compared."""
 
 
 def point_runner(module: str) -> Callable[[], Callable[[PointContext], PointOutcome]]:
@@ -96,6 +100,10 @@ class Level:
     prices them with d5pipe.levels.cost_model.PROFILE_PASS_S."""
     identity_files: Callable[[PointConfig], dict[str, str]] = lambda cfg: {}
     """``{"file:<path>": sha256}`` of files whose content is part of a point's identity."""
+    builds: Callable[[PointConfig], dict[str, dict[str, Any]]] = lambda cfg: {}
+    """What a point needs built before its shard runs, torch-free: build key -> what the
+    ``build_operator`` job builds (level 0: a compiled operator, d5pipe.levels.level0.compiled);
+    read with :attr:`check_point` (once per combination of :attr:`check_reads`)."""
     needs_data: bool = False
     """Points read a prepared dataset (``data/<key>.npz``, made by ``prepare_data``)."""
     tasks_from_ranks: bool = False

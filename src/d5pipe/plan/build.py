@@ -53,6 +53,11 @@ class StagePlan:
     """Per point, the user modules whose code its ID includes (empty for built-ins only)."""
     costs: Sequence[float] = field(default_factory=list)
     """Per point, its expected seconds of work (its level's ``cost``, d5pipe.levels.stage.Level)."""
+    builds: Sequence[tuple[str, ...]] = field(default_factory=list)
+    """Per point, the build keys it needs (its level's ``builds``; empty for most)."""
+
+    def point_builds(self, i: int) -> list[str]:
+        return list(self.builds[i]) if self.builds else []
 
     @property
     def n_shards(self) -> int:
@@ -86,6 +91,8 @@ class Plan:
     stages: dict[str, StagePlan]
     datasets: dict[str, dict[str, Any]]
     """Dataset key -> dataset config, for every dataset some point needs."""
+    builds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Build key -> what the ``build_operator`` job builds, for every build some point needs."""
     code: dict[str, Any] = field(default_factory=dict)
     """User module -> its d5pipe.core.code_hash.ModuleCode, for every module some point uses."""
     more: dict[str, int] = field(default_factory=dict)
@@ -218,13 +225,14 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
     max_jobs = int(setting(shards_cfg, ShardsConf, "max_jobs_per_stage"))
     stages: dict[str, StagePlan] = {}
     datasets: dict[str, dict[str, Any]] = {}
+    builds: dict[str, dict[str, Any]] = {}
     from d5pipe.core.allowlist import allow_list
     from d5pipe.core.code_hash import CodeCache
 
     code_cache = CodeCache(allow_list())
     for stage in config["stages"]:
         stages[stage] = _stage_plan(STAGES[stage], config, axes, points, stage_repetitions(config, stage), more,
-                                    code_cache, datasets, (pps, target_s, max_jobs))
+                                    code_cache, datasets, (pps, target_s, max_jobs), builds)
     if not all_distinct(*(sp.seeds for sp in stages.values())):  # equal IDs give equal seeds too
         check_unique((f"{name}/{pid}", seed) for name, sp in stages.items() for pid, seed in zip(sp.point_ids, sp.seeds))
     return Plan(
@@ -235,6 +243,7 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
         axes=axes,
         stages=stages,
         datasets=datasets,
+        builds=builds,
         code=dict(code_cache.modules),
         more=more,
     )
@@ -242,7 +251,7 @@ def build_plan(config: dict[str, Any], more: Mapping[str, int] | None = None) ->
 
 def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], points: list[tuple[Any, ...]],
                 reps: int, more: Mapping[str, int], code_cache: Any, datasets: dict[str, dict[str, Any]],
-                sizing: tuple[int, float, int]) -> StagePlan:
+                sizing: tuple[int, float, int], builds: dict[str, dict[str, Any]]) -> StagePlan:
     """One stage's points (checked, d5pipe.plan.stage_points), repetitions, seeds, costs, shards."""
     stage, root = entry.name, int(config["seed"])
     keep = [a for a in axes if a.split(".", 1)[0] in set(entry.sections)]
@@ -265,6 +274,7 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
     cost_k: list[float] = []
     dkey_k: list[str] = []
     mods_k: list[tuple[str, ...]] = []
+    builds_k: list[tuple[str, ...]] = []
     for k in range(len(sub_points)):
         key = tuple([positions[i][k] for i in cost_idx])
         cost = costs_seen.get(key)
@@ -277,6 +287,8 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
         if user is None:
             user = mods_seen[id(sp.code[k])] = tuple(sorted(m for m in sp.code[k] if not m.startswith("file:")))
         mods_k.append(user)
+        builds.update(sp.builds[k])
+        builds_k.append(tuple(sorted(sp.builds[k])))
     ids: list[str] = []
     seeds = array("q")
     groups: list[int] = []
@@ -308,7 +320,8 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
         raise D5PipeError(f"sweep: stage {stage} has duplicate points (identical configs)")
     costs, dkeys, mods = Gathered(cost_k, planned_k), Gathered(dkey_k, planned_k), Gathered(mods_k, planned_k)
     bounds = shard_bounds(costs, groups, *sizing)
-    return StagePlan(stage, out_axes, ids, out_points, seeds, bounds, dkeys, mods, costs=costs)
+    needs = Gathered(builds_k, planned_k) if any(builds_k) else []
+    return StagePlan(stage, out_axes, ids, out_points, seeds, bounds, dkeys, mods, costs=costs, builds=needs)
 
 
 def _dataset_key(entry: Level, sp: StagePoints, k: int, axis_values: tuple[int, ...], cache: dict[tuple[int, ...], str],

@@ -108,19 +108,22 @@ class StagePoints:
         self._keep = list(canon)  # the ids above stay valid while the values live
         self.check_idx = reading_axes(axes, level.check_reads)
         self.code: list[dict[str, str]] = []
-        checked: dict[tuple[str, ...], dict[str, str]] = {}
+        self.builds: list[dict[str, dict[str, Any]]] = []
+        """Per point, what it needs built (d5pipe.levels.stage.Level.builds)."""
+        checked: dict[tuple[str, ...], tuple[dict[str, str], dict[str, dict[str, Any]]]] = {}
         for values, texts in zip(self.values, self.texts):
             key = tuple(texts[i] for i in self.check_idx)
-            code = checked.get(key)
-            if code is None:
+            seen = checked.get(key)
+            if seen is None:
                 cfg = self.config(values)
                 try:
                     level.check_point(cfg)
-                    code = {**_code_of(level, cfg, code_cache), **level.identity_files(cfg)}
+                    seen = checked[key] = ({**_code_of(level, cfg, code_cache), **level.identity_files(cfg)},
+                                           level.builds(cfg))
                 except D5PipeError as exc:
                     raise _point_error(level.name, dict(zip(axes, values)), exc) from None
-                checked[key] = code
-            self.code.append(code)
+            self.code.append(seen[0])
+            self.builds.append(seen[1])
         fast = not nested_axes(axes) and REPEAT_AXIS not in axes
         self.templates = {rep: IdTemplate(level.name, base, axes, rep) for rep in (False, True)} if fast else {}
 

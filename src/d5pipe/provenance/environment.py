@@ -43,6 +43,7 @@ from typing import Any
 
 from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.toolchain import compiler_info
 from d5pipe.measure.energy import meter as energy_meter
 from d5pipe.provenance import probes as envprobe
 from d5pipe.provenance.lock import editable_commit, lock_record
@@ -103,13 +104,15 @@ HASH_KEYS: tuple[str, ...] = (
     "os.distro",
     "os.kernel",
     "os.machine",
+    "compiler.version",
     *(f"env.{name}" for name in HASHED_ENV_VARS),
     "git.commit",
     "git.diff_sha256",
 )
 """Dotted record paths that make up the hash subset (see module docstring)."""
 
-STATIC_PARTS: tuple[str, ...] = ("python", "packages", "lock", "torch", "horovod", "cpu", "gpu", "os", "mpi")
+STATIC_PARTS: tuple[str, ...] = ("python", "packages", "lock", "torch", "horovod", "cpu", "gpu", "os", "mpi",
+                                  "compiler")
 """Record parts that do not change between jobs on one host and one installation (cached)."""
 
 
@@ -151,6 +154,7 @@ def _static_parts(light: bool) -> dict[str, Any]:
         "cpu": envprobe.cpu_info(),
         "gpu": envprobe.gpu_info(),
         "os": envprobe.os_info(),
+        "compiler": compiler_info(),  # what torch.compile and compiled operators build with
     }
     parts["mpi"] = envprobe.mpi_info(probe) if not light else envprobe.mpi_metadata()
     return parts

@@ -5,16 +5,14 @@ factor -- every other sweep axis of the stage has the same value (missing equals
 level declares its factors, their baselines and the time metrics compared (``factors`` of its
 ``stage.py``; :data:`FACTORS`). Today:
 
-* L0 ``operators.impl`` against ``eager``, on ``time``; and ``operators.framework`` against
-  ``torch``, on ``time``, with each side's ``err_l2``;
+* L0 ``operators.impl`` against ``eager``, on ``time``; ``operators.framework`` against
+  ``torch``, on ``time``, with each side's ``err_l2``; and ``operators.op``: a user operator against
+  the built-in it names in ``compare_to`` (:attr:`Factor.baseline_metric`), on ``time``, with ``err_l2``;
 * L1 ``level1.impl`` against ``eager``, on ``inference_latency`` and ``fwd_bwd_time``; and
   ``level1.runtime`` against ``torch`` (PyTorch eager), on ``inference_latency``;
 * L2 ``train.optimizer`` against the first value of its sweep (``sgd`` when that is unknown),
   on ``step_time``;
 * L3 ``distributed.backend`` against ``ddp``, on ``time_per_step_s`` and ``collective_time_s``.
-
-A custom L0 operator against the built-in it re-implements is not compared: nothing in the config
-or in an operator spec says which built-in a custom operator stands for.
 
 For each pair and metric, across the **repetitions** of each side (config ``repetitions``: each
 point measured in that many separate processes, in a random order within each repetition), by
@@ -205,8 +203,9 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
         return []
     rows = rows[rows[factor.column].notna()]
     present = sorted({_key(v) for v in rows[factor.column]})  # a numeric axis reads "4", not "4.0"
-    base_value = baseline_of(factor, present, config)
-    if base_value is None or len(present) < 2:
+    named = _named_baselines(rows, factor.baseline_metric)
+    base_value = None if factor.baseline_metric else baseline_of(factor, present, config)
+    if (base_value is None and not named) or len(present) < 2:
         return []
     others = [a for a in stage_axes(rows) if a not in (factor.column, REPEAT_AXIS, *VERIFICATION_AXES)]
     points = rows.drop_duplicates("point_id")
@@ -220,14 +219,13 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
         by_value: dict[str, list[str]] = {}
         for _, r in group.iterrows():
             by_value.setdefault(_key(r[factor.column]), []).append(str(r["point_id"]))
-        base = by_value.get(base_value)
-        if base is None:
-            continue
-        first = group[group["point_id"] == base[0]].iloc[0]
-        context = ", ".join(f"{a}={_key(first[a])}" for a in varying)
         for variant, vpoints in sorted(by_value.items()):
-            if variant == base_value:
+            own = named.get(vpoints[0], "") if factor.baseline_metric else base_value
+            base = by_value.get(own) if own else None
+            if base is None or variant == own:
                 continue
+            first = group[group["point_id"] == base[0]].iloc[0]
+            context = ", ".join(f"{a}={_key(first[a])}" for a in varying)
             for metric in factor.metrics:
                 b = timed[timed["point_id"].isin(base) & (timed["metric"] == metric)]
                 v = timed[timed["point_id"].isin(vpoints) & (timed["metric"] == metric)]
@@ -239,7 +237,7 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
                 first_b, first_v = b.iloc[0], v.iloc[0]
                 pair = Pair(
                     stage=stage, factor=factor.column, metric=metric, unit=_key(first_b["unit"]),
-                    baseline=base_value, variant=variant, context=context,
+                    baseline=str(own), variant=variant, context=context,
                     baseline_point=str(first_b["point_id"]), variant_point=str(first_v["point_id"]),
                     baseline_median=geometric_mean(b["value"].astype(float).tolist()) or math.nan,
                     variant_median=geometric_mean(v["value"].astype(float).tolist()) or math.nan,
@@ -254,6 +252,15 @@ def factor_pairs(df: pd.DataFrame, stage: str, factor: Factor, config: dict[str,
                                               _side(v, fv if both else None))
                 out.append(_Raw(pair, item))
     return out
+
+
+def _named_baselines(rows: pd.DataFrame, metric: str) -> dict[str, str]:
+    """Point -> the baseline it names in ``metric`` (:attr:`Factor.baseline_metric`); empty without one."""
+    if not metric:
+        return {}
+    named = rows[(rows["metric"] == metric)]
+    column = "text" if "text" in named.columns else "value"
+    return {str(p): _key(v) for p, v in zip(named["point_id"], named[column]) if _key(v)}
 
 
 def _side_verdict(outcome: dict[str, tuple[str, str]], points: list[str]) -> tuple[str, str]:

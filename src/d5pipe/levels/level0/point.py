@@ -29,8 +29,9 @@ from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.level0.spec import OperatorSpec
 from d5pipe.measure.timer import measure
 
-UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel")
-"""Substrings of the RuntimeError torch raises when a dtype has no kernel on a device."""
+UNSUPPORTED_MARKERS = ("not implemented for", "not supported", "unsupported", "no kernel", "does not have a grad_fn")
+"""Substrings of the RuntimeError torch raises when a dtype has no kernel on a device, or when an
+operator has no backward at all (a compiled one without ``backward``, d5pipe.levels.level0.compiled)."""
 
 
 def effective_impl_layout(spec: OperatorSpec, impl: str, layout: str) -> tuple[str, str]:
@@ -145,6 +146,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
         "layout": layout,
         "shapes": [list(t.shape) for t in inputs],
         "description": spec.description,
+        **({"compiled": dict(spec.provenance)} if spec.provenance else {}),
     }
     metrics: list[Metric] = []
     fn: Callable[..., torch.Tensor] = forward

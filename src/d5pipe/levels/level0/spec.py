@@ -57,3 +57,6 @@ class OperatorSpec:
     """The built-in operator this one re-implements (``matmul``), or empty."""
     frameworks: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     """Implementations in other frameworks, by ``operators.framework`` name (module docstring)."""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    """What made the implementation, recorded with every point of it: a compiled operator's build
+    (d5pipe.levels.level0.compiled); empty for Python code (its source is in ``RUN/code/``)."""

@@ -22,23 +22,18 @@ def cost(cfg: Mapping[str, Any]) -> float:
     return POINT_FIXED_S + timed_s(cfg, 1) + (COMPILE_S if impl == "compile" else 0.0)
 
 
-def uncompared(config: Mapping[str, Any]) -> str:
-    operators = config.get("operators")
-    if isinstance(operators, dict) and operators.get("custom"):
-        return ("The custom operators (operators.custom) are not compared with the built-ins they re-implement: "
-                "nothing in the config or the operator spec names that built-in yet.")
-    return ""
-
-
 LEVEL = Level(
     name="level0", title="L0 operators", sections=("operators", "timer", "placement"),
     schemas={"operators": OperatorsConf}, check_point=validate.check_point, cost=cost,
     runner=point_runner("d5pipe.levels.level0.point"),
-    used_targets=validate.used_targets, check_targets=validate.check_targets,
+    used_targets=validate.used_targets, check_targets=validate.check_targets, builds=validate.builds,
     # a framework's speed is read with its forward error against the float64 reference beside it
     factors=(Factor("operators.impl", "eager", ("time",), "implementations"),
-             Factor("operators.framework", DEFAULT.name, ("time",), "frameworks", quality="err_l2")),
-    uncompared_note=uncompared, metrics=OPERATOR_METRICS,
+             Factor("operators.framework", DEFAULT.name, ("time",), "frameworks", quality="err_l2"),
+             # a user operator against the built-in its spec names in compare_to (a compiled one's too)
+             Factor("operators.op", None, ("time",), "user operators", quality="err_l2",
+                    baseline_metric="compare_to")),
+    metrics=OPERATOR_METRICS,
     cost_reads=("operators.impl", "timer"),
     check_reads=("operators.op", "operators.custom", "operators.allowed_prefixes", "operators.device",
                  "operators.framework", "operators.impl", "operators.layout", "timer"),

@@ -8,7 +8,6 @@ again before it imports them (d5pipe.levels.level0.registry).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import partial
 from typing import Any
 
 from d5pipe.core.allowlist import check_deprecated_prefixes
@@ -16,6 +15,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import setting
 from d5pipe.levels.config_checks import check_device_name, section
 from d5pipe.levels.declare import installed, missing_package
+from d5pipe.levels.level0 import compiled
 from d5pipe.levels.level0.frameworks import FRAMEWORKS, NAMES
 from d5pipe.levels.level0.schema import OperatorsConf
 from d5pipe.levels.targets import check_slots
@@ -55,11 +55,24 @@ def check_framework(operators: Mapping[str, Any], is_installed: Callable[[str], 
                               f"operators.framework={name} (it takes {', '.join(allowed)})")
 
 
-used_targets = partial(_used, slots=SLOTS)
-"""``(key, dotted path)`` of the user targets a level-0 point uses (its code hash covers them)."""
+def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key, dotted path)`` of the user targets a level-0 point uses (its code hash covers them): a
+    compiled operator's package among them, its native sources part of its code (d5pipe.core.code_hash)."""
+    found = compiled.selected(section(cfg, "operators"))
+    return _used(cfg, SLOTS) + ([(f"{found[0]}.package", str(found[1]["package"]))] if found else [])
+
+
+def builds(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The point's compiled operator's build (key -> spec), checked: paths, entry points, a compiler."""
+    found = compiled.selected(section(cfg, "operators"))
+    if found is None:
+        return {}
+    spec = compiled.check_entry(found[1], found[0])
+    return {spec.key(): compiled.spec_json(spec)}
 
 
 def check_targets(cfg: Mapping[str, Any]) -> None:
     """The operator registry and selector against the runner's allow-list; nothing imported."""
     check_deprecated_prefixes(section(cfg, "operators").get("allowed_prefixes"), "operators.allowed_prefixes")
     check_slots(cfg, SLOTS)
+    compiled.check_allowed(section(cfg, "operators"))
