@@ -23,9 +23,13 @@ HEAVY2=(tests/test_tutorials.py tests/test_reproduce_e2e.py tests/test_runtimes.
         tests/test_data_pipeline_e2e.py tests/test_profiles.py tests/test_early_stop.py tests/test_early_stop_level3.py
         tests/test_parameter_servers.py)
 # Timed comparisons that need a quiet machine (two threads against one; a rank slowed on purpose
-# against ranks that must not look slow; profiling on against off, equivalent): alone, after the lanes.
-QUIET=(tests/test_history_quickstart.py tests/test_rank_split.py tests/test_profile_equivalence.py)
+# against ranks that must not look slow; profiling on against off, equivalent; LoadGen runs whose
+# validity rests on latencies and durations its calibration predicted): alone, after the lanes.
+QUIET=(tests/test_history_quickstart.py tests/test_rank_split.py tests/test_profile_equivalence.py tests/test_loadgen.py)
 work=$(mktemp -d "${TMPDIR:-/tmp}/d5pipe-tests.XXXXXX")
+# compiled operators' binaries (tests/test_compiled.py and the SLURM lane's): one cache for the lanes,
+# so the C++ example builds once per make test; fresh each time
+export D5PIPE_TEST_COMPILED_CACHE="$work/compiled-cache"
 pids=()
 lint_pid=""
 cleanup() { for p in "${pids[@]}" $lint_pid; do kill -TERM "$p" 2>/dev/null; done; rm -rf "$work"; }

@@ -123,6 +123,17 @@ def test_changed_package_version_changes_hash_and_is_explained() -> None:
     assert len(lines) == 1 and lines[0].startswith("packages.numpy:") and "0.0.1" in lines[0]
 
 
+def test_another_compiler_changes_the_hash_and_is_named() -> None:
+    """Compiled operators (issue 55) and torch.compile build with it: a re-run on another says so."""
+    rec = envinfo.environment_record()
+    assert rec["compiler"]["path"] and rec["compiler"]["version"]  # make install-test puts g++ here
+    changed = copy.deepcopy(rec)
+    changed["compiler"]["version"] = "c++ (Other) 99.1"
+    assert envinfo.env_hash(rec) != envinfo.env_hash(changed)
+    lines = envinfo.diff_records(rec, changed)
+    assert len(lines) == 1 and lines[0].startswith("compiler.version:") and "99.1" in lines[0]
+
+
 def test_hostname_job_id_and_timestamps_do_not_change_hash() -> None:
     rec = envinfo.environment_record()
     other = copy.deepcopy(rec)

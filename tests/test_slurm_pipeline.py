@@ -10,6 +10,7 @@ start even when only one test is selected.
 * ``slurm_mixed`` (4 level-0 points, one failing; one level-2 and one 2-rank level-3 point) on
   SLURM and, for comparison, locally;
 * ``slurm_resume``: its shard job is scancelled after its first record, then the run resumed;
+* ``compiled_toy``: a compiled operator's points in four shards after one ``build_operator`` job;
 * ``slurm_sleep`` with a 1-minute walltime (SLURM's minimum; slurmctld enforces limits every
   30 s, so the job ends 60-90 s after it started) and, separately, under d5pipe's own timeout.
 """
@@ -42,6 +43,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.timeout(480)]
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CONF = ROOT / "tests" / "configs"
 SLOW_OPS_DIR = ROOT / "tests" / "cluster"  # slow_ops.SLEEP for slurm_sleep
+COMPILED_DIR = ROOT / "examples" / "compiled_matmul"  # cpp_matmul, for compiled_toy
 SLURM_OVERRIDES: tuple[str, ...] = (
     f"executor.extra_args=['--workflow-profile','{TEST_PROFILE}']",
     "executor.retries=0",
@@ -56,9 +58,10 @@ MIXED_JOBS = 5  # prepare_data, level0 x2, level2, level3 (results and report: a
 # ------------------------------------------------------------------------------ helpers
 def _env(cluster: SlurmCluster) -> dict[str, str]:
     env: dict[str, str] = dict(cluster.env())
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SLOW_OPS_DIR), str(PLUGIN_FIXTURES), env.get("PYTHONPATH", ""))
-                                        if p)
-    env["D5PIPE_ALLOW"] = f"slow_ops,{TESTING_OPS}"  # the runner allows the test operators (a config cannot)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SLOW_OPS_DIR), str(PLUGIN_FIXTURES), str(COMPILED_DIR),
+                                                    env.get("PYTHONPATH", "")) if p)
+    # the runner allows the test operators (a config cannot)
+    env["D5PIPE_ALLOW"] = f"slow_ops,{TESTING_OPS},cpp_matmul,broken_ops"
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -109,8 +112,9 @@ class Run:
         return rc, self.output()
 
 
-def _start(cluster: SlurmCluster, argv: list[str], run_dir: Path, log: Path) -> Run:
-    env = _env(cluster)
+def _start(cluster: SlurmCluster, argv: list[str], run_dir: Path, log: Path,
+           extra_env: dict[str, str] | None = None) -> Run:
+    env = {**_env(cluster), **(extra_env or {})}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
@@ -119,13 +123,13 @@ def _start(cluster: SlurmCluster, argv: list[str], run_dir: Path, log: Path) -> 
 
 
 def _d5pipe_run(cluster: SlurmCluster, experiment: str, run_dir: Path, executor: str,
-                *overrides: str) -> Run:
+                *overrides: str, extra_env: dict[str, str] | None = None) -> Run:
     argv = [sys.executable, "-m", "d5pipe.cli.main", "run", experiment, "--config-dir",
             str(TEST_CONF), "--out", str(run_dir), "--executor", executor]
     if executor == "slurm":
         argv += list(SLURM_OVERRIDES)
     argv += list(overrides)
-    return _start(cluster, argv, run_dir, run_dir.with_suffix(".log"))
+    return _start(cluster, argv, run_dir, run_dir.with_suffix(".log"), extra_env)
 
 
 def _status(cluster: SlurmCluster, run_dir: Path) -> str:
@@ -183,6 +187,16 @@ def mpi_backends(cluster: SlurmCluster, run_dir: Path) -> Finished:
     run = _d5pipe_run(cluster, "slurm_mixed", run_dir, "slurm", "stages=[level3]",
                       "sweep.grid.distributed.backend=[mpi,horovod]")
     rc, out = run.finish(360)
+    return Finished(run_dir, rc, out, run.env)
+
+
+def compiled(cluster: SlurmCluster, run_dir: Path) -> Finished:
+    """A compiled operator in 4 shards (issue 55): one build_operator job, its binary in the cache
+    (shared with tests/test_compiled.py under ``make test``: built there or here, whichever is first)."""
+    cache = os.environ.get("D5PIPE_TEST_COMPILED_CACHE") or str(run_dir.parent / "compiled-cache")
+    run = _d5pipe_run(cluster, "compiled_toy", run_dir, "slurm", "sweep.grid.operators.op=[cpp_blocked]",
+                      extra_env={"D5PIPE_CACHE_DIR": cache})
+    rc, out = run.finish(420)
     return Finished(run_dir, rc, out, run.env)
 
 
@@ -344,6 +358,7 @@ def runs(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
         "mpi": pool.submit(mpi_backends, slurm_cluster, base / "mpi_backends"),
         "shipped": pool.submit(shipped_quickstart, slurm_cluster, base / "shipped"),
         "sigterm": pool.submit(sigterm_mid_run, slurm_cluster, base / "sigterm"),
+        "compiled": pool.submit(compiled, slurm_cluster, base / "compiled"),
     }
     yield futures
     pool.shutdown(wait=True, cancel_futures=True)
@@ -379,6 +394,21 @@ def test_mixed_sweep_runs_on_slurm_with_the_points_and_metrics_of_a_local_run(
     assert slurm_rows == local_rows
     stages = {r["stage"] for r in _records(on_slurm.run_dir).values()}
     assert stages == {"level0", "level2", "level3"}
+
+
+def test_a_compiled_operator_is_built_by_one_job_before_its_shards(
+        slurm_cluster: SlurmCluster, runs: dict[str, Future[Any]]) -> None:
+    res = _ok(runs["compiled"])
+    jobs = [j.rule for j in run_jobs(res.run_dir, env=res.env)]
+    assert sum(r.startswith("build_operator") for r in jobs) == 1, jobs
+    assert sum(r.startswith("level0") for r in jobs) == 4, jobs  # 2 sizes x 2 repetitions, one a shard
+    (build,) = [json.loads(p.read_text()) for p in (res.run_dir / "builds").glob("*.json")]
+    assert build["status"] == "ok" and build["outcome"] in ("built", "reused")
+    records = _records(res.run_dir, "level0")
+    assert len(records) == 4
+    for rec in records.values():
+        assert rec["status"] == "ok" and rec["extra"]["compiled"]["binary_sha256"] == build["binary_sha256"]
+        assert rec["provenance"]["slurm_job_id"]  # measured in a SLURM job
 
 
 def test_a_failing_point_is_recorded_and_the_rest_of_the_sweep_completes(
