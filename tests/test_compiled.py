@@ -156,6 +156,7 @@ def test_a_compile_error_fails_only_the_points_that_need_it(packages: Path, cach
     ((), {"CXX": "/nonexistent/c++"}, "no C++ compiler: '/nonexistent/c++' is not on PATH"),
     (("operators.custom.cpp_naive.sources=[../matmul.cpp]",), {}, "must be a path inside the package's directory"),
     (("operators.custom.cpp_naive.sources=[missing.cpp]",), {}, "is not a file"),
+    (("operators.custom.cpp_naive.sources=[__init__.py]",), {}, "is not a C, C++ or CUDA source"),
 ])
 def test_a_bad_value_or_a_missing_compiler_is_one_line_at_plan(packages: Path, cache: Path, override: tuple[str, ...],
                                                                env: dict[str, str], says: str) -> None:

@@ -112,12 +112,13 @@ def shard_data_input(run_dir: str | Path, stage: str) -> Callable[[Any], list[st
 
 def shard_build_input(run_dir: str | Path, stage: str) -> Callable[[Any], list[str]]:
     """The ``builds`` input function of a stage's rule: the ``build_operator`` records the points of
-    the job's shard need (compiled operators, d5pipe.levels.level0.compiled), each built once a run."""
+    the job's shard need (compiled operators, d5pipe.levels.level0.compiled), each built once a run;
+    a plan without builds reads no shard file for them."""
     def builds(wildcards: Any) -> list[str]:
         points = RunDir.of(run_dir).shard_spec(stage, str(wildcards.shard))["points"]
         return [f"builds/{k}.json" for k in sorted({k for p in points for k in p.get("builds") or ()})]
 
-    return builds
+    return builds if RunDir.of(run_dir).index.get("builds") else lambda wildcards: []
 
 
 def executor_config(run_dir: str | Path = ".") -> dict[str, Any]:

@@ -38,6 +38,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -59,7 +60,9 @@ BUILD_VERSION = 1
 BUILD_TIMEOUT_S = 1800.0
 ERROR_LINES = 6
 """The compiler's first error lines a failed build keeps."""
-SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx")
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+CUDA_SUFFIX = ".cu"
+"""A CUDA source: torch.utils.cpp_extension compiles it with nvcc (found through ``$CUDA_HOME`` or PATH)."""
 
 
 def cache_root() -> Path:
@@ -107,7 +110,7 @@ def _relative(value: Any, where: str, root: Path, is_dir: bool) -> str:
     if not (path.is_dir() if is_dir else path.is_file()):
         raise D5PipeError(f"config error: key '{where}': {path} is not {'a directory' if is_dir else 'a file'}")
     if not is_dir and path.suffix not in SOURCE_SUFFIXES:
-        raise D5PipeError(f"config error: key '{where}': {text!r} is not a C/C++ source ({', '.join(SOURCE_SUFFIXES)})")
+        raise D5PipeError(f"config error: key '{where}': {text!r} is not a C, C++ or CUDA source ({', '.join(SOURCE_SUFFIXES)})")
     return rel.as_posix()
 
 
@@ -149,6 +152,11 @@ def check_entry(entry: Mapping[str, Any], where: str) -> BuildSpec:
         compiler()
     except D5PipeError as exc:
         raise D5PipeError(f"config error: key '{where}': {exc}") from None
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or ""
+    if any(s.endswith(CUDA_SUFFIX) for s in spec.sources) and not (
+            shutil.which("nvcc") or (cuda_home and Path(cuda_home, "bin", "nvcc").is_file())):
+        raise D5PipeError(f"config error: key '{where}.sources': a CUDA source needs nvcc, which is neither on PATH "
+                          "nor under $CUDA_HOME here")
     return spec
 
 
@@ -217,8 +225,11 @@ def load_binary(record: Mapping[str, Any]) -> Any:
     """The built extension module (imported from the cache, no compiler involved)."""
     import importlib.util
 
+    name = f"d5pipe_op_{record['key']}"
+    if name in sys.modules:  # this process built it (torch's load imports what it builds)
+        return sys.modules[name]
     path = cache_root() / str(record["key"]) / str(record["binary"])
-    spec = importlib.util.spec_from_file_location(f"d5pipe_op_{record['key']}", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise D5PipeError(f"compiled operator: {path} cannot be loaded")
     module = importlib.util.module_from_spec(spec)
