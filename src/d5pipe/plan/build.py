@@ -287,8 +287,10 @@ def _stage_plan(entry: Level, config: dict[str, Any], axes: tuple[str, ...], poi
         if user is None:
             user = mods_seen[id(sp.code[k])] = tuple(sorted(m for m in sp.code[k] if not m.startswith("file:")))
         mods_k.append(user)
-        builds.update(sp.builds[k])
-        builds_k.append(tuple(sorted(sp.builds[k])))
+        needed = sp.builds[k]
+        if needed:  # most points need no build: nothing sorted or copied for them
+            builds.update(needed)
+        builds_k.append(tuple(sorted(needed)) if needed else ())
     ids: list[str] = []
     seeds = array("q")
     groups: list[int] = []
