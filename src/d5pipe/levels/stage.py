@@ -110,8 +110,6 @@ class Level:
     """A shard's SLURM job gets one task per rank (the most ranks in the shard): no job arrays."""
     recipes: bool = False
     """Acceptance recipes (``recipe.acceptance``) judge this level's points by default."""
-    uncompared_note: Callable[[Mapping[str, Any]], str] = field(default=lambda config: "")
-    """A note for the side-by-side section when the run has something that cannot be compared."""
     metrics: Mapping[str, Declared] = field(default_factory=dict)
     """Every metric name a point of the level reports, and what it derives (d5pipe.core.outcome.Declared;
     a name may be a pattern, ``<N>`` a rank): docs/reference/metrics.md and the report read it."""

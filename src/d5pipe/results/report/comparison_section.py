@@ -13,7 +13,6 @@ import re
 
 import pandas as pd
 
-from d5pipe.levels.registry import STAGES
 from d5pipe.levels.stage import Factor
 from d5pipe.results.comparisons import FACTORS, NOT_COMPARED, policy_of
 from d5pipe.results.report.blocks import Block, Figure, Section, Table, Text
@@ -94,12 +93,8 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     factor = (swept or factors)[0]  # the level's compared factor that this run sweeps
     pairs = data.comparisons[data.comparisons["stage"] == stage] if not data.comparisons.empty else data.comparisons
     pairs = pairs[pairs["factor"] == factor.column] if not pairs.empty else pairs
-    extra = STAGES[stage].uncompared_note(data.config) if stage in STAGES else ""
     if pairs.empty:
-        notes: list[Block] = [Text(f"Side by side ({factor.title}): {_why_none(data, stage, factor)}", "note")]
-        if extra:
-            notes.append(Text(extra, "note"))
-        return notes, None
+        return [Text(f"Side by side ({factor.title}): {_why_none(data, stage, factor)}", "note")], None
     pairs = pairs.assign(_k=[(natural_key(m), natural_key(c), natural_key(v))
                              for m, c, v in zip(pairs["metric"], pairs["context"], pairs["variant"])])
     pairs = pairs.sort_values("_k", kind="stable").drop(columns="_k").reset_index(drop=True)
@@ -150,6 +145,4 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
         caption += f" First {MAX_FIGURE_PAIRS} of {int((~not_compared).sum())} compared pairs drawn."
     if not shown.empty:
         blocks.append(Figure(speedups(frame), f"speedup vs {base}", caption))
-    if extra:
-        blocks.append(Text(extra, "note"))
     return [], Section(f"compare-{stage}", f"{stage}: {factor.title} side by side", blocks)
