@@ -35,7 +35,7 @@ def _ctx(tmp_path: Path, log: bool = True) -> PointContext:
                         mlperf_dir=tmp_path / "mlperf" / "level2")
 
 
-def _write(ctx: PointContext, seed: int = 7, epochs: int = 2, stop: bool = True) -> None:
+def _write(ctx: PointContext, seed: int = 7, epochs: int = 2, stop: bool = True, target: float | None = 0.9) -> None:
     log = point_log(ctx)
     log.start(facts(ctx.experiment, seed, _Train(), 32, 100, 20))
     log.begin_run()
@@ -44,7 +44,7 @@ def _write(ctx: PointContext, seed: int = 7, epochs: int = 2, stop: bool = True)
         log.epoch_stop(epoch)
         log.evaluation(0.5 + epoch / 10, epoch_num=epoch)
     if stop:
-        log.stop(0.9, False)
+        log.stop(target, False)
     log.close()
 
 
@@ -135,3 +135,37 @@ def test_the_shipped_training_experiments_logs_pass_mlperfs_checker(tmp_path: Pa
     broken.write_text("".join(ln for ln in logs[0].read_text().splitlines(keepends=True) if "run_stop" not in ln))
     refused = d5pipe("history", "import", str(broken), "--history", str(store))
     assert refused.returncode == 2 and "without run_stop" in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def _result(directory: Path, source: Path, stretch: float, runs: int) -> Path:
+    """``runs`` copies of the log ``source`` with every time after its first stretched ``stretch``-fold
+    (each copy a few percent apart): a published result of ``runs`` runs, slower or faster by that."""
+    import json
+
+    directory.mkdir()
+    lines = [ln for ln in source.read_text().splitlines() if ln.startswith(":::MLLOG ")]
+    events = [json.loads(ln[len(":::MLLOG "):]) for ln in lines]
+    t0 = events[0]["time_ms"]
+    for k in range(runs):
+        factor = stretch * (1 + 0.02 * k)
+        out = [":::MLLOG " + json.dumps({**e, "time_ms": int(t0 + (e["time_ms"] - t0) * factor * 1000)})
+               for e in events]
+        (directory / f"result_{k}.txt").write_text("\n".join(out) + "\n")
+    return directory
+
+
+def test_compare_of_two_mlperf_results_gates_on_a_slower_time_to_train(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    _write(ctx, target=None)  # no target: the run's status is success, a time MLPerf scores
+    checked(ctx, point_log(ctx, append=True), 7, 32)
+    log = tmp_path / "mlperf" / "level2" / "p1.log"
+    fast, slow = _result(tmp_path / "fast", log, 1.0, 4), _result(tmp_path / "slow", log, 2.0, 4)
+    report = tmp_path / "compare.json"
+    r = d5pipe("compare", str(fast), str(slow), "--fail-on-regression", "20", "--json", str(report))
+    assert r.returncode == 4, r.stdout + r.stderr  # B takes twice as long to train
+    assert "olympic mean of 4 runs" in r.stdout and "changed (slower)" in r.stdout
+    assert r.stderr.startswith("regression: time to train") and len(r.stderr.strip().splitlines()) == 1
+    (row,) = __import__("json").loads(report.read_text())["mlperf"]
+    assert row["verdict"] == "changed" and row["ratio"] == pytest.approx(2.0, rel=0.05)
+    same = d5pipe("compare", str(fast), str(fast), "--fail-on-regression", "20")
+    assert same.returncode == 0 and "changed" not in same.stdout, same.stdout

@@ -23,7 +23,7 @@ from d5pipe.provenance.run_diff import run_differences
 from d5pipe.results.compare import RunComparison, compare_runs, regressions, to_json
 from d5pipe.results.compare_table import format_table, summary_line
 from d5pipe.results.metric_compare import ComparePolicy
-from d5pipe.results.mlperf_result import compare_lines, is_mllog
+from d5pipe.results.mlperf_result import compare_results, is_mllog
 from d5pipe.results.profile_changes import explain_comparison
 from d5pipe.results.timing_compare import DEFAULT_ALPHA, DEFAULT_CORRECTION, DEFAULT_MARGIN, DEFAULT_RUN_NOISE, Policy
 
@@ -88,12 +88,29 @@ def verdict_exit(result: RunComparison, args: argparse.Namespace) -> int:
     return 0
 
 
+def _mlperf(args: argparse.Namespace) -> int:
+    """MLPerf-format logs on a side: both sides' results, each time to train decided; the same gates."""
+    with contextlib.ExitStack() as stack:
+        a, b = (p if is_mllog(p) else stack.enter_context(opened_bundle(p)) for p in (args.a, args.b))
+        result = compare_results(a, b, timing_policy_from_args(args))
+    print("\n".join(result.lines))
+    if args.json is not None:
+        write_json(args.json, result.to_json())
+    worse = [(x, y, t) for x, y, t in result.timings if args.fail_on_regression is not None
+             and t.verdict == "changed" and (t.slowdown or 0.0) > args.fail_on_regression / 100.0]
+    for x, y, t in worse:
+        print(f"regression: time to train, {y} against {x}: {t.text()}", file=sys.stderr)
+    if worse:
+        return REGRESSION_EXIT
+    if args.fail_on_inconclusive and any(t.verdict == "inconclusive" for _, _, t in result.timings):
+        print("inconclusive: a time to train undecided (--fail-on-inconclusive)", file=sys.stderr)
+        return INCONCLUSIVE_EXIT
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     if is_mllog(args.a) or is_mllog(args.b):  # a published MLPerf result on either side
-        with contextlib.ExitStack() as stack:
-            a, b = (p if is_mllog(p) else stack.enter_context(opened_bundle(p)) for p in (args.a, args.b))
-            print("\n".join(compare_lines(a, b, timing_policy_from_args(args))))
-        return 0
+        return _mlperf(args)
     with opened_bundle(args.a) as dir_a, opened_bundle(args.b) as dir_b:
         differs = run_differences(dir_a, dir_b)
         result = compare_runs(dir_a, dir_b, policy_from_args(args), args.allow_different,

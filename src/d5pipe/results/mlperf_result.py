@@ -16,9 +16,12 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.errors import D5PipeError
+
+if TYPE_CHECKING:
+    from d5pipe.results.timing_compare import TimingComparison
 
 MARKER = ":::MLLOG"
 RULESET = "6.1.0"
@@ -188,22 +191,34 @@ def side(path: Path) -> list[Summary]:
     return summaries
 
 
-def compare_lines(a: Path, b: Path, policy: Any = None) -> list[str]:
+@dataclass
+class MlperfComparison:
+    """Two sides' MLPerf results: the printed lines and each decided time to train (A's label, B's label, it)."""
+
+    lines: list[str]
+    timings: list[tuple[str, str, TimingComparison]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": 1, "mlperf": [{"a": a, "b": b, **t.to_dict()} for a, b, t in self.timings]}
+
+
+def compare_results(a: Path, b: Path, policy: Any = None) -> MlperfComparison:
     """MLPerf logs (``a`` or ``b``, or both) beside the other side: each result summarised, and each
     of B's times to train against A's (A's one result, or the one of the same label), decided by
     d5pipe's timing comparison over the runs (unpaired)."""
     from d5pipe.results.timing_compare import compare_one
 
     sa, sb = side(a), side(b)
-    lines = ["MLPerf results side by side (time to train: run_start to run_stop of each run, as MLPerf's "
-             "result_summarizer scores it; successful runs only)"]
-    lines += [f"A {s.line()}" for s in sa] + [f"B {s.line()}" for s in sb]
+    out = MlperfComparison(["MLPerf results side by side (time to train: run_start to run_stop of each run, as "
+                            "MLPerf's result_summarizer scores it; successful runs only)"], [])
+    out.lines += [f"A {s.line()}" for s in sa] + [f"B {s.line()}" for s in sb]
     by_label = {s.label: s for s in sa}
     for s in sb:
         ref = sa[0] if len(sa) == 1 else by_label.get(s.label)
         if ref is None:
-            lines.append(f"B {s.label}: no result of that configuration in A")
+            out.lines.append(f"B {s.label}: no result of that configuration in A")
             continue
         t = compare_one("time_to_train_s", "s", ref.times(), s.times(), policy)
-        lines.append(f"time to train, B {s.label} / A {ref.label}: {t.label()}; {t.text()}")
-    return lines
+        out.lines.append(f"time to train, B {s.label} / A {ref.label}: {t.label()}; {t.text()}")
+        out.timings.append((ref.label, s.label, t))
+    return out
