@@ -138,8 +138,9 @@ def test_the_shipped_training_experiments_logs_pass_mlperfs_checker(tmp_path: Pa
 
 
 def _result(directory: Path, source: Path, stretch: float, runs: int) -> Path:
-    """``runs`` copies of the log ``source`` with every time after its first stretched ``stretch``-fold
-    (each copy a few percent apart): a published result of ``runs`` runs, slower or faster by that."""
+    """``runs`` copies of the log ``source`` on a timeline of their own, a second between events
+    stretched ``stretch``-fold (each copy a few percent apart): a published result of ``runs`` runs,
+    slower or faster by that (the source's own times may all fall in one millisecond)."""
     import json
 
     directory.mkdir()
@@ -148,8 +149,7 @@ def _result(directory: Path, source: Path, stretch: float, runs: int) -> Path:
     t0 = events[0]["time_ms"]
     for k in range(runs):
         factor = stretch * (1 + 0.02 * k)
-        out = [":::MLLOG " + json.dumps({**e, "time_ms": int(t0 + (e["time_ms"] - t0) * factor * 1000)})
-               for e in events]
+        out = [":::MLLOG " + json.dumps({**e, "time_ms": int(t0 + i * 1000 * factor)}) for i, e in enumerate(events)]
         (directory / f"result_{k}.txt").write_text("\n".join(out) + "\n")
     return directory
 
