@@ -25,7 +25,8 @@ def _compiler(name: str, search: str) -> tuple[str, str]:
         raise D5PipeError(f"no C++ compiler: {name!r} is not on PATH (a compiled operator needs one: install g++, "
                           "or set CXX)")
     out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False)
-    return path, (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else ""
+    said = (out.stdout or out.stderr).strip()
+    return path, said.splitlines()[0] if said else ""
 
 
 def compiler_info() -> dict[str, str] | None:

@@ -6,13 +6,12 @@ one run row, and per log (a repetition) its ``time_to_train_s``, ``eval_accuracy
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from d5pipe.core.canonical import canonical_json
+from d5pipe.core.canonical import canonical_json, digest
 from d5pipe.history.run_rows import RESULT_COLUMNS, series_key
 from d5pipe.results.mlperf_result import MlperfRun, logs_summary
 
@@ -34,13 +33,13 @@ def mllog_rows(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
 
     summary = logs_summary(path)
     runs, first = summary.runs, summary.runs[0]
-    run_id = hashlib.sha256("|".join(r.sha256 for r in runs).encode()).hexdigest()[:16]
+    run_id = digest([r.sha256 for r in runs], 16)
     experiment = f"mlperf:{first.benchmark}"
     params = {"benchmark": first.benchmark, "org": first.org, "platform": first.platform, "division": first.division}
     series = series_key(experiment, STAGE, params, None)
     created = datetime.fromtimestamp(min(r.started_ms for r in runs) / 1000.0, tz=UTC).isoformat()
     run = {"run_id": run_id, "experiment": experiment, "created": created, "run_dir": str(Path(path).resolve()),
-           "hostname": "", "machine": hashlib.sha256(first.platform.encode()).hexdigest()[:12], "env_hash": "",
+           "hostname": "", "machine": digest(first.platform, 12), "env_hash": "",
            "d5pipe_version": "", "git_commit": "", "packages": "{}", "user_code": "{}",
            "config": json.dumps({"mlperf": {**params, "logs": [Path(r.path).name for r in runs]}}, sort_keys=True),
            "slurm_jobs": "", "slurm_nodes": "", "slurm_cluster": ""}

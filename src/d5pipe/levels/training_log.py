@@ -12,9 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from d5pipe.core.atomic import write_bytes
 from d5pipe.core.outcome import Metric
 from d5pipe.levels.contract import PointContext
-from d5pipe.measure.mllog import RunFacts, TrainingLog, logging_on, publish
+from d5pipe.measure.mllog import RunFacts, TrainingLog, logging_on
 from d5pipe.measure.mllog_check import check_log
 
 LOG_NAME = "mllog.log"
@@ -57,5 +58,5 @@ def checked(ctx: PointContext, log: TrainingLog, seed: int, global_batch: int) -
         return [], {}
     compliance = check_log(log.path, seed, global_batch, Path(ctx.mlperf_dir).parent, Path(ctx.work_dir))
     dest = Path(ctx.mlperf_dir) / f"{ctx.point_id}.log"
-    publish(log.path, dest)
+    write_bytes(dest, log.path.read_bytes(), durable=False)  # whole, atomically
     return [compliance.metric()], {"mllog": compliance.record(os.path.relpath(dest, ctx.run_dir))}

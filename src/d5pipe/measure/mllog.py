@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from d5pipe.core.atomic import replacing
+from d5pipe.core.fields import setting
 
 DIVISION = "open"
 """d5pipe's logs are open-division logs: its benchmarks are not MLPerf's closed ones."""
@@ -69,7 +67,7 @@ class RunFacts:
 
 def logging_on(section: dict[str, Any] | None) -> bool:
     """Whether a point given the run's ``mlperf`` section (None: not asked) writes a training log."""
-    return section is not None and bool(section.get("log", True))
+    return section is not None and bool(setting(section, MlperfConf, "log"))
 
 
 class _Silent:
@@ -104,20 +102,14 @@ class TrainingLog:
         self._logger.addHandler(self._handler)
         self.ml = mllog.MLLogger(logger=self._logger, default_stack_offset=2)
 
-    def __enter__(self) -> TrainingLog:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
-
     def close(self) -> None:
         if self._handler is not None:
             self._logger.removeHandler(self._handler)
             self._handler.close()
             self._handler = None
 
-    def event(self, key: str, value: Any = None, **metadata: Any) -> None:
-        self.ml.event(key=key, value=value, metadata=metadata or None)
+    def event(self, key: str, value: Any = None) -> None:
+        self.ml.event(key=key, value=value)
 
     def start(self, facts: RunFacts) -> None:
         """The submission fields, ``init_start`` and the run's settings."""
@@ -174,8 +166,3 @@ class TrainingLog:
         c = self.constants
         self.ml.end(key=c.RUN_STOP, metadata={"status": c.SUCCESS if target is None or reached else c.ABORTED})
 
-
-def publish(log: Path, dest: Path) -> None:
-    """Copy a finished log whole to ``dest`` (atomically)."""
-    with replacing(dest) as tmp:
-        shutil.copyfile(log, tmp)

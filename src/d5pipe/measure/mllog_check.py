@@ -15,6 +15,7 @@ The outcome is ``pass`` or ``fail`` with the checker's messages, each naming its
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,15 @@ def official_rules(directory: Path) -> Path:
     """MLPerf's common training rules of :data:`RULESET` with the open division's in place of what it
     enqueues, less :data:`NOT_APPLICABLE`, as one ruleset written to ``directory`` (MLPerf's own
     checker takes it: ``python -m mlperf_logging.compliance_checker --config <it> <log>``)."""
+    out = directory / f"mlperf_training_{RULESET}_{DIVISION}.yaml"
+    directory.mkdir(parents=True, exist_ok=True)
+    write_if_changed(out, _official_text().encode())  # the same for every point of a run
+    return out
+
+
+@lru_cache(maxsize=1)
+def _official_text() -> str:
+    """:func:`official_rules`' ruleset, composed once a process."""
     from mlperf_logging import compliance_checker
 
     root = Path(compliance_checker.__file__).parent / f"training_{RULESET}"
@@ -76,10 +86,7 @@ def official_rules(directory: Path) -> Path:
         post = r.get("KEY", {}).get("POST")
         if isinstance(post, str) and "enqueue_config" in post:  # the division's rules are in already
             r["KEY"]["POST"] = ";".join(s for s in post.split(";") if "enqueue_config" not in s).strip() or "None"
-    out = directory / f"mlperf_training_{RULESET}_{DIVISION}.yaml"
-    directory.mkdir(parents=True, exist_ok=True)
-    write_if_changed(out, yaml.safe_dump(rules, sort_keys=False).encode())  # the same for every point of a run
-    return out
+    return str(yaml.safe_dump(rules, sort_keys=False))
 
 
 def d5pipe_rules(scratch: Path, seed: int, global_batch_size: int) -> Path:

@@ -12,20 +12,19 @@ mean below that (the summary says which).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from d5pipe.core.atomic import file_sha256
 from d5pipe.core.errors import D5PipeError
+from d5pipe.measure.mllog_check import RULESET
 
 if TYPE_CHECKING:
     from d5pipe.results.timing_compare import TimingComparison
 
 MARKER = ":::MLLOG"
-RULESET = "6.1.0"
-"""The parser's ruleset (d5pipe.measure.mllog_check.RULESET); line format only."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,6 @@ class MlperfRun:
     platform: str
     division: str
     status: str
-    seed: Any
-    global_batch_size: Any
     time_to_train_s: float
     started_ms: float
     """``run_start``, milliseconds since the epoch."""
@@ -86,6 +83,7 @@ def read_log(path: Path) -> MlperfRun:
     stamps: dict[str, float] = {}
     counts: list[int] = []
     status = ""
+    last_epoch: float | None = None
     for ll in lines:
         values.setdefault(ll.key, []).append(ll.value.get("value"))
         stamps.setdefault(ll.key, float(ll.timestamp))
@@ -95,7 +93,7 @@ def read_log(path: Path) -> MlperfRun:
         if ll.key == "run_stop":
             stamps["run_stop"], status = float(ll.timestamp), str(meta.get("status", ""))
         if ll.key == "eval_accuracy" and isinstance(meta.get("epoch_num"), (int, float)):
-            stamps["last_epoch"] = float(meta["epoch_num"])
+            last_epoch = float(meta["epoch_num"])
     if "run_start" not in stamps or "run_stop" not in stamps:
         raise D5PipeError(f"{path}: an MLPerf log without {'run_start' if 'run_start' not in stamps else 'run_stop'}"
                           "; no time to train")
@@ -105,15 +103,14 @@ def read_log(path: Path) -> MlperfRun:
 
     accuracies = [float(v) for v in values.get("eval_accuracy", []) if isinstance(v, (int, float))]
     samples = max(counts) if counts else None
-    if samples is None and "last_epoch" in stamps and isinstance(first("train_samples", None), (int, float)):
-        samples = int(stamps["last_epoch"] * float(first("train_samples")))
+    if samples is None and last_epoch is not None and isinstance(first("train_samples", None), (int, float)):
+        samples = int(last_epoch * float(first("train_samples")))
     return MlperfRun(
         path=str(path), benchmark=str(first("submission_benchmark")), org=str(first("submission_org")),
         platform=str(first("submission_platform")), division=str(first("submission_division")), status=status,
-        seed=first("seed", None), global_batch_size=first("global_batch_size", None),
         time_to_train_s=(stamps["run_stop"] - stamps["run_start"]) / 1000.0, started_ms=stamps["run_start"],
         accuracy=accuracies[-1] if accuracies else None, samples=samples,
-        sha256=hashlib.sha256(Path(path).read_bytes()).hexdigest())
+        sha256=file_sha256(path))
 
 
 def olympic_mean(values: list[float]) -> tuple[float, str]:

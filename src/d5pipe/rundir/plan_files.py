@@ -34,7 +34,7 @@ def plan_index(plan: Plan) -> dict[str, Any]:
 def shard_spec(plan: Plan, stage: str, index: int) -> dict[str, Any]:
     sp = plan.stages[stage]
     pts = [{"point_id": sp.point_ids[i], "params": sp.params_dict(i), "seed": sp.seeds[i], "dataset": sp.datasets[i],
-            **({"builds": sp.point_builds(i)} if sp.point_builds(i) else {})}
+            **({"builds": needed} if (needed := sp.point_builds(i)) else {})}
            for i in sp.shard_slice(index)]
     return {
         "schema_version": PLAN_SCHEMA_VERSION,

@@ -33,7 +33,6 @@ A ``operators.custom`` entry names the factory :func:`cpp_operator` with the sou
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -48,6 +47,7 @@ from typing import Any
 
 from d5pipe.core.allowlist import allow_list, module_allowed, outside_error
 from d5pipe.core.atomic import write_json
+from d5pipe.core.canonical import digest
 from d5pipe.core.code_hash import NATIVE_SUFFIXES, file_digest, locate_module
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.toolchain import compiler
@@ -98,7 +98,7 @@ class BuildSpec:
         ident = {"files": self.files(), "flags": list(self.flags), "include_dirs": list(self.include_dirs),
                  "compiler": compiler(), "torch": metadata.version("torch"), "python": sys.version.split()[0],
                  "machine": platform.machine(), "version": BUILD_VERSION}
-        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
+        return digest(ident, 24)
 
 
 def _relative(value: Any, where: str, root: Path, is_dir: bool) -> str:
@@ -146,7 +146,7 @@ def check_entry(entry: Mapping[str, Any], where: str) -> BuildSpec:
     spec = build_spec(entry, where)
     for name in ("forward", "backward"):
         value = entry.get(name, "")
-        if (name == "forward" or value) and not (isinstance(value, str) and re.fullmatch(r"[A-Za-z_]\w*", value)):
+        if (name == "forward" or value) and not (isinstance(value, str) and value.isidentifier()):
             raise D5PipeError(f"config error: key '{where}.{name}': the extension's function name")
     try:
         compiler()
@@ -179,7 +179,7 @@ def _compile(spec: BuildSpec, key: str, where: Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a compile error is this build's outcome, kept for its points
         return {"status": "failed", "error": _first_errors(str(exc)), "seconds": time.perf_counter() - started}
     binary = Path(str(module.__file__))
-    return {"status": "ok", "binary": binary.name, "binary_sha256": hashlib.sha256(binary.read_bytes()).hexdigest(),
+    return {"status": "ok", "binary": binary.name, "binary_sha256": file_digest(binary),
             "seconds": time.perf_counter() - started}
 
 

@@ -243,19 +243,21 @@ def run_point(ctx: PointContext) -> PointOutcome:
     if passes:  # one profiled pass per rank (d5pipe.levels.level3.worker)
         result.extra["profile"] = passes
     target = setting(dist_cfg, DistributedConf, "target_loss")
+    missed = False
     if target is not None:
         reached, note = quality.target_metrics(spec, rank_results, float(target))
         result.metrics += reached
-        if note:
+        if note:  # the target never reached
             result.extra.setdefault("notes", []).append(note)
-    _finish_log(ctx, spec, result, tested, ran, target)
+            missed = True
+    _finish_log(ctx, spec, result, tested, ran, target, missed)
     peak = bool(setting(cfg["train"], TrainConf, "peak"))
     add_flop_metrics(result, spec, data, ctx.cache if peak else None, len(hosts) or 1)
     return result
 
 
 def _finish_log(ctx: PointContext, spec: dict[str, Any], result: PointOutcome, tested: list[Metric], ran: int,
-                target: float | None) -> None:
+                target: float | None, missed: bool) -> None:
     """Rank 0's MLPerf log: this point's evaluation of rank 0's model and ``run_stop`` (``aborted``
     when ``distributed.target_loss`` was never reached), then the compliance check."""
     if "mllog" not in spec:
@@ -263,9 +265,7 @@ def _finish_log(ctx: PointContext, spec: dict[str, Any], result: PointOutcome, t
     mllog = point_log(ctx, append=True)
     accuracy = next(float(m.value) for m in tested if m.name == "test_accuracy" and m.value is not None)
     mllog.evaluation(accuracy, samples_count=(int(spec["warmup_steps"]) + ran) * int(spec["global_batch"]))
-    reached = any(m.name == "steps_to_target_loss" and m.value is not None and m.value == m.value
-                  for m in result.metrics)
-    mllog.stop(target, reached)
+    mllog.stop(target, not missed)
     metrics, extra = mllog_checked(ctx, mllog, int(spec["training_seed"]["seed"]), int(spec["global_batch"]))
     result.metrics += metrics
     result.extra.update(extra)
