@@ -49,6 +49,16 @@ CHECKSUMS_FILE = "CHECKSUMS.sha256"
 REPRODUCE_FILE = "reproduce.json"
 
 
+class _Under:
+    """A path of the run directory, read as an attribute of a :class:`RunDir`: its root joined with ``parts``."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, rd: RunDir, owner: type | None = None) -> Path:
+        return rd.root.joinpath(*self.parts)
+
+
 class RunDir:
     """One run directory (see the module docstring for its layout)."""
 
@@ -70,79 +80,28 @@ class RunDir:
         return f"RunDir({str(self.root)!r})"
 
     # --- paths -----------------------------------------------------------------------------------
-    @property
-    def config_path(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def overrides_path(self) -> Path:
-        return self.root / "overrides.yaml"
-
-    @property
-    def manifest_path(self) -> Path:
-        return self.root / MANIFEST_FILE
-
-    @property
-    def plan_dir(self) -> Path:
-        return self.root / "plan"
-
-    @property
-    def index_path(self) -> Path:
-        return self.plan_dir / "index.json"
-
-    @property
-    def checks_path(self) -> Path:
-        """``plan/checks.json``: what verdicts depend on (aggregation re-runs when it changes)."""
-        return self.plan_dir / "checks.json"
-
-    @property
-    def repetitions_path(self) -> Path:
-        """``plan/repetitions.json``: configurations measured more often than ``repetitions``
-        (the until-decided mode; d5pipe.plan.build.build_plan's ``more``)."""
-        return self.plan_dir / "repetitions.json"
-
-    @property
-    def points_dir(self) -> Path:
-        return self.root / "points"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def env_dir(self) -> Path:
-        return self.root / "env"
-
-    @property
-    def results_path(self) -> Path:
-        return self.root / RESULTS_FILE
-
-    @property
-    def report_html(self) -> Path:
-        return self.root / "report.html"
-
-    @property
-    def report_md(self) -> Path:
-        return self.root / "report.md"
-
-    @property
-    def verdict_path(self) -> Path:
-        """``verdict.json``: the run's verdict counts, written with the report."""
-        return self.root / "verdict.json"
-
-    @property
-    def reproduce_path(self) -> Path:
-        return self.root / REPRODUCE_FILE
-
-
-    @property
-    def slurm_events_log(self) -> Path:
-        return self.root / "logs" / "slurm_events.jsonl"
-
-    @property
-    def slurm_status_file(self) -> Path:
-        """The SLURM executor's view of the run's jobs (d5pipe.execute.slurm_status.Feed)."""
-        return self.root / "logs" / "slurm_status.json"
+    config_path = _Under("config.yaml")
+    overrides_path = _Under("overrides.yaml")
+    manifest_path = _Under(MANIFEST_FILE)
+    plan_dir = _Under("plan")
+    index_path = _Under("plan", "index.json")
+    checks_path = _Under("plan", "checks.json")
+    """``plan/checks.json``: what verdicts depend on (aggregation re-runs when it changes)."""
+    repetitions_path = _Under("plan", "repetitions.json")
+    """``plan/repetitions.json``: configurations measured more often than ``repetitions``
+    (the until-decided mode; d5pipe.plan.build.build_plan's ``more``)."""
+    points_dir = _Under("points")
+    data_dir = _Under("data")
+    env_dir = _Under("env")
+    results_path = _Under(RESULTS_FILE)
+    report_html = _Under("report.html")
+    report_md = _Under("report.md")
+    verdict_path = _Under("verdict.json")
+    """``verdict.json``: the run's verdict counts, written with the report."""
+    reproduce_path = _Under(REPRODUCE_FILE)
+    slurm_events_log = _Under("logs", "slurm_events.jsonl")
+    slurm_status_file = _Under("logs", "slurm_status.json")
+    """The SLURM executor's view of the run's jobs (d5pipe.execute.slurm_status.Feed)."""
 
     def side_table(self, name: str) -> Path:
         """``warnings``, ``curves``, ``comparisons``, ``accounting``, ``slurm_events`` or ``summary_<stage>`` next to
