@@ -243,3 +243,20 @@ def test_env_lock_pins_every_distribution_and_names_where_it_came_from(cli) -> N
     assert Locked("x", "1", "vcs", "git+https://h/x", "abc").line() == "x @ git+https://h/x@abc"
     assert Locked("y", "2", "url", "https://h/y.whl", sha256="0" * 64).line().endswith("--hash=sha256:" + "0" * 64)
     assert "an index must provide it" in Locked("z", "3", "local", "file:///tmp/z").line()
+
+
+def test_static_parts_cache_key_ignores_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard job's cwd (the run directory, first on its sys.path) changes as the run writes; the key of
+    the cached static parts must not, while an import directory that changes still moves it."""
+    run_dir, site = tmp_path / "run", tmp_path / "site"
+    run_dir.mkdir()
+    site.mkdir()
+    monkeypatch.chdir(run_dir)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(run_dir))
+    key = envinfo._static_cache_path(run_dir / "env" / "cache", light=False)
+    (run_dir / "points").mkdir()
+    os.utime(run_dir, ns=(os.stat(run_dir).st_atime_ns, os.stat(run_dir).st_mtime_ns + 10**9))
+    assert envinfo._static_cache_path(run_dir / "env" / "cache", light=False) == key
+    os.utime(site, ns=(os.stat(site).st_atime_ns, os.stat(site).st_mtime_ns + 10**9))  # a package installed
+    assert envinfo._static_cache_path(run_dir / "env" / "cache", light=False) != key

@@ -118,8 +118,10 @@ STATIC_PARTS: tuple[str, ...] = ("python", "packages", "lock", "torch", "horovod
 
 def _fingerprint() -> str:
     """What the static parts depend on: host, boot, interpreter and the mtimes of its import
-    directories (installing or removing a package changes its site-packages directory)."""
-    paths = sorted({p for p in sys.path if p and os.path.isdir(p)})
+    directories (installing or removing a package changes its site-packages directory), less the
+    working directory: a shard job's is the run directory, which changes as the run writes to it."""
+    here = os.getcwd()
+    paths = sorted({p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != here})
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
     except OSError:
