@@ -10,6 +10,8 @@ inputs, what it computes (``kind``), its settings and the model parameters it us
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -89,6 +91,26 @@ def interpret(graph: Graph, ops: dict[str, Any], params: dict[str, Any], x: Any,
     return env[graph.output]
 
 
+def common_ops() -> dict[str, Callable[..., Any]]:
+    """The kinds every framework builds alike, with Python's own operators and indexing: the binary
+    arithmetic (on two values, or on one and the scalar ``other``), ``identity``, ``parameter``,
+    ``select`` and ``slice``."""
+    def along(layer: Layer, x: Any, index: Any) -> Any:
+        return x[(slice(None),) * layer.attrs["dim"] + (index,)]
+
+    def binary(op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+        return lambda layer, p, a, b=None: op(a, layer.attrs["other"] if b is None else b)
+
+    return {
+        "add": binary(operator.add), "sub": binary(operator.sub), "mul": binary(operator.mul),
+        "div": binary(operator.truediv),
+        "identity": lambda layer, p, x: x,
+        "parameter": lambda layer, p: p["value"],
+        "select": lambda layer, p, x: along(layer, x, layer.attrs["index"]),
+        "slice": lambda layer, p, x: along(layer, x, slice(layer.attrs["start"], layer.attrs["stop"], layer.attrs["step"])),
+    }
+
+
 def check_ops(graph: Graph, ops: dict[str, Any], who: str) -> None:
     """:class:`UnsupportedNetwork` naming the layers ``who`` has no builder for."""
     missing = sorted({layer.kind for layer in graph.layers if layer.kind not in ops})
@@ -148,6 +170,14 @@ def channels_last(graph: Graph, ops: dict[str, Any], transpose: Any) -> dict[str
 
     return {k: wrap(k, op) for k, op in ops.items()} | {
         "input": lambda x: transpose(x, TO_NHWC) if graph.input in held and len(x.shape) == 4 else x}
+
+
+def native_ops(graph: Graph, own: dict[str, Any], who: str, transpose: Any) -> dict[str, Any]:
+    """A channels-last framework's builders for ``graph``: its ``own`` kinds joined to
+    :func:`common_ops`, checked (:func:`check_ops`) and laid out by :func:`channels_last`."""
+    ops = common_ops() | own
+    check_ops(graph, ops, who)
+    return channels_last(graph, ops, transpose)
 
 
 def running_update(old: Any, batch: Any, momentum: float) -> Any:

@@ -14,7 +14,6 @@ is recorded.
 
 from __future__ import annotations
 
-import operator
 import os
 import time
 from collections.abc import Callable
@@ -23,15 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.declare import Builtin
+from d5pipe.levels.declare import Builtin, package_versions
 from d5pipe.levels.framework_threads import import_jax
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, interpret, native_ops, running_update
 
 
 def _ops(jnp: Any, lax: Any, nn: Any) -> dict[str, Callable[..., Any]]:
-    """Every kind of graph.KINDS: those of graph.CHANNELS_LAST for NHWC values, the others for values as
-    torch lays them out (graph.channels_last hands them so)."""
+    """Every kind of graph.KINDS but graph.common_ops's: those of graph.CHANNELS_LAST for NHWC values,
+    the others for values as torch lays them out (graph.channels_last hands them so)."""
     def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:
         out = x @ p["weight"].T
         return out + p["bias"] if "bias" in p else out
@@ -85,30 +84,18 @@ def _ops(jnp: Any, lax: Any, nn: Any) -> dict[str, Callable[..., Any]]:
         scores = jnp.einsum("...qd,...kd->...qk", q, k) * layer.attrs["scale"]
         return jnp.einsum("...qk,...kd->...qd", nn.softmax(scores, axis=-1), v)
 
-    def along(layer: Layer, x: Any, index: Any) -> Any:
-        return x[(slice(None),) * layer.attrs["dim"] + (index,)]
-
-    def binary(op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-        return lambda layer, p, a, b=None: op(a, layer.attrs["other"] if b is None else b)
-
     return {
         "linear": linear, "conv2d": conv2d, "batch_norm": batch_norm, "batch_stats": batch_stats, "group_norm": group_norm,
         "layer_norm": layer_norm, "flatten": flatten, "max_pool2d": max_pool2d, "attention": attention,
         "relu": lambda layer, p, x: jnp.maximum(x, 0),
         "gelu": lambda layer, p, x: nn.gelu(x, approximate=layer.attrs["approximate"] == "tanh"),
         "softmax": lambda layer, p, x: nn.softmax(x, axis=layer.attrs["dim"]),
-        "add": binary(operator.add), "sub": binary(operator.sub), "mul": binary(operator.mul),
-        "div": binary(operator.truediv),
         "matmul": lambda layer, p, a, b: jnp.matmul(a, b),
-        "identity": lambda layer, p, x: x,
-        "parameter": lambda layer, p: p["value"],
         "mean": lambda layer, p, x: x.mean(axis=layer.attrs["dims"], keepdims=layer.attrs["keepdim"]),
         "reshape": lambda layer, p, x: x.reshape(layer.attrs["shape"]),
         "expand": lambda layer, p, x: jnp.broadcast_to(x, layer.attrs["shape"]),
         "permute": lambda layer, p, x: jnp.transpose(x, layer.attrs["perm"]),
         "cat": lambda layer, p, *xs: jnp.concatenate(xs, axis=layer.attrs["dim"]),
-        "select": lambda layer, p, x: along(layer, x, layer.attrs["index"]),
-        "slice": lambda layer, p, x: along(layer, x, slice(layer.attrs["start"], layer.attrs["stop"], layer.attrs["step"])),
     }
 
 
@@ -139,11 +126,7 @@ class JaxFramework:
         self.dtype = dtype
 
     def versions(self) -> dict[str, str]:
-        import jax
-        import jaxlib
-        import optax
-
-        return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "optax": optax.__version__}
+        return package_versions("jax", "jaxlib", "optax")
 
     def prepare(self, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
@@ -157,9 +140,7 @@ class JaxFramework:
             from jax import lax
             from jax import numpy as jnp
 
-            ops = _ops(jnp, lax, jax.nn)
-            check_ops(graph, ops, "jax")
-            ops = channels_last(graph, ops, jnp.transpose)
+            ops = native_ops(graph, _ops(jnp, lax, jax.nn), "jax", jnp.transpose)
 
             def forward(params: dict[str, Any], buffers: dict[str, Any], x: Any) -> tuple[Any, dict[str, Any]]:
                 new = dict(buffers)

@@ -18,7 +18,6 @@ restored after); keras's Adam puts epsilon inside the bias correction
 
 from __future__ import annotations
 
-import operator
 import os
 import time
 from collections.abc import Callable
@@ -27,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.declare import Builtin
+from d5pipe.levels.declare import Builtin, package_versions
 from d5pipe.levels.framework_threads import import_tensorflow
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec, UnsupportedNetwork
-from d5pipe.levels.level2.frameworks.graph import Graph, Layer, channels_last, check_ops, interpret, running_update
+from d5pipe.levels.level2.frameworks.graph import Graph, Layer, interpret, native_ops, running_update
 
 
 def _onednn() -> bool:
@@ -41,8 +40,8 @@ def _onednn() -> bool:
 
 
 def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
-    """Every kind of graph.KINDS: those of graph.CHANNELS_LAST for NHWC values, the others for values as
-    torch lays them out (graph.channels_last hands them so)."""
+    """Every kind of graph.KINDS but graph.common_ops's: those of graph.CHANNELS_LAST for NHWC values,
+    the others for values as torch lays them out (graph.channels_last hands them so)."""
     def linear(layer: Layer, p: dict[str, Any], x: Any) -> Any:  # one 2-D MatMul: a broadcast batched one is slower
         flat = tf.reshape(x, (-1, x.shape[-1])) if len(x.shape) > 2 else x
         out = tf.matmul(flat, p["weight"], transpose_b=True)
@@ -107,12 +106,6 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
         scores = tf.matmul(q, k, transpose_b=True) * tf.cast(layer.attrs["scale"], q.dtype)
         return tf.matmul(tf.nn.softmax(scores, axis=-1), v)
 
-    def along(layer: Layer, x: Any, index: Any) -> Any:
-        return x[(slice(None),) * layer.attrs["dim"] + (index,)]
-
-    def binary(op: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-        return lambda layer, p, a, b=None: op(a, layer.attrs["other"] if b is None else b)
-
     return {
         "linear": linear, "conv2d": conv2d, "group_norm": group_norm, "layer_norm": layer_norm, "flatten": flatten,
         "batch_stats": batch_stats, "max_pool2d": max_pool2d, "attention": attention,
@@ -120,18 +113,12 @@ def _ops(tf: Any) -> dict[str, Callable[..., Any]]:
         "relu": lambda layer, p, x: tf.nn.relu(x),
         "gelu": lambda layer, p, x: tf.nn.gelu(x, approximate=layer.attrs["approximate"] == "tanh"),
         "softmax": lambda layer, p, x: tf.nn.softmax(x, axis=layer.attrs["dim"]),
-        "add": binary(operator.add), "sub": binary(operator.sub), "mul": binary(operator.mul),
-        "div": binary(operator.truediv),
         "matmul": lambda layer, p, a, b: tf.matmul(a, b),
-        "identity": lambda layer, p, x: x,
-        "parameter": lambda layer, p: p["value"],
         "mean": lambda layer, p, x: tf.reduce_mean(x, axis=list(layer.attrs["dims"]), keepdims=layer.attrs["keepdim"]),
         "reshape": lambda layer, p, x: tf.reshape(x, layer.attrs["shape"]),
         "expand": lambda layer, p, x: tf.broadcast_to(x, layer.attrs["shape"]),
         "permute": lambda layer, p, x: tf.transpose(x, layer.attrs["perm"]),
         "cat": lambda layer, p, *xs: tf.concat(xs, axis=layer.attrs["dim"]),
-        "select": lambda layer, p, x: along(layer, x, layer.attrs["index"]),
-        "slice": lambda layer, p, x: along(layer, x, slice(layer.attrs["start"], layer.attrs["stop"], layer.attrs["step"])),
     }
 
 
@@ -159,19 +146,14 @@ class TensorFlowFramework:
         self.dtype = dtype
 
     def versions(self) -> dict[str, str]:
-        import keras
-        import tensorflow as tf
-
-        return {"tensorflow": tf.__version__, "keras": keras.__version__}
+        return package_versions("tensorflow", "keras")
 
     def prepare(self, graph: Graph, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
         tf = import_tensorflow(threads, threads)
         import keras
 
-        ops = _ops(tf)
-        check_ops(graph, ops, "tensorflow")
-        ops = channels_last(graph, ops, tf.transpose)
+        ops = native_ops(graph, _ops(tf), "tensorflow", tf.transpose)
         names = list(graph.shapes)
         start = graph.hwio({n: np.asarray(weights[n], dtype=self.dtype) for n in names})
         self.vars = [keras.Variable(start[n], dtype=self.dtype, name=f"p{i}") for i, n in enumerate(names)]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from d5pipe.levels.declare import Builtin
+from d5pipe.levels.declare import Builtin, package_versions
 from d5pipe.levels.level2.frameworks.contract import OptimizerSpec
 
 if TYPE_CHECKING:
@@ -45,9 +45,7 @@ class TorchFramework:
         self._dtype = getattr(torch, dtype)
 
     def versions(self) -> dict[str, str]:
-        import torch
-
-        return {"torch": torch.__version__}
+        return package_versions("torch")
 
     def prepare(self, graph: Any, weights: dict[str, np.ndarray], optimizer: OptimizerSpec,
                 example: tuple[np.ndarray, np.ndarray], threads: int) -> dict[str, Any]:
