@@ -76,6 +76,18 @@ def test_each_repetition_is_a_fork_of_its_own_and_the_server_ends_with_the_run(f
     assert not (finished / "shards" / "fork.sock").exists()
 
 
+def test_children_take_the_servers_environment_readings(finished: Path) -> None:
+    """The MPI probe and git ran in the server (before its forks), and the static parts were computed
+    once for the run (the run directory, the jobs' cwd, changes while they run: not in the key)."""
+    assert len([p for p in (finished / "env" / "cache").glob("*.json") if not p.name.startswith("light-")]) == 1
+    records = [json.loads(p.read_text()) for p in (finished / "env").glob("*.json")]
+    assert records
+    for rec in records:
+        assert rec["git"] is not None and rec["git"]["commit"]  # d5pipe's checkout
+        if shutil.which("mpirun"):
+            assert rec["mpi"]["library"]  # the server's probe, settled before it forked
+
+
 def test_killing_the_client_kills_its_child(finished: Path, tmp_path: Path) -> None:
     from d5pipe.execute.fork_server import SOCKET, serving
 

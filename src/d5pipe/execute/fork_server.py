@@ -8,7 +8,8 @@ repetitions spread less than fresh ones, docs/performance.md) starts one server 
 directory and binds the Unix socket ``RUN/shards/fork.sock`` at once (a job that connects early
 waits in the backlog); it imports torch, numpy and the code of the run's stages -- imports only:
 no torch operation, so no thread pool, no allocator or kernel cache is warmed that a child could
-inherit. For every job
+inherit -- and takes the environment record's subprocess readings once (the MPI library, started
+before the imports; the git state of the code it imported). For every job
 (d5pipe.execute.fork_client) it forks a child that takes the job's standard streams, cwd and
 environment, re-seeds Python's and numpy's global generators, sets torch's threads from the
 job's ``OMP_NUM_THREADS`` (torch read the server's at import), and runs
@@ -61,12 +62,15 @@ def _preload_base() -> None:
 
 
 def _preload(stages: list[str]) -> None:
-    """Import the code of the run's stages, and run nothing."""
+    """Import the code of the run's stages, and run nothing; then take the readings of the
+    environment record that children would each take with a subprocess (the MPI library, git)."""
     from d5pipe.levels.registry import STAGES
+    from d5pipe.provenance.environment import ready_for_forks
 
     for stage in stages:
         if stage in STAGES:
             STAGES[stage].runner()
+    ready_for_forks()
 
 
 def _watch_client(conn: socket.socket) -> None:
@@ -304,6 +308,9 @@ def main() -> int:
 
     reader = threading.Thread(target=receive, name="d5pipe-fork-server-run", daemon=True)
     reader.start()
+    from d5pipe.provenance.environment import start_probe
+
+    start_probe()  # the MPI probe, a subprocess, runs while torch is imported
     _preload_base()
     reader.join()  # no thread left when the server forks
     if "listener" not in given:

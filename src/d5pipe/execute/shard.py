@@ -65,14 +65,11 @@ def _provenance() -> dict[str, Any]:
     return {"hostname": socket.gethostname(), "pid": os.getpid(), **dict(ids), "process_start": process_start()}
 
 
-def mlperf_section(section: dict[str, Any] | None) -> dict[str, Any]:
+def mlperf_section(section: dict[str, Any] | None, cpu: dict[str, Any]) -> dict[str, Any]:
     """The run's ``mlperf`` section with its defaults, an empty ``platform`` filled in: the host's CPU
-    model and logical CPUs (d5pipe.measure.mllog)."""
-    from d5pipe.provenance.probes import cpu_info
-
+    model and logical CPUs (``cpu``: the environment record's, d5pipe.measure.mllog)."""
     out = {**asdict(MlperfConf()), **(section or {})}
     if not out["platform"]:
-        cpu = cpu_info()
         out["platform"] = f"{cpu['model'] or 'CPU'}, {cpu['logical_cpus']} logical CPUs"
     return out
 
@@ -197,7 +194,9 @@ def _run_points(rd: RunDir, spec: dict[str, Any], stage: str, shard: str, todo: 
     run_point = STAGES[stage].runner()  # imported once, before the worker is forked
     cache: dict[str, Any] = {}
     profile = rd.config.get("profile") if profiling(rd.config.get("profile")) else None
-    mlperf = mlperf_section(rd.config.get("mlperf"))
+    from d5pipe.provenance.environment import environment_record
+
+    mlperf = mlperf_section(rd.config.get("mlperf"), environment_record(cache_dir=rd.env_dir / "cache")["cpu"])
 
     def run_one(k: int) -> str:
         pt = points[k]

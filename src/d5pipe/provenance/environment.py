@@ -46,7 +46,7 @@ from d5pipe.core.errors import D5PipeError
 from d5pipe.core.toolchain import compiler_info
 from d5pipe.measure.energy import meter as energy_meter
 from d5pipe.provenance import probes as envprobe
-from d5pipe.provenance.lock import editable_commit, lock_record
+from d5pipe.provenance.lock import current_lock, editable_commit, lock_record
 from d5pipe.rundir.layout import MANIFEST_FILE, RunDir
 
 ENV_SCHEMA_VERSION = 1
@@ -131,22 +131,60 @@ def _fingerprint() -> str:
 
 
 _EARLY_PROBE: list[Any] = []
-"""An MPI probe started by :func:`prefetch` (at most one), taken by the first full record."""
+"""An MPI probe started by :func:`start_probe` (at most one), taken by the first full record."""
+_SETTLED_MPI: list[dict[str, Any] | None] = []
+"""Its reading, once :func:`ready_for_forks` waited for it (a fork server's children take it)."""
 
 
 def _static_cache_path(cache_dir: Path, light: bool) -> Path:
     return Path(cache_dir) / f"{'light-' if light else ''}{_fingerprint()}.json"
 
 
-def prefetch(cache_dir: Path) -> None:
-    """Start the MPI probe now when the full record's static parts are not cached yet, so it runs
-    while the caller imports torch (a shard job calls this first; the probe takes most of a second)."""
-    if not _static_cache_path(cache_dir, light=False).exists() and not _EARLY_PROBE:
+def start_probe() -> None:
+    """Start the MPI probe now (once), for this process's first full record: it runs while the
+    caller imports torch (the probe takes most of a second)."""
+    if not _EARLY_PROBE and not _SETTLED_MPI:
         _EARLY_PROBE.append(envprobe.start_mpi_probe())
 
 
+def prefetch(cache_dir: Path) -> None:
+    """:func:`start_probe` when the full record's static parts are not cached yet (a shard job calls
+    this first)."""
+    if not _static_cache_path(cache_dir, light=False).exists():
+        start_probe()
+
+
+def ready_for_forks() -> None:
+    """In a fork server, before its first fork: wait for the MPI probe (:func:`start_probe`) and
+    read the git state of the source it imported and of the editable checkouts, so that each child
+    takes these readings instead of running the subprocesses again. Subprocesses only: no torch
+    operation, no thread left behind."""
+    if _EARLY_PROBE:
+        _SETTLED_MPI.append(envprobe.mpi_info(_EARLY_PROBE.pop()))
+    _source_state()
+    _EDITABLE_COMMITS.update((e.url, e.commit) for e in current_lock() if e.source == "editable")
+
+
+@functools.lru_cache(maxsize=1)
+def _source_state() -> str:
+    """The git state of the d5pipe source this process runs, read once: a fork server's children run
+    the code the server imported."""
+    return json.dumps(envprobe.git_info())
+
+
+_EDITABLE_COMMITS: dict[str, str] = {}
+"""Editable checkouts' commits by URL, read once a process (as :func:`_source_state`)."""
+
+
+def _editable_commit(url: str) -> str:
+    if url not in _EDITABLE_COMMITS:
+        _EDITABLE_COMMITS[url] = editable_commit(url)
+    return _EDITABLE_COMMITS[url]
+
+
 def _static_parts(light: bool) -> dict[str, Any]:
-    probe = None if light else (_EARLY_PROBE.pop() if _EARLY_PROBE else envprobe.start_mpi_probe())
+    settled = not light and bool(_SETTLED_MPI)
+    probe = None if light or settled else (_EARLY_PROBE.pop() if _EARLY_PROBE else envprobe.start_mpi_probe())
     parts: dict[str, Any] = {
         "python": envprobe.python_info(),
         "packages": envprobe.packages(),
@@ -158,7 +196,8 @@ def _static_parts(light: bool) -> dict[str, Any]:
         "os": envprobe.os_info(),
         "compiler": compiler_info(),  # what torch.compile and compiled operators build with
     }
-    parts["mpi"] = envprobe.mpi_info(probe) if not light else envprobe.mpi_metadata()
+    parts["mpi"] = (envprobe.mpi_metadata() if light else _SETTLED_MPI[0] if settled
+                    else envprobe.mpi_info(probe))
     return parts
 
 
@@ -185,7 +224,7 @@ def _cached_record(cache_dir: str | None, light: bool) -> str:
                               **_cached_static(Path(cache_dir) if cache_dir else None, light)}
     for entry in (record.get("lock") or {}).get("entries") or []:  # a checkout's commit moves between jobs
         if entry.get("source") == "editable":
-            entry["commit"] = editable_commit(str(entry.get("url", "")))
+            entry["commit"] = _editable_commit(str(entry.get("url", "")))
     torch = sys.modules.get("torch")
     if isinstance(record.get("torch"), dict) and torch is not None:  # threads: per job, from this process
         record["torch"].update(num_threads=torch.get_num_threads(),
@@ -194,7 +233,7 @@ def _cached_record(cache_dir: str | None, light: bool) -> str:
         energy=energy_meter("cpu").describe(),  # per job: a node may let its jobs read RAPL or not
         hostname=socket.gethostname(),
         env={k: os.environ.get(k) for k in (*HASHED_ENV_VARS, *RECORDED_ENV_VARS)},
-        git=envprobe.git_info(),
+        git=json.loads(_source_state()),
     )
     return json.dumps(record, sort_keys=True)
 
