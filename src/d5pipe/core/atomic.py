@@ -69,11 +69,7 @@ def replacing(path: Path, durable: bool = True, created: bool = True) -> Iterato
             tmp.unlink()
         yield tmp
         if durable:
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync(tmp)
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
@@ -88,25 +84,26 @@ def write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
         tmp.write_bytes(data)
 
 
+def _fsync(path: Path) -> None:
+    """fsync the file or directory at ``path``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def sync_files(paths: Iterable[Path]) -> None:
     """fsync files written with ``durable=False`` and their directories (once each)."""
     dirs: set[Path] = set()
     for p in paths:
         try:
-            fd = os.open(p, os.O_RDONLY)
+            _fsync(p)
         except FileNotFoundError:
             continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         dirs.add(Path(p).parent)
     for d in dirs:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(d)
 
 
 def write_text(path: Path, text: str, durable: bool = True) -> None:
@@ -130,11 +127,8 @@ def write_if_changed(path: Path, data: bytes) -> bool:
 
 
 def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB chunks (bundles, the dataset cache, ONNX files)."""
+    """sha256 of a file's bytes, read in chunks by hashlib (bundles, the dataset cache, ONNX files)."""
     import hashlib
 
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
