@@ -150,11 +150,6 @@ class TimingComparison:
         return "slower" if (self.ratio > 1) == self.lower_is_better else "faster"
 
     @property
-    def change(self) -> float | None:
-        """Relative change of the metric's value, B / A - 1."""
-        return None if self.ratio is None else self.ratio - 1.0
-
-    @property
     def slowdown(self) -> float | None:
         """Relative loss of performance (positive: B is worse), whatever the metric's direction."""
         if self.ratio is None or self.ratio <= 0:
