@@ -6,23 +6,16 @@ d5pipe.levels.zoo)."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from d5pipe.levels.declare import installed as package_installed
 from d5pipe.levels.registry import STAGES
 from d5pipe.plan.point_config import REPEAT_AXIS, point_config, stage_base
 
 
-def _installed(package: str) -> bool:
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def unavailable(plan: Any, installed: Callable[[str], bool] = _installed) -> list[str]:
+def unavailable(plan: Any, installed: Callable[[str], bool] = package_installed) -> list[str]:
     """One line per (setting, missing package): ``level1.runtime=openvino: the Python package
     'openvino' is not installed here; 8 points will be skipped (pip install 'd5pipe[frameworks]')``.
     Each distinct point config is asked once."""
