@@ -14,8 +14,13 @@ its repetitions: coefficient of variation and MAD/median of the 10 repetitions' 
 what comparisons use), the successive-difference CV of the medians in the order they ran (little
 moved by the machine's slow drift, which a fresh run, twice as long, sees more of), and each repetition's ``provenance.process_start.start_s``.
 Printed: the figures of every round, their medians, the median of the per-round paired wall-time
-ratios fresh/fork and the spread ratio fork/fresh (a fork must not hide process-to-process
-variation: the ratio should not be well below 1).
+ratios fresh/fork, and the spread ratio fork/fresh (a fork must not hide process-to-process
+variation): the ratio of the standard deviations of the repetitions' log medians, pooled over the
+rounds (the mean of the per-run variances), plain and from successive differences, each with a 95%
+bootstrap CI over the rounds (paired: a round's two runs resampled together; scipy.stats.bootstrap,
+BCa). Verdict per estimator: ``lower`` when the whole CI is below 1, ``not lower`` when its lower end
+is at least 0.9 (the house's 10% margin), else ``inconclusive``; forks spread no less than fresh
+processes only when neither estimator says otherwise.
 
 Usage: python benchmarks/bench_repetition_start.py [--rounds 5] [--keep]
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -33,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "benchmarks" / "configs"
@@ -70,12 +78,27 @@ def run_once(way: str, out: Path) -> dict[str, Any]:
     if hows != {way}:
         raise SystemExit(f"{way}: the records say their processes started as {sorted(map(str, hows))}")
     mid = statistics.median(medians)
+    logs = [math.log(m) for m in medians]
     return {"wall_s": wall, "n": len(medians),
+            "var_log": statistics.variance(logs),
+            "succ_var_log": statistics.mean((b - a) ** 2 for a, b in zip(logs, logs[1:])) / 2,
             "cv": statistics.stdev(medians) / statistics.mean(medians),
             "mad": statistics.median(abs(m - mid) for m in medians) / mid,
             "cv_min": statistics.stdev(fastest) / statistics.mean(fastest),
             "succ": successive_cv(medians),
             "start_s": statistics.median(starts) if starts else float("nan")}
+
+
+def _spread_ratio(fork: list[float], fresh: list[float]) -> tuple[float, float, float]:
+    """sqrt(mean fork variance / mean fresh variance) and its 95% bootstrap CI over the rounds."""
+    from scipy.stats import bootstrap
+
+    def stat(a: Any, b: Any, axis: int = -1) -> Any:
+        return (a.mean(axis=axis) / b.mean(axis=axis)) ** 0.5
+
+    res = bootstrap((fork, fresh), stat, paired=True, vectorized=True, n_resamples=4999,
+                    random_state=0, method="BCa")
+    return float(stat(*map(np.asarray, (fork, fresh)))), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def main() -> int:
@@ -116,6 +139,11 @@ def main() -> int:
     succ_ratio = statistics.median(a["succ"] / b["succ"] for a, b in zip(rows["fork"], rows["fresh"], strict=True))
     print(f"  between-repetition CV fork/fresh: x{cv_ratio:.2f}, successive-difference CV fork/fresh: "
           f"x{succ_ratio:.2f} (medians of per-round ratios; below 1: less spread between forked repetitions)")
+    for key, what in (("var_log", "plain"), ("succ_var_log", "successive-difference")):
+        ratio, low, high = _spread_ratio([r[key] for r in rows["fork"]], [r[key] for r in rows["fresh"]])
+        verdict = "lower" if high < 1 else "not lower" if low >= 0.9 else "inconclusive"
+        print(f"  spread fork/fresh ({what}, SD of log medians pooled over rounds): x{ratio:.2f} "
+              f"[{low:.2f}, {high:.2f}] -> {verdict}")
     goal = med("fork", "wall_s") <= 6.0
     print(f"  goal (fork run <= 6 s): {'met' if goal else 'not met'}")
     return 0
