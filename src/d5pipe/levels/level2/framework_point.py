@@ -53,10 +53,8 @@ from d5pipe.levels.level2.train_loop import evaluate
 from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
 from d5pipe.levels.targets import target_of
 from d5pipe.levels.training_log import checked as mllog_checked
-from d5pipe.levels.training_log import facts, point_log
 from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
 from d5pipe.measure import energy
-from d5pipe.measure.determinism import seed_everything
 from d5pipe.measure.mllog import TrainingLog
 from d5pipe.measure.profile import enabled as profiling
 
@@ -161,11 +159,10 @@ def _verdict(name: str, agreement: Agreement, f32_err: float) -> list[Metric]:
             metric("framework_check", said, detail="; ".join(why) or None)]
 
 
-def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed: int, seed_note: str) -> PointOutcome:
-    """Check, then train and time, one framework (see the module docstring)."""
-    seeds = seed_everything(seed)
-    mllog = point_log(ctx)
-    mllog.start(facts(ctx.experiment, seed, conf, conf.batch_size, len(data.y_train), len(data.y_test)))
+def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed: int, seed_note: str,
+                        seeds: dict[str, int], mllog: TrainingLog) -> PointOutcome:
+    """Check, then train and time, one framework (see the module docstring), seeded (``seeds``) and
+    its MLPerf log started by d5pipe.levels.level2.point."""
     try:
         model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
         graph = trace(model, (conf.batch_size, *data.input_shape))

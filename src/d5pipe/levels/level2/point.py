@@ -222,13 +222,13 @@ def run_point(ctx: PointContext) -> PointOutcome:
     device = require_device(conf.device, "train.device")
     data = load_for(cfg.get("dataset") or {}, ctx.data_dir)
     _check_generated(cfg, conf, data)
-    if conf.framework:
-        from d5pipe.levels.level2.framework_point import run_framework_point
-
-        return run_framework_point(ctx, conf, data, seed, seed_note)
     seeds = seed_everything(seed)
     mllog = point_log(ctx)
     mllog.start(facts(ctx.experiment, seed, conf, conf.batch_size, len(data.y_train), len(data.y_test)))
+    if conf.framework:
+        from d5pipe.levels.level2.framework_point import run_framework_point
+
+        return run_framework_point(ctx, conf, data, seed, seed_note, seeds, mllog)
     with deterministic_mode(conf.deterministic, str(device)) as det:
         try:
             model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
