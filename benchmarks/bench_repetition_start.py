@@ -98,7 +98,8 @@ def _spread_ratio(fork: list[float], fresh: list[float]) -> tuple[float, float, 
 
     res = bootstrap((fork, fresh), stat, paired=True, vectorized=True, n_resamples=4999,
                     random_state=0, method="BCa")
-    return float(stat(*map(np.asarray, (fork, fresh)))), float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (float(stat(np.asarray(fork), np.asarray(fresh))), float(res.confidence_interval.low),
+            float(res.confidence_interval.high))
 
 
 def main() -> int:
