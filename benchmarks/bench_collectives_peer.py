@@ -18,7 +18,10 @@ Printed per engine, size and buffer: each side's median over the rounds of its l
 ratio d5pipe / bare and its 95% CI from d5pipe's own comparison model (Welch's t on the logs, bare as
 the baseline; unpaired, since a launch's speed does not carry over to the other side's launch of its
 round) with its verdict at a 10% margin (``equivalent``: the whole CI within x1.1) and how many launches
-would decide, and the spread between rounds (min and max of each side's launches). Then the
+would decide, and the spread between rounds (min and max of each side's launches). Where the launches
+fall in two speed states of the machine (a gap of x1.5 or more with none between, found from every
+side's launches together: :func:`machine_states`), the same comparison within each state follows,
+with how many launches of each side landed in it. Then the
 placement (binding, each rank's CPUs) and the allocation (allocator, bytes on huge pages) of each side.
 
 Usage: python benchmarks/bench_collectives_peer.py [--rounds 5] [--sizes 1048576,16777216]
@@ -109,6 +112,27 @@ def fmt_us(seconds: float) -> str:
     return f"{1e6 * seconds:,.0f}"
 
 
+STATE_GAP = 1.5
+"""Launch values this far apart (a factor) with none between are two states of the machine, not a
+difference a side could make (the verdict's margin is 10%)."""
+
+
+def machine_states(ds: list[float], bs: list[float], every: list[float]) -> dict[str, tuple[list[float], list[float]]]:
+    """The launches of each side split by the machine's state, when its launches fall in two: the
+    largest gap between the sorted values of every launch of this engine and size (all sides) is at
+    least :data:`STATE_GAP`; {} when they do not. On this VM a launch of the same program lands in
+    one of two speed states for d5pipe and the bare loop alike; within one state the sides are
+    compared like with like. The split is from every side's values together, so it favours none."""
+    values = sorted(every)
+    if len(values) < 4:
+        return {}
+    gap, cut = max((b / a, (a * b) ** 0.5) for a, b in zip(values, values[1:]))
+    if gap < STATE_GAP:
+        return {}
+    return {f"fast state (< {fmt_us(cut)} us)": ([d for d in ds if d < cut], [b for b in bs if b < cut]),
+            f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
+
+
 def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines: list[str], sizes: list[int]) -> None:
     """The comparison table and, per engine, placement and allocation."""
     import numpy as np
@@ -136,6 +160,17 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                       f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
                       f"{'[' + fmt_us(min(bs)) + ', ' + fmt_us(max(bs)) + ']':>25}")
                 print(f"{'':<26}   {c.text()}")
+                for state, (d_in, b_in) in machine_states(ds, bs, [float(np.median(x["times_s"])) for sd in
+                                                                  sides_of(engine) for x in got[(engine, size, sd)]
+                                                                  if x is not None]).items():
+                    if len(d_in) < 2 or len(b_in) < 2:
+                        print(f"{'':<26}   {state}: {len(d_in)} d5pipe / {len(b_in)} bare launches (too few to compare)")
+                        continue
+                    cs = compare_one("allreduce_time", "s", b_in, d_in, policy, paired=False)
+                    cis = f"[{cs.ci[0]:.3f}, {cs.ci[1]:.3f}]" if cs.ci else "-"
+                    print(f"{'':<26}   {state}: {len(d_in)} d5pipe / {len(b_in)} bare launches, d5pipe "
+                          f"{fmt_us(statistics.median(d_in))} us, bare {fmt_us(statistics.median(b_in))} us, "
+                          f"ratio {cs.ratio or float('nan'):.3f} {cis} -> {cs.label()}")
     print("\nplacement and allocation (last completed round of each side):")
     for engine in engines:
         for size in sizes:

@@ -138,7 +138,8 @@ class ExecutorConf:
     and d5pipe once, not as a fresh interpreter (d5pipe.execute.fork_server); SLURM jobs are always
     fresh processes. Each point's record says how its process started (``provenance.process_start``).
     Off by default: a one-point level-0 run takes 2.6x less time with it, but its repetitions
-    spread about half as much as fresh processes' (docs/performance.md)."""
+    spread about a quarter less than fresh processes' (docs/performance.md), so its statistics
+    would understate the variation between processes."""
 
 
 @dataclass
