@@ -80,8 +80,9 @@ class Engine(Protocol):
     name: str
 
     def versions(self) -> dict[str, str]:
-        """The packages that compute, with their versions (recorded with every point)."""
-        ...
+        """The packages that compute, with their versions (recorded with every point); a built-in
+        engine that subclasses this one records by default the package it is named after."""
+        return package_versions(self.name)
 
 
 @runtime_checkable

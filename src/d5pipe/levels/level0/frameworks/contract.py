@@ -15,7 +15,7 @@ gradients back for the checks (d5pipe.levels.verify).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +26,9 @@ from d5pipe.levels.declare import Engine as BaseEngine
 
 Layout = tuple[int, ...] | None
 """Axes of an array in the framework's layout, read from PyTorch's (``np.transpose``); None: the same."""
+
+OPERATORS = ("matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum")
+"""Level 0's built-in operators (the schema's list): what a framework has unless it declares fewer."""
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,27 @@ class Prepared(Compiles, Protocol):
         input got none). Only called when :attr:`Framework.differentiates`."""
 
 
-class Engine(BaseEngine, Protocol):
-    """A framework, imported and set up for one process (threads)."""
+class Engine(BaseEngine):
+    """A framework, imported and set up for one process (threads). What the engines share is here:
+    ``name`` is also the package whose version is recorded (``versions()``), :attr:`ops` its built-ins."""
 
     told: dict[str, Any]
     """What the framework was told (threads, modes): recorded with every point."""
+    ops: dict[str, NativeOp]
+    """The framework's own form of each built-in operator it has."""
 
     def session(self, dtype: str) -> AbstractContextManager[Any]:
         """Around a whole point: the process-wide switches ``dtype`` needs (JAX's x64 mode), all
-        restored on exit."""
+        restored on exit; none unless an engine says."""
+        return nullcontext()
 
     def builtin(self, name: str) -> NativeOp | None:
         """The framework's own form of built-in operator ``name``; None: it has none."""
+        return self.ops.get(name)
 
     def prepare(self, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> Prepared:
         """``op`` on ``inputs`` (float64, PyTorch's layout) in ``dtype``, the arrays made once here."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,12 @@ class Framework:
     """Whether the gradient check runs (:attr:`gradient` says how)."""
     dtypes: tuple[str, ...]
     """The dtypes it computes in; a point in another is skipped with the reason."""
-    builtins: tuple[str, ...]
-    """The built-in operators it has; a point of another is skipped with the reason."""
     sync: str
     """How each timed call is made to block until its result is computed (recorded)."""
     gradient: str = ""
     """How gradients are taken (``jax.vjp``); empty: forward only."""
+    builtins: tuple[str, ...] = OPERATORS
+    """The built-in operators it has; a point of another is skipped with the reason."""
     engine: Callable[[int], Engine] | None = None
     """``engine(threads)``, importing the framework; None: level 0's own PyTorch path
     (d5pipe.levels.level0.point: layouts, ``torch.compile``, CUDA, backward timings)."""

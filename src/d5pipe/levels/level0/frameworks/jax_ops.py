@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.declare import package_versions
 from d5pipe.levels.framework_threads import import_jax
-from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
+from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, from_layout, input_layouts, to_layout
 
 NHWC, HWIO, BTNH = (0, 2, 3, 1), (2, 3, 1, 0), (0, 2, 1, 3)
 
@@ -86,18 +85,15 @@ class JaxPrepared:
         return [from_layout(np.asarray(g), lay) for g, lay in zip(vjp(up), layouts, strict=True)]
 
 
-class JaxEngine:
+class JaxEngine(Engine):
     """JAX on the CPU with the point's threads."""
 
     name = "jax"
 
-    def versions(self) -> dict[str, str]:
-        return package_versions("jax")
-
     def __init__(self, threads: int) -> None:
         self._jax = jax = import_jax(threads)
         self._threads = threads
-        self._ops = builtins(jax)
+        self.ops = builtins(jax)
         self.told = {"XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "backend": jax.default_backend(),
                      "jit": True, "x64": "float64 points only, restored after each"}
 
@@ -106,9 +102,6 @@ class JaxEngine:
         XLA's pools are checked again for this point (another engine may have been made first)."""
         import_jax(self._threads)
         return self._jax.enable_x64(True) if dtype == "float64" else nullcontext()
-
-    def builtin(self, name: str) -> NativeOp | None:
-        return self._ops.get(name)
 
     def prepare(self, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> JaxPrepared:
         return JaxPrepared(self._jax, op, inputs, dtype)
@@ -119,7 +112,6 @@ ENGINE: Callable[[int], JaxEngine] = JaxEngine
 FRAMEWORK = Framework(
     name="jax", title="JAX (XLA)", packages=("jax", "jaxlib"), differentiates=True,
     dtypes=("float64", "float32", "bfloat16", "float16"),
-    builtins=("matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum"),
     sync="jax.Array.block_until_ready() on each call's result", gradient="jax.vjp", engine=ENGINE,
     notes=("every operator under jax.jit (compile time apart, compile_s)", "convolution NHWC/HWIO, attention BTNH",
            "float64 under jax.enable_x64 for that point only"),

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from d5pipe.levels.contract import PointSkipped
-from d5pipe.levels.declare import package_versions
-from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout
+from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, from_layout
 from d5pipe.levels.ort_profile import ort_profile
 
 OPSET = 23
@@ -92,13 +90,11 @@ class OrtPrepared:
         return ort_profile(self._model, self._options, self._feed, iterations, trace, "forward")
 
 
-class OrtEngine:
+class OrtEngine(Engine):
     """ONNX Runtime's CPU provider with the point's threads."""
 
     name = "onnxruntime"
-
-    def versions(self) -> dict[str, str]:
-        return package_versions("onnxruntime")
+    ops = BUILTINS
 
     def __init__(self, threads: int) -> None:
         import onnxruntime as ort
@@ -111,12 +107,6 @@ class OrtEngine:
         self.told = {"intra_op_threads": threads, "inter_op_threads": 1, "provider": "CPUExecutionProvider",
                      "graph_optimization_level": str(self._options.graph_optimization_level).split(".")[-1],
                      "opset": OPSET}
-
-    def session(self, dtype: str) -> AbstractContextManager[Any]:
-        return nullcontext()
-
-    def builtin(self, name: str) -> NativeOp | None:
-        return BUILTINS.get(name)
 
     def prepare(self, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> OrtPrepared:
         return OrtPrepared(self._ort, self._options, op, inputs, dtype)

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.declare import package_versions
 from d5pipe.levels.framework_threads import import_tensorflow
-from d5pipe.levels.level0.frameworks.contract import Framework, NativeOp, from_layout, input_layouts, to_layout
+from d5pipe.levels.level0.frameworks.contract import Engine, Framework, NativeOp, from_layout, input_layouts, to_layout
 
 NHWC, HWIO = (0, 2, 3, 1), (2, 3, 1, 0)
 
@@ -86,18 +85,15 @@ class TfPrepared:
         return [None if g is None else from_layout(g.numpy(), lay) for g, lay in zip(grads, layouts, strict=True)]
 
 
-class TfEngine:
+class TfEngine(Engine):
     """TensorFlow on the CPU with the point's threads."""
 
     name = "tensorflow"
 
-    def versions(self) -> dict[str, str]:
-        return package_versions("tensorflow")
-
     def __init__(self, threads: int) -> None:
         self._tf = tf = import_tensorflow(threads, 1)
         self._threads = threads
-        self._ops = builtins(tf)
+        self.ops = builtins(tf)
         threading = tf.config.threading
         self.told = {"intra_op_threads": threading.get_intra_op_parallelism_threads(),
                      "inter_op_threads": threading.get_inter_op_parallelism_threads(),
@@ -107,10 +103,7 @@ class TfEngine:
         """Nothing to switch; the pools checked again for this point (another engine may have set
         them while the runtime had not started)."""
         import_tensorflow(self._threads, 1)
-        return nullcontext()
-
-    def builtin(self, name: str) -> NativeOp | None:
-        return self._ops.get(name)
+        return super().session(dtype)
 
     def prepare(self, op: NativeOp, inputs: Sequence[np.ndarray], dtype: str) -> TfPrepared:
         return TfPrepared(self._tf, op, inputs, dtype)
@@ -121,7 +114,6 @@ ENGINE: Callable[[int], TfEngine] = TfEngine
 FRAMEWORK = Framework(
     name="tensorflow", title="TensorFlow (eager)", packages=("tensorflow",), differentiates=True,
     dtypes=("float64", "float32", "bfloat16", "float16"),
-    builtins=("matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum"),
     sync=".numpy() on each call's result", gradient="tf.GradientTape", engine=ENGINE,
     notes=("eager ops, oneDNN as TensorFlow defaults", "convolution NHWC/HWIO"),
 )

@@ -9,7 +9,6 @@ from d5pipe.levels.level0.frameworks.contract import Framework
 FRAMEWORK = Framework(
     name="torch", title="PyTorch", packages=("torch",), differentiates=True,
     dtypes=("float64", "float32", "bfloat16", "float16"),
-    builtins=("matmul", "bmm", "conv2d", "sdpa", "layer_norm", "softmax", "gelu", "sum"),
     sync="torch.cuda.synchronize / CUDA events on CUDA; CPU calls return when computed",
     gradient="torch.autograd.grad", engine=None,
     impls=("eager", "compile", "channels_last"), layouts=("contiguous", "channels_last", "transposed"),

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.atomic import file_sha256, replacing
 from d5pipe.levels.contract import PointSkipped
-from d5pipe.levels.declare import package_versions
-from d5pipe.levels.level1.runtimes.contract import Prepared, Runtime, require
+from d5pipe.levels.level1.runtimes.contract import Engine, Prepared, Runtime, require
 from d5pipe.levels.ort_profile import ort_profile
 from d5pipe.measure.profile import pass_record
 
@@ -36,13 +35,10 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-class _FromOnnx:
+class _FromOnnx(Engine):
     """A runtime that runs the network's ONNX export (its own :meth:`prepare_file` reads a file)."""
 
     name = ""
-
-    def versions(self) -> dict[str, str]:
-        return package_versions(self.name)
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         return self.prepare_file(export_onnx(model, example, onnx_dir), threads)

@@ -7,19 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from d5pipe.levels.declare import package_versions
-from d5pipe.levels.level1.runtimes.contract import Prepared, Runtime
+from d5pipe.levels.level1.runtimes.contract import Engine, Prepared, Runtime
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
 
-class TorchRuntime:
+class TorchRuntime(Engine):
     name = "torch"
-
-    def versions(self) -> dict[str, str]:
-        return package_versions("torch")
 
     def prepare(self, model: nn.Module, example: torch.Tensor, threads: int, onnx_dir: Path) -> Prepared:
         import torch
