@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +20,7 @@ from typing import Any
 
 from d5pipe.core.atomic import write_json
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.toolchain import run_tool
 from d5pipe.rundir.layout import RunDir
 
 DRIVER_FILE = "driver.json"
@@ -47,12 +46,10 @@ def _sbatch_argv(rd: RunDir, executor: dict[str, Any], command: Sequence[str], n
 
 def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], name: str) -> str:
     """Submit ``d5pipe`` with ``argv`` (already without ``--detach``) as a SLURM job; its ID."""
-    exe = shutil.which("sbatch")
-    if exe is None:
-        raise D5PipeError("--detach: sbatch not found on PATH (is this a SLURM login node?)")
     command = [sys.executable, "-m", "d5pipe.cli.main", *argv]
-    call = _sbatch_argv(rd, executor, command, name)
-    proc = subprocess.run([exe, *call[1:]], capture_output=True, text=True, timeout=60, check=False)
+    proc = run_tool(_sbatch_argv(rd, executor, command, name), 60)
+    if proc is None:
+        raise D5PipeError("--detach: sbatch not found on PATH (is this a SLURM login node?)")
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[0]
         raise D5PipeError(f"--detach: sbatch refused the driver job: {first}")
@@ -90,14 +87,14 @@ def driver_status_line(rd: RunDir) -> str | None:
 
 def cancel(rd: RunDir) -> list[str]:
     """Cancel the detached driver (it then cancels its jobs) and every job of the run; their IDs."""
-    from d5pipe.execute.slurm import cancel_run_jobs, slurm_tool
+    from d5pipe.execute.slurm import cancel_run_jobs
 
     cancelled: list[str] = []
     info = driver_job(rd)
     # SIGTERM first: the driver kills Snakemake and cancels the shard jobs itself
-    if info is not None and slurm_tool(["scancel", "--signal=TERM", "--full", str(info["job_id"])], 30) is not None:
+    if info is not None and run_tool(["scancel", "--signal=TERM", "--full", str(info["job_id"])], 30) is not None:
         cancelled.append(str(info["job_id"]))
         time.sleep(2)
-        slurm_tool(["scancel", str(info["job_id"])], 30)
+        run_tool(["scancel", str(info["job_id"])], 30)
     cancelled += cancel_run_jobs(rd.root)
     return cancelled

@@ -16,7 +16,6 @@ points with ``placement.node`` >= 2 are skipped there with the reason.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
 from functools import lru_cache
@@ -25,6 +24,7 @@ from typing import Any
 from natsort import natsorted
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.toolchain import run_tool
 from d5pipe.levels.registry import NODE_AXIS
 
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -42,15 +42,15 @@ def node_of(config: Mapping[str, Any]) -> int:
 @lru_cache(maxsize=8)
 def partition_nodes(partition: str = "") -> tuple[str, ...]:
     """The responding nodes of ``partition`` (the default partition when empty), natural order."""
-    exe = shutil.which("sinfo")
-    if exe is None:
-        raise D5PipeError("placement.node: sinfo is not on PATH, so the partition's nodes cannot be listed")
-    argv = [exe, "-h", "-N", "-o", "%N %t"] + (["-p", partition] if partition else [])
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
+        proc = run_tool(["sinfo", "-h", "-N", "-o", "%N %t"] + (["-p", partition] if partition else []), 60)
+        if proc is not None:
+            proc.check_returncode()
     except (OSError, subprocess.SubprocessError) as exc:
         raise D5PipeError(f"placement.node: listing the nodes with sinfo failed ({exc})") from None
-    rows = [line.split() for line in out.splitlines()]
+    if proc is None:
+        raise D5PipeError("placement.node: sinfo is not on PATH, so the partition's nodes cannot be listed")
+    rows = [line.split() for line in proc.stdout.splitlines()]
     return tuple(natsorted({parts[0] for parts in rows if len(parts) == 2 and _NODE_NAME.match(parts[0])
                             and not parts[1].lower().startswith(_UNUSABLE)}))
 

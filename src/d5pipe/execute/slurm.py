@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -24,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.toolchain import run_tool
 
 _SQUEUE_FORMAT = "%i|%T|%j|%k|%N|%l|%M|%r|%Z|%V"
 
@@ -72,22 +72,12 @@ class SlurmJob:
         return f"{rule} {wildcards}".strip()
 
 
-def slurm_tool(argv: Sequence[str], timeout_s: float,
-               env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
-    """Run a SLURM client command (``argv[0]`` looked up on ``env``'s PATH) under a time limit;
-    None when it is not installed. One that does not answer raises ``subprocess.TimeoutExpired``."""
-    exe = shutil.which(argv[0], path=(env or os.environ).get("PATH"))
-    if exe is None:
-        return None
-    return subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout_s,
-                          env=dict(env) if env is not None else None, check=False)
-
-
 def slurm_answer(argv: Sequence[str], timeout_s: float,
                  env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str] | None:
-    """:func:`slurm_tool`, with None also when the command does not answer within ``timeout_s``."""
+    """:func:`~d5pipe.core.toolchain.run_tool` (a SLURM client), with None also when the command does
+    not answer within ``timeout_s``."""
     try:
-        return slurm_tool(argv, timeout_s, env)
+        return run_tool(argv, timeout_s, env)
     except subprocess.TimeoutExpired:
         return None
 
@@ -95,7 +85,7 @@ def slurm_answer(argv: Sequence[str], timeout_s: float,
 def _run_squeue(args: Sequence[str], timeout_s: float,
                 env: Mapping[str, str] | None) -> str:
     try:
-        proc = slurm_tool(["squeue", *args], timeout_s, env)
+        proc = run_tool(["squeue", *args], timeout_s, env)
     except subprocess.TimeoutExpired as exc:
         raise D5PipeError(f"executor slurm: squeue did not answer within {timeout_s} s") from exc
     if proc is None:
@@ -185,7 +175,7 @@ def cancel_run_jobs(run_dir: str | Path, since: datetime | None = None, timeout_
     ids = [j.job_id for j in run_jobs(run_dir, since, timeout_s, env) if not j.finished]
     try:
         if ids:
-            slurm_tool(["scancel", *ids], timeout_s, env)
+            run_tool(["scancel", *ids], timeout_s, env)
     except subprocess.TimeoutExpired as exc:
         raise D5PipeError(f"executor slurm: scancel did not answer within {timeout_s} s") from exc
     return ids

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from d5pipe.execute.slurm import slurm_answer, slurm_tool
+from d5pipe.core.toolchain import run_tool
+from d5pipe.execute.slurm import slurm_answer
 from d5pipe.execute.slurm_limits import SiteLimits
 
 ACTIVE = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "REQUEUED",
@@ -235,7 +236,7 @@ class Flight:
 
 
 def scontrol_update(args: list[str]) -> None:
-    slurm_tool(["scontrol", "update", *args], 20.0)
+    run_tool(["scontrol", "update", *args], 20.0)
 
 
 def squeue_all() -> str | None:

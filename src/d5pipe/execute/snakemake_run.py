@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.toolchain import kill_group
 from d5pipe.measure.process import die_with_parent
 from d5pipe.rundir.layout import RunDir
 
@@ -128,14 +129,6 @@ NO_SPACE_AT = re.compile(rf"\[Errno \d+\] (?:{NO_SPACE.pattern}): '([^']+)'"
 write permissions for the directory RUN/.snakemake")."""
 
 
-def _kill_session(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
 def _cancel_slurm(rd: RunDir, since: datetime) -> list[str]:
     from d5pipe.execute.slurm import cancel_run_jobs
 
@@ -173,7 +166,7 @@ def start_snakemake() -> subprocess.Popen[str]:
 def discard(proc: subprocess.Popen[str] | None) -> None:
     """End a Snakemake process from ``start_snakemake`` that was never given its arguments."""
     if proc is not None and proc.poll() is None:
-        _kill_session(proc)
+        kill_group(proc)
 
 
 def _give_args(proc: subprocess.Popen[str], cmd: list[str]) -> None:
@@ -263,7 +256,7 @@ def run_workflow(cmd: list[str], rd: RunDir, slurm: bool, timeout: float | None 
             except subprocess.TimeoutExpired:
                 pass
         if reason is not None:
-            _kill_session(proc)
+            kill_group(proc)
             if slurm:
                 cancelled = _cancel_slurm(rd, since)
                 reason = Interrupted(f"{reason}; cancelled SLURM jobs: {', '.join(cancelled) or 'none'}",

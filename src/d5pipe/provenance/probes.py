@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from d5pipe.core.toolchain import run_tool
+
 _SUBPROCESS_TIMEOUT_S = 20.0
 _MPI_PROBE = (
     "import json, mpi4py\n"
@@ -216,25 +218,21 @@ def cpu_info() -> dict[str, Any]:
 
 
 def gpu_info() -> dict[str, Any] | None:
-    smi = shutil.which("nvidia-smi")
-    if smi is not None:
-        try:
-            res = subprocess.run(
-                [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=_SUBPROCESS_TIMEOUT_S, check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            res = None
-        if res is not None and res.returncode == 0 and res.stdout.strip():
-            rows = [[p.strip() for p in line.split(",")] for line in res.stdout.strip().splitlines()]
-            devices = [{"name": r[0], "driver": r[1], "memory_mib": r[2]} for r in rows if len(r) >= 3]
-            if devices:
-                return {
-                    "source": "nvidia-smi",
-                    "driver": devices[0]["driver"],
-                    "models": [d["name"] for d in devices],
-                    "devices": devices,
-                }
+    try:
+        res = run_tool(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
+                       _SUBPROCESS_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        res = None
+    if res is not None and res.returncode == 0 and res.stdout.strip():
+        rows = [[p.strip() for p in line.split(",")] for line in res.stdout.strip().splitlines()]
+        devices = [{"name": r[0], "driver": r[1], "memory_mib": r[2]} for r in rows if len(r) >= 3]
+        if devices:
+            return {
+                "source": "nvidia-smi",
+                "driver": devices[0]["driver"],
+                "models": [d["name"] for d in devices],
+                "devices": devices,
+            }
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]

@@ -12,12 +12,13 @@ shows it as the efficiency table. Without accounting (no slurmdbd) it is empty a
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
+
+from d5pipe.core.toolchain import run_tool
 
 FIELDS = ("JobIDRaw", "JobID", "State", "ElapsedRaw", "TotalCPU", "MaxRSS", "ReqMem", "AllocCPUS",
           "NodeList")
@@ -88,14 +89,11 @@ def parse_sacct(text: str) -> pd.DataFrame:
 
 def _sacct(args: list[str], timeout_s: float, tool: str = "sacct") -> subprocess.CompletedProcess[str] | str:
     """``sacct <args>`` (or ``tool``; ``SLURM_CONF`` from ``D5PIPE_SLURM_CONF`` unless set), or why it did not run."""
-    exe = shutil.which(tool)
-    if exe is None:
-        return f"{tool} is not installed here"
     env = dict(os.environ)
     if "D5PIPE_SLURM_CONF" in env:
         env.setdefault("SLURM_CONF", env["D5PIPE_SLURM_CONF"])
     try:
-        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+        return run_tool([tool, *args], timeout_s, env) or f"{tool} is not installed here"
     except subprocess.TimeoutExpired:
         return f"{tool} did not answer within {timeout_s:g} s"
 

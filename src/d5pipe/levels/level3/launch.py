@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from d5pipe.core.errors import D5PipeError
+from d5pipe.core.toolchain import run_tool
 from d5pipe.levels.level3.schema import BACKENDS, BINDINGS, LAUNCHERS
 
 LOOPBACK = "127.0.0.1"
@@ -131,20 +131,16 @@ def job_nodelist() -> str:
     keeps ``SLURM_JOB_ID``)."""
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or ""
     job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
-    squeue = shutil.which("squeue")
-    if not nodelist and job_id and squeue:
-        out = subprocess.run([squeue, "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True,
-                             timeout=30, check=False)
-        nodelist = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
-    return nodelist
+    out = run_tool(["squeue", "-h", "-j", job_id, "-o", "%N"], 30) if not nodelist and job_id else None
+    return out.stdout.strip().splitlines()[0] if out is not None and out.stdout.strip() else nodelist
 
 
 def slurm_master_addr(nodelist: str) -> str:
     """The first host of a SLURM node list (``scontrol show hostnames``), for multi-node DDP."""
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
+    out = run_tool(["scontrol", "show", "hostnames", nodelist], 60)
+    if out is None:
         raise D5PipeError("executor slurm: scontrol not found; cannot resolve SLURM_JOB_NODELIST")
-    out = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    out.check_returncode()
     hosts = out.stdout.split()
     if not hosts:
         raise D5PipeError(f"executor slurm: SLURM_JOB_NODELIST={nodelist!r} names no host")

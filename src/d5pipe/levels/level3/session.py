@@ -21,16 +21,15 @@ shard ends.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import IO, Any
 
 from d5pipe.core.atomic import write_json
+from d5pipe.core.toolchain import kill_group
 from d5pipe.levels.level3.launch import LaunchPlan
 from d5pipe.measure.process import die_with_parent
 
@@ -57,13 +56,6 @@ def start_ranks(plan: LaunchPlan, cwd: Path, log: IO[bytes]) -> subprocess.Popen
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
     return subprocess.Popen(plan.argv, cwd=cwd, env={**env, **plan.env}, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, preexec_fn=die_with_parent)
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Kill the launcher's process group (every rank) and reap the launcher."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def run_once(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> None:
