@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from d5pipe.core.atomic import write_if_changed
+from d5pipe.core.atomic import read_json, write_if_changed
 from d5pipe.core.code_hash import ModuleCode
 
 CODE_DIR = "code"
@@ -35,10 +35,7 @@ def code_dir(run_dir: Path) -> Path:
 
 def read_index(run_dir: Path) -> dict[str, Any]:
     """``RUN/code/index.json`` (empty when there is none or it does not parse)."""
-    try:
-        data = json.loads((code_dir(run_dir) / INDEX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = read_json(code_dir(run_dir) / INDEX)
     return data if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION else {}
 
 

@@ -114,6 +114,15 @@ def write_json(path: Path, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n")
 
 
+def read_json(path: Path, default: Any = None) -> Any:
+    """The JSON in ``path``; ``default`` when the file is missing, unreadable or not JSON (a cache, a
+    marker: whatever wrote it may have died first)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return default
+
+
 def write_if_changed(path: Path, data: bytes) -> bool:
     """Write atomically only when the content differs; keeps mtimes stable for Snakemake."""
     path = Path(path)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from d5pipe.core.atomic import write_json
+from d5pipe.core.atomic import read_json, write_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.execute.decide import grow, wants_of_comparison
 from d5pipe.measure import lockstep
@@ -207,15 +207,10 @@ def run_ab(specs: Mapping[str, SideSpec], out: Path, repetitions: int | None, ti
 def measured_alone(out: Path) -> int:
     """Point records of either side whose timer met no partner (``extra.lockstep.paired`` false):
     those points were measured alone, not interleaved with the other side."""
-    import json
-
     n = 0
     for side in SIDES:
         for record in (out / side / "points").glob("*/*.json"):
-            try:
-                lock = (json.loads(record.read_text(encoding="utf-8")).get("extra") or {}).get("lockstep")
-            except (OSError, ValueError):
-                continue
+            lock = (read_json(record, {}).get("extra") or {}).get("lockstep")
             n += isinstance(lock, dict) and not lock.get("paired", True)
     return n
 

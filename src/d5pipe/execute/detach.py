@@ -10,7 +10,6 @@ it next to the shard jobs and ``d5pipe cancel RUN`` stops both.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from d5pipe.core.atomic import write_json
+from d5pipe.core.atomic import read_json, write_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.toolchain import run_tool
 from d5pipe.rundir.layout import RunDir
@@ -60,10 +59,7 @@ def submit_driver(rd: RunDir, executor: dict[str, Any], argv: Sequence[str], nam
 
 
 def driver_job(rd: RunDir) -> dict[str, Any] | None:
-    try:
-        return json.loads(driver_path(rd).read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
+    return read_json(driver_path(rd))
 
 
 def driver_status_line(rd: RunDir) -> str | None:

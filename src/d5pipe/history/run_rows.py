@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from d5pipe.core.atomic import read_json
 from d5pipe.core.canonical import canonical_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.plan.point_config import REPEAT_AXIS
@@ -122,10 +123,7 @@ def run_rows(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame]:
 
 def _slurm_where(record: Path) -> tuple[str, str]:
     """(node list, cluster name) of the SLURM job that wrote a point record ("" where none)."""
-    try:
-        prov = json.loads(record.read_text()).get("provenance") or {}
-    except (OSError, ValueError):
-        return "", ""
+    prov = read_json(record, {}).get("provenance") or {}
     return str(prov.get("slurm_nodelist") or ""), str(prov.get("slurm_cluster") or "")
 
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from d5pipe.core.atomic import write_text
+from d5pipe.core.atomic import read_json, write_text
 from d5pipe.measure.timer import measure
 
 CEILINGS_VERSION = 4
@@ -314,10 +314,7 @@ def machine_ceilings(device: str, dtypes: tuple[torch.dtype, ...], threads: int 
     path = cache_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=600):
-        try:
-            data: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            data = {}
+        data: dict[str, Any] = read_json(path, {})
         if data.get("version") != CEILINGS_VERSION:
             data = {}
         ceil = Ceilings(key, device, threads, dict(data.get("flops") or {}), dict(data.get("bandwidth") or {}),

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from d5pipe.core.atomic import file_sha256, replacing, write_if_changed, write_text
+from d5pipe.core.atomic import file_sha256, read_json, replacing, write_if_changed, write_text
 from d5pipe.core.errors import D5PipeError
 from d5pipe.rundir.layout import CHECKSUMS_FILE, REPRODUCE_FILE, RunDir
 
@@ -122,10 +122,7 @@ def write_checksums(run_dir: Path) -> Path:
 
     run_dir = Path(run_dir)
     cache_path = run_dir / HASH_CACHE
-    try:
-        cache: dict[str, list[Any]] = json.loads(cache_path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        cache = {}
+    cache: dict[str, list[Any]] = read_json(cache_path, {})
     sums: dict[str, str] = {}
     fresh: dict[str, list[Any]] = {}
     for rel, st in _entries(run_dir):

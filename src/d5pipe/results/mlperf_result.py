@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from d5pipe.core.atomic import file_sha256
+from d5pipe.core.atomic import file_sha256, read_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.measure.mllog_check import RULESET
 
@@ -150,8 +150,6 @@ class Summary:
 
 def run_summaries(run_dir: Path) -> list[Summary]:
     """A d5pipe run's own MLPerf logs, one summary per configuration (its repetitions together)."""
-    import json
-
     from d5pipe.core.canonical import canonical_json
     from d5pipe.plan.point_config import REPEAT_AXIS
     from d5pipe.rundir.layout import RunDir
@@ -161,10 +159,7 @@ def run_summaries(run_dir: Path) -> list[Summary]:
     labels: dict[tuple[str, str], str] = {}
     for log in sorted(Path(run_dir).glob("mlperf/*/*.log")):
         stage, pid = log.parent.name, log.stem
-        try:
-            params = json.loads(rd.record(stage, pid).read_text()).get("params") or {}
-        except (OSError, ValueError):
-            params = {}
+        params = read_json(rd.record(stage, pid), {}).get("params") or {}
         params = {k: v for k, v in params.items() if k != REPEAT_AXIS}
         key = (stage, canonical_json(params))
         groups.setdefault(key, []).append(read_log(log))

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from d5pipe.core.atomic import is_temp_of, write_json
+from d5pipe.core.atomic import is_temp_of, read_json, write_json
 from d5pipe.core.errors import D5PipeError
 from d5pipe.rundir.layout import RunDir
 
@@ -46,10 +46,8 @@ def check_out_dir(path: Path) -> None:
 def claim(rd: RunDir, experiment: str, force: bool = False) -> None:
     """Record ``experiment`` as the owner of ``rd``; refuse another experiment's directory."""
     owner_path = rd.root / OWNER_FILE
-    try:
-        owner = json.loads(owner_path.read_text(encoding="utf-8")).get("experiment")
-    except (FileNotFoundError, ValueError, AttributeError):
-        owner = None
+    recorded = read_json(owner_path)
+    owner = recorded.get("experiment") if isinstance(recorded, dict) else None
     if owner is None and rd.is_run():
         owner = rd.experiment or None  # a run made before ownership was recorded
     if owner is not None and owner != experiment and not force:
@@ -77,11 +75,10 @@ class RunLock:
         self._fd: int | None = None
 
     def holder(self) -> str:
-        try:
-            info = json.loads(self.path.read_text(encoding="utf-8"))
-            return f"PID {info.get('pid')} on {info.get('host')} (since {info.get('started')})"
-        except (FileNotFoundError, ValueError):
+        info = read_json(self.path)
+        if not isinstance(info, dict):
             return "another process"
+        return f"PID {info.get('pid')} on {info.get('host')} (since {info.get('started')})"
 
     def acquire(self) -> RunLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)

@@ -33,7 +33,6 @@ A ``operators.custom`` entry names the factory :func:`cpp_operator` with the sou
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -46,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from d5pipe.core.allowlist import allow_list, module_allowed, outside_error
-from d5pipe.core.atomic import write_json
+from d5pipe.core.atomic import read_json, write_json
 from d5pipe.core.canonical import digest
 from d5pipe.core.code_hash import NATIVE_SUFFIXES, file_digest, locate_module
 from d5pipe.core.errors import D5PipeError
@@ -214,10 +213,7 @@ def _versions() -> dict[str, str]:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_json(path)
     return data if isinstance(data, dict) and data.get("schema_version") == 1 else None
 
 
