@@ -27,6 +27,7 @@ from torch import nn
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.fields import conf_from_dict
+from d5pipe.levels.contract import PointSkipped
 from d5pipe.levels.instantiate import build
 from d5pipe.levels.schema import (
     ADAPTER_KEYS,
@@ -41,8 +42,8 @@ __all__ = ["MODEL_NAMES", "Adapter", "UnsupportedInput", "build_model", "cnn", "
            "transformer"]
 
 
-class UnsupportedInput(D5PipeError):
-    """The model cannot take this dataset's input shape (a stage's ``run_point`` skips such points)."""
+class UnsupportedInput(D5PipeError, PointSkipped):
+    """The model cannot take this dataset's input shape: the point is skipped with the reason."""
 
 
 def check_input_kind(model_name: str, integer_input: bool) -> None:

@@ -59,7 +59,7 @@ from d5pipe.levels.level1.onnx_file import run_onnx_point
 from d5pipe.levels.level1.runtimes import declaration
 from d5pipe.levels.level1.runtimes.contract import Engine
 from d5pipe.levels.level1.schema import Level1Conf
-from d5pipe.levels.models import UnsupportedInput, build_model, check_input_kind, count_parameters
+from d5pipe.levels.models import build_model, check_input_kind, count_parameters
 from d5pipe.levels.schema import ModelConf
 from d5pipe.levels.targets import target_of
 from d5pipe.measure.determinism import seed_everything
@@ -102,10 +102,7 @@ def network_seed(config: dict[str, Any]) -> int:
 
 def _build(ctx: PointContext, data: Dataset, name: str | None = None) -> nn.Module:
     seed_everything(network_seed(ctx.config))
-    try:
-        return build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes, name)
-    except UnsupportedInput as exc:
-        raise PointSkipped(str(exc)) from exc
+    return build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes, name)
 
 
 def _prepare_model(
@@ -125,10 +122,7 @@ def _prepare_model(
         check = output_check.prepare(model.to(dtype=dtype), reference, dtype,
                                      reference_name or model_name)
     x, y = input_batch(data, conf.batch_size)
-    try:
-        check_input_kind(model_name, not x.is_floating_point())
-    except UnsupportedInput as exc:
-        raise PointSkipped(str(exc)) from exc
+    check_input_kind(model_name, not x.is_floating_point())
     if conf.layout == "channels_last" and (model_name in ("mlp", "transformer") or x.dim() != 4):
         raise PointSkipped(
             f"level1.layout=channels_last applies to convolutional models on 4-D input; got model "

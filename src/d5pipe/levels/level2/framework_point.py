@@ -50,7 +50,7 @@ from d5pipe.levels.level2.pipeline import training_loader
 from d5pipe.levels.level2.sanity import sanity_checks
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level2.train_loop import evaluate
-from d5pipe.levels.models import UnsupportedInput, build_model, count_parameters
+from d5pipe.levels.models import build_model, count_parameters
 from d5pipe.levels.targets import target_of
 from d5pipe.levels.training_log import checked as mllog_checked
 from d5pipe.levels.verify import NO_DETECT, max_relative_difference, tolerance, verdict
@@ -166,7 +166,7 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
     try:
         model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
         graph = trace(model, (conf.batch_size, *data.input_shape))
-    except (UnsupportedInput, UnsupportedNetwork) as exc:
+    except UnsupportedNetwork as exc:
         raise PointSkipped(str(exc)) from exc
     w0 = initial_weights(model, graph)
     spec = optimizer_spec(conf)

@@ -230,10 +230,7 @@ def run_point(ctx: PointContext) -> PointOutcome:
 
         return run_framework_point(ctx, conf, data, seed, seed_note, seeds, mllog)
     with deterministic_mode(conf.deterministic, str(device)) as det:
-        try:
-            model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
-        except UnsupportedInput as exc:
-            raise PointSkipped(str(exc)) from exc
+        model = build_model(cfg.get("model") or {}, data.input_shape, data.n_classes)
         model.to(device)
         initial = copy.deepcopy(model) if conf.reference_optimizer else None
         first = (data.x_train[: conf.batch_size].to(device), data.y_train[: conf.batch_size].to(device))
