@@ -5,9 +5,9 @@ a metric as declared. PyTorch's point (d5pipe.levels.level0.point) and a framewo
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
-from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
+from d5pipe.core.outcome import Declared, declared_metric
 from d5pipe.measure.energy import energy_declared
 from d5pipe.measure.stats import timing_declared
 
@@ -48,6 +48,6 @@ OPERATOR_METRICS: dict[str, Declared] = {
 """Every metric name of an operator point and its one meaning."""
 
 
-def metric(name: str, value: Any, kind: MetricKind | None = None, detail: str | None = None) -> Metric:
-    """``name``'s :class:`Metric` as :data:`OPERATOR_METRICS` declares it."""
-    return declared_metric(OPERATOR_METRICS, name, value, kind, detail=detail)
+metric = partial(declared_metric, OPERATOR_METRICS)
+"""``metric(name, value, kind=None, ci=None, detail=None)``: ``name``'s Metric as :data:`OPERATOR_METRICS`
+declares it."""

@@ -4,9 +4,9 @@ mode (:data:`MODE_NAMES`) and :func:`metric`, which builds a metric as declared.
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
-from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
+from d5pipe.core.outcome import Declared, declared_metric
 from d5pipe.levels.verify import MICRO_BATCH_METRICS
 from d5pipe.measure.energy import energy_declared
 from d5pipe.measure.flops import flop_declared
@@ -64,6 +64,6 @@ NETWORK_METRICS: dict[str, Declared] = {
 """Every metric name of a network point and its one meaning."""
 
 
-def metric(name: str, value: Any, kind: MetricKind | None = None, detail: str | None = None) -> Metric:
-    """``name``'s :class:`Metric` as :data:`NETWORK_METRICS` declares it."""
-    return declared_metric(NETWORK_METRICS, name, value, kind, detail=detail)
+metric = partial(declared_metric, NETWORK_METRICS)
+"""``metric(name, value, kind=None, ci=None, detail=None)``: ``name``'s Metric as :data:`NETWORK_METRICS`
+declares it."""

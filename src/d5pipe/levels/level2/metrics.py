@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.allowlist import TARGET_KEY
 from d5pipe.core.errors import D5PipeError
-from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
+from d5pipe.core.outcome import Declared, Metric, declared_metric
 from d5pipe.levels.level2.sanity import PREFIX as SANITY_PREFIX
 from d5pipe.levels.targets import metric_targets
 from d5pipe.levels.verify import MICRO_BATCH_METRICS
@@ -88,10 +89,9 @@ TRAINING_METRICS: dict[str, Declared] = {
 names its own)."""
 
 
-def metric(name: str, value: Any, kind: MetricKind | None = None, ci: tuple[float, float] | None = None,
-           detail: str | None = None) -> Metric:
-    """``name``'s :class:`Metric` as :data:`TRAINING_METRICS` declares it (``kind`` replaces its kind)."""
-    return declared_metric(TRAINING_METRICS, name, value, kind, ci, detail)
+metric = partial(declared_metric, TRAINING_METRICS)
+"""``metric(name, value, kind=None, ci=None, detail=None)``: ``name``'s Metric as :data:`TRAINING_METRICS`
+declares it (``kind`` replaces its kind)."""
 
 
 def median_metric(name: str, values: Sequence[float]) -> Metric:

@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
-from d5pipe.core.outcome import Declared, Metric, MetricKind, declared_metric
+from d5pipe.core.outcome import Declared, declared_metric
 from d5pipe.measure.energy import JOULES, WATTS
 from d5pipe.measure.flops import flop_declared
 from d5pipe.measure.mllog_check import DECLARED as MLLOG_DECLARED
@@ -110,7 +110,6 @@ DISTRIBUTED_METRICS: dict[str, Declared] = {**_COLLECTIVE, **_TRAINING, **_LAUNC
 """Every metric name of a distributed point (a collective's or a training's) and its one meaning."""
 
 
-def metric(name: str, value: Any, kind: MetricKind | None = None, ci: tuple[float, float] | None = None,
-           detail: str | None = None) -> Metric:
-    """``name``'s :class:`Metric` as :data:`DISTRIBUTED_METRICS` declares it."""
-    return declared_metric(DISTRIBUTED_METRICS, name, value, kind, ci, detail)
+metric = partial(declared_metric, DISTRIBUTED_METRICS)
+"""``metric(name, value, kind=None, ci=None, detail=None)``: ``name``'s Metric as :data:`DISTRIBUTED_METRICS`
+declares it."""

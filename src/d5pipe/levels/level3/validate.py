@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from d5pipe.core.errors import D5PipeError
@@ -84,11 +85,7 @@ def check_point(cfg: Mapping[str, Any]) -> None:
     check_distributed(section(cfg, "distributed"))
 
 
-def used_targets(cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(key, dotted path)`` of the user targets a level3 point uses (its code hash covers them)."""
-    return _used(cfg, SLOTS)
-
-
-def check_targets(cfg: Mapping[str, Any]) -> None:
-    """The plug-in registries and selectors against the runner's allow-list; nothing imported."""
-    check_slots(cfg, SLOTS)
+used_targets = partial(_used, slots=SLOTS)
+"""``(key, dotted path)`` of the user targets a level3 point uses (its code hash covers them)."""
+check_targets = partial(check_slots, slots=SLOTS)
+"""The plug-in registries and selectors against the runner's allow-list; nothing imported."""
