@@ -86,26 +86,24 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "ok") & ~df["metric"].astype(str).str.startswith(PREFIX)]
 
 
-def _flag(df: pd.DataFrame, metric: str, value: float) -> list[tuple[str, str]]:
+FLAGS: tuple[tuple[str, str, float, str], ...] = (
+    ("oversubscribed", "oversubscribed", 1.0, "oversubscribed = 1: more ranks x threads than cores"),
+    ("shared_host", "shared_host", 1.0, "shared_host = 1: the nodes report one kernel boot ID (one machine); "
+                                        "the scaling figures measure contention on it, not a cluster"),
+    ("target_missed", "target_met", 0.0, "target_met = 0: the timer stopped before reaching its CI target"),
+)
+"""``(finding, metric, value, detail)``: a point whose ``metric`` is ``value`` is flagged, saying ``detail``."""
+
+
+def flagged(df: pd.DataFrame) -> list[Finding]:
+    """Every point a metric of :data:`FLAGS` flags, in their order."""
     rows = _ok(df)
-    hit = rows[(rows["metric"] == metric) & (rows["value"] == value)]
-    return list(dict.fromkeys(zip(hit["stage"].astype(str), hit["point_id"].astype(str))))
-
-
-def oversubscribed(df: pd.DataFrame) -> list[Finding]:
-    return [Finding(s, p, "oversubscribed", "oversubscribed = 1: more ranks x threads than cores", 1.0)
-            for s, p in _flag(df, "oversubscribed", 1.0)]
-
-
-def shared_host(df: pd.DataFrame) -> list[Finding]:
-    return [Finding(s, p, "shared_host", "shared_host = 1: the nodes report one kernel boot ID (one machine); "
-                    "the scaling figures measure contention on it, not a cluster", 1.0)
-            for s, p in _flag(df, "shared_host", 1.0)]
-
-
-def target_missed(df: pd.DataFrame) -> list[Finding]:
-    return [Finding(s, p, "target_missed", "target_met = 0: the timer stopped before reaching its CI target", 0.0)
-            for s, p in _flag(df, "target_met", 0.0)]
+    out: list[Finding] = []
+    for name, metric, value, detail in FLAGS:
+        hit = rows[(rows["metric"] == metric) & (rows["value"] == value)]
+        out += [Finding(s, p, name, detail, value)
+                for s, p in dict.fromkeys(zip(hit["stage"].astype(str), hit["point_id"].astype(str)))]
+    return out
 
 
 def high_variation(df: pd.DataFrame, threshold: float = HIGH_VARIATION_IQR_RATIO) -> list[Finding]:
@@ -240,8 +238,8 @@ def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
 def findings(df: pd.DataFrame, config: dict[str, Any] | None = None) -> list[Finding]:
     """Every plausibility finding of ``df`` (hard first)."""
     config = config or {}
-    return [*superlinear_speedup(df, config), *oversubscribed(df), *shared_host(df), *target_missed(df),
-            *high_variation(df), *several_environments(df), *above_bound(df), *outlier_repetitions(df)]
+    return [*superlinear_speedup(df, config), *flagged(df), *high_variation(df), *several_environments(df),
+            *above_bound(df), *outlier_repetitions(df)]
 
 
 def plausibility_rows(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:
