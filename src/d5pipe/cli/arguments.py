@@ -4,47 +4,44 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (``--jobs``)."""
+def _number(text: str, ok: Callable[[N], bool], what: str, kind: type[N]) -> N:
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
-
-
-def _number(text: str, ok: Callable[[float], bool], what: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
     if not ok(value):
         raise argparse.ArgumentTypeError(f"{value:g} must be {what}")
     return value
 
 
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``--jobs``)."""
+    return _number(text, lambda v: v >= 1, ">= 1", int)
+
+
 def positive_float(text: str) -> float:
     """A number > 0 (``--timeout`` seconds)."""
-    return _number(text, lambda v: 0 < v < float("inf"), "> 0")
+    return _number(text, lambda v: 0 < v < float("inf"), "> 0", float)
 
 
 def fraction(text: str) -> float:
     """A level between 0 and 1 (``--alpha``)."""
-    return _number(text, lambda v: 0 < v < 1, "between 0 and 1")
+    return _number(text, lambda v: 0 < v < 1, "between 0 and 1", float)
 
 
 def percent(text: str) -> float:
     """A percentage above 0 (``--margin``)."""
-    return _number(text, lambda v: 0 < v < 1000, "a percentage above 0")
+    return _number(text, lambda v: 0 < v < 1000, "a percentage above 0", float)
 
 
 def percent_or_zero(text: str) -> float:
     """A percentage, 0 allowed (``--run-noise``)."""
-    return _number(text, lambda v: 0 <= v < 1000, "a percentage, 0 or more")
+    return _number(text, lambda v: 0 <= v < 1000, "a percentage, 0 or more", float)
 
 
 ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "
