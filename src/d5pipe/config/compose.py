@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from d5pipe.config.schema import register
 from d5pipe.config.validate import check_config
-from d5pipe.core.errors import D5PipeError
+from d5pipe.core.errors import D5PipeError, exception_chain
 
 
 def package_conf_dir() -> Path:
@@ -44,11 +44,7 @@ def _explain(exc: BaseException, experiment: str) -> str:
         text = str(exc).splitlines()[0].split(":", 1)[-1].strip()
         return (f"config error: override {text!r} cannot be parsed (quote a value with spaces or "
                 f"special characters: key='a b') (experiment '{experiment}')")
-    chain: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in chain:
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
+    chain = exception_chain(exc)
     key = None
     where = None
     reason = None

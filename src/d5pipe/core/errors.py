@@ -43,6 +43,16 @@ class DiskFull(D5PipeError):
                    "same command to resume (nothing finished is lost)")
 
 
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from or while handling, outermost first, each once."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return chain
+
+
 def is_disk_full(err: BaseException) -> bool:
     """Whether ``err`` is a full filesystem or an exhausted quota."""
     return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)

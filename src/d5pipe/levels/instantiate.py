@@ -25,16 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from d5pipe.core.allowlist import TARGET_KEY, check_target
-from d5pipe.core.errors import D5PipeError
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return seen[-1]
+from d5pipe.core.errors import D5PipeError, exception_chain
 
 
 def _one_line(exc: BaseException) -> str:
@@ -69,7 +60,7 @@ def build(target: Mapping[str, Any], key: str, *args: Any, offered: Mapping[str,
     try:
         factory = instantiate(config, _partial_=True, _convert_="all")
     except InstantiationException as exc:
-        cause = _root_cause(exc)
+        cause = exception_chain(exc)[-1]  # the root cause
         if isinstance(cause, D5PipeError):
             raise cause from None
         raise D5PipeError(f"{key}: cannot build target {target.get(TARGET_KEY)!r} ({_one_line(cause)})") from exc
