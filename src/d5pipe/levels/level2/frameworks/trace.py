@@ -86,10 +86,7 @@ Builder = Callable[[_Translation, fx.Node], Layer | None]
 
 
 def _linear(t: _Translation, n: fx.Node) -> Layer:
-    params = {"weight": t.param(_args(n)[1], n.name)}
-    if _arg(n, 2, "bias") is not None:
-        params["bias"] = t.param(_arg(n, 2, "bias"), n.name)
-    return Layer(n.name, "linear", (t.value(_args(n)[0], n.name),), {}, params)
+    return Layer(n.name, "linear", (t.value(_args(n)[0], n.name),), {}, _affine(t, n, 1))
 
 
 def _conv2d(t: _Translation, n: fx.Node) -> Layer:
@@ -97,13 +94,11 @@ def _conv2d(t: _Translation, n: fx.Node) -> Layer:
         raise UnsupportedNetwork(f"{n.name}: only 2-D convolutions are translated")
     attrs = {"stride": _pair(_arg(n, 3, "stride", 1)), "padding": _pair(_arg(n, 4, "padding", 0)),
              "dilation": _pair(_arg(n, 5, "dilation", 1)), "groups": int(_arg(n, 6, "groups", 1))}
-    params = {"weight": t.param(_args(n)[1], n.name)}
-    if _arg(n, 2, "bias") is not None:
-        params["bias"] = t.param(_arg(n, 2, "bias"), n.name)
-    return Layer(n.name, "conv2d", (t.value(_args(n)[0], n.name),), attrs, params)
+    return Layer(n.name, "conv2d", (t.value(_args(n)[0], n.name),), attrs, _affine(t, n, 1))
 
 
 def _affine(t: _Translation, n: fx.Node, w: int) -> dict[str, str]:
+    """The parameters of a layer's weight (argument ``w``) and bias (``w + 1``), those it has."""
     roles = {"weight": _arg(n, w, "weight"), "bias": _arg(n, w + 1, "bias")}
     return {r: t.param(a, n.name) for r, a in roles.items() if a is not None}
 
