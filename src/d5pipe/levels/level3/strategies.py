@@ -65,11 +65,16 @@ class Communicator:
         self.rank, self.size, self.engine = backend.rank, backend.size, backend.name
         self.counter = backend.counter
 
+    def _counted(self, call: Callable[..., Any], t: torch.Tensor, *args: Any, copies: int = 1) -> Any:
+        """``call(t, *args)`` timed, with ``t`` counted ``copies`` times (once per peer it goes to)."""
+        for _ in range(copies):
+            self.counter.add(t)
+        with self.counter.timing():
+            return call(t, *args)
+
     def allreduce(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over ranks (in place where the engine allows it)."""
-        self.counter.add(t)
-        with self.counter.timing():
-            return self.backend.allreduce(t)
+        return self._counted(self.backend.allreduce, t)
 
     def allreduce_mean(self, t: torch.Tensor) -> torch.Tensor:
         """Mean over ranks."""
@@ -77,22 +82,15 @@ class Communicator:
 
     def broadcast(self, t: torch.Tensor) -> torch.Tensor:
         """Rank 0's values everywhere."""
-        self.counter.add(t)
-        with self.counter.timing():
-            return self.backend.broadcast(t)
+        return self._counted(self.backend.broadcast, t)
 
     def allgather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's 1-D ``t``, concatenated in rank order."""
-        self.counter.add(t)
-        with self.counter.timing():
-            return self.backend.allgather(t)
+        return self._counted(self.backend.allgather, t)
 
     def exchange(self, t: torch.Tensor, peers: Sequence[int]) -> list[torch.Tensor]:
         """Send ``t`` to each peer, receive one like it from each (peers must be symmetric)."""
-        for _ in peers:
-            self.counter.add(t)
-        with self.counter.timing():
-            return self.backend.exchange(t, list(peers))
+        return self._counted(self.backend.exchange, t, list(peers), copies=len(peers))
 
     def _p2p(self) -> PointToPoint:
         if not isinstance(self.backend, PointToPoint):
@@ -101,9 +99,7 @@ class Communicator:
 
     def isend(self, t: torch.Tensor, dest: int, tag: int) -> Any:
         """Start sending ``t`` to rank ``dest`` (counted); finish with :meth:`waitall`."""
-        self.counter.add(t)
-        with self.counter.timing():
-            return self._p2p().isend(t, dest, tag)
+        return self._counted(self._p2p().isend, t, dest, tag)
 
     def recv(self, buf: torch.Tensor, source: int | None, tag: int) -> int:
         """Receive into ``buf`` from ``source`` (None: whichever rank sends first); the sender's rank."""
