@@ -243,22 +243,19 @@ def _fold(comps: list[tuple[int, Comparison]], n_common: int) -> list[Comparison
     return out
 
 
+def _same(metric: str, kind: str, ref: str | None, new: str | None, differs: str) -> Comparison:
+    """Whether ``ref`` and ``new`` are equal, ``differs`` the detail when they are not."""
+    return Comparison(metric=metric, kind=kind, verdict="reproduced" if ref == new else "not_reproduced",
+                      reference=ref, candidate=new, detail="" if ref == new else differs)
+
+
 def compare_point(ref: PointData, new: PointData, policy: ComparePolicy, check_seeds: bool = False) -> list[Comparison]:
     """Status, optionally seed, then each non-timing metric of one repetition pair."""
-    out: list[Comparison] = []
-    same_status = ref.status == new.status
-    out.append(Comparison(
-        metric="status", kind="verdict", verdict="reproduced" if same_status else "not_reproduced",
-        reference=ref.status, candidate=new.status,
-        detail="" if same_status else f"{ref.status} -> {new.status}{f' ({new.error})' if new.error else ''}",
-    ))
+    out = [_same("status", "verdict", ref.status, new.status,
+                 f"{ref.status} -> {new.status}{f' ({new.error})' if new.error else ''}")]
     if check_seeds:
-        same_seed = ref.seed == new.seed
-        out.append(Comparison(
-            metric="seed", kind="deterministic", verdict="reproduced" if same_seed else "not_reproduced",
-            reference=None if ref.seed is None else str(ref.seed), candidate=None if new.seed is None else str(new.seed),
-            detail="" if same_seed else "the re-run used a different seed",
-        ))
+        out.append(_same("seed", "deterministic", None if ref.seed is None else str(ref.seed),
+                         None if new.seed is None else str(new.seed), "the re-run used a different seed"))
     for name, ref_metric in ref.metrics.items():
         if ref_metric.kind == "timing":
             continue
