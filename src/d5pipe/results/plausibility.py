@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -143,7 +142,7 @@ def several_environments(df: pd.DataFrame) -> list[Finding]:
     return out
 
 
-def superlinear_speedup(df: pd.DataFrame, config: dict[str, Any]) -> list[Finding]:
+def superlinear_speedup(df: pd.DataFrame) -> list[Finding]:
     """Points of a parallel level (``parallel_axis`` of d5pipe.levels.stage.Level) whose
     efficiency's CI lies entirely above 1: a speedup beyond the worker count beyond its CI. The
     speedup and efficiency rows are the level's derived ones (d5pipe.results.run_results)."""
@@ -235,17 +234,16 @@ def outlier_repetitions(df: pd.DataFrame) -> list[Finding]:
     return out
 
 
-def findings(df: pd.DataFrame, config: dict[str, Any] | None = None) -> list[Finding]:
+def findings(df: pd.DataFrame) -> list[Finding]:
     """Every plausibility finding of ``df`` (hard first)."""
-    config = config or {}
-    return [*superlinear_speedup(df, config), *flagged(df), *high_variation(df), *several_environments(df),
+    return [*superlinear_speedup(df), *flagged(df), *high_variation(df), *several_environments(df),
             *above_bound(df), *outlier_repetitions(df)]
 
 
-def plausibility_rows(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:
+def plausibility_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The ``plausibility:<name>`` rows for ``df`` (columns of ``df``; empty when nothing is found)."""
     base = df[~df["metric"].astype(str).str.startswith(PREFIX)]
-    found = findings(base, config) if not base.empty else []
+    found = findings(base) if not base.empty else []
     columns = list(df.columns)
     if not found:
         return pd.DataFrame(columns=columns)
@@ -261,10 +259,10 @@ def plausibility_rows(df: pd.DataFrame, config: dict[str, Any] | None = None) ->
     return out.reindex(columns=columns)
 
 
-def with_plausibility(df: pd.DataFrame, config: dict[str, Any] | None = None) -> pd.DataFrame:
+def with_plausibility(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` without earlier plausibility rows, plus the current ones (re-evaluated, never kept)."""
     df = df[~df["metric"].astype(str).str.startswith(PREFIX)]
-    rows = plausibility_rows(df, config)
+    rows = plausibility_rows(df)
     if rows.empty:
         return df.reset_index(drop=True)
     rows = rows.astype({c: t for c, t in df.dtypes.items() if c in rows}, errors="ignore")

@@ -93,7 +93,7 @@ def with_checks(df: pd.DataFrame, config: dict[str, Any]) -> pd.DataFrame:
         if not rows.empty:
             df = pd.concat([df, rows.astype({c: t for c, t in df.dtypes.items() if c in rows}, errors="ignore")],
                            ignore_index=True)
-    return with_plausibility(df, config)
+    return with_plausibility(df)
 
 
 def build_results(run_dir: Path | RunDir, *, accounting: bool = False,
