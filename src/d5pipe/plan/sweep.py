@@ -29,10 +29,6 @@ class Sweep:
     """Per exclude: (axis index, value) pairs."""
 
 
-def _key(value: Any) -> str:
-    return canonical_json(value)
-
-
 def parse_sweep(sweep: dict[str, Any]) -> Sweep:
     """Validate a plain ``sweep`` mapping; every error is a one-line D5PipeError naming the culprit."""
     grid = sweep.get("grid") or {}
@@ -55,7 +51,7 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
             raise D5PipeError(f"{where}: axis has no values")
         seen: set[str] = set()
         for v in values:
-            k = _key(v)
+            k = canonical_json(v)
             if k in seen:
                 raise D5PipeError(f"{where}: duplicate value {v!r} (would give duplicate points)")
             seen.add(k)
@@ -83,7 +79,7 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
         rows = tuple(zip(*(group[a] for a in names)))
         seen_rows: set[str] = set()
         for row in rows:
-            k = _key(list(row))
+            k = canonical_json(list(row))
             if k in seen_rows:
                 raise D5PipeError(f"{where}: duplicate row {dict(zip(names, row))!r}")
             seen_rows.add(k)
@@ -110,12 +106,12 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
 def iter_points(sweep: Sweep) -> Iterator[tuple[Any, ...]]:
     """Yield each point as a tuple of values aligned with ``sweep.axes``, excludes applied."""
     # Map factor order to axis order: factors are declared in axis order already.
-    excludes = [[(i, _key(v)) for i, v in ex] for ex in sweep.excludes]
+    excludes = [[(i, canonical_json(v)) for i, v in ex] for ex in sweep.excludes]
     excluded_axes = sorted({i for ex in excludes for i, _ in ex})
     for combo in itertools.product(*sweep.factors):
         values: tuple[Any, ...] = tuple(v for row in combo for v in row)
         if excludes:
-            keys = {i: _key(values[i]) for i in excluded_axes}
+            keys = {i: canonical_json(values[i]) for i in excluded_axes}
             if any(all(keys[i] == kv for i, kv in ex) for ex in excludes):
                 continue
         yield values
@@ -141,5 +137,5 @@ def project(
     firsts: dict[str, tuple[Any, ...]] = {}
     for p in points:
         sub = tuple(p[i] for i in idx)
-        firsts.setdefault(_key(list(sub)), sub)
+        firsts.setdefault(canonical_json(list(sub)), sub)
     return sub_axes, list(firsts.values())
