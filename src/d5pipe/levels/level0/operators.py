@@ -137,9 +137,7 @@ def _sdpa_inputs(n: int, b: int, gen: torch.Generator) -> Inputs:
 
 
 def _sdpa_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
-    return (weights / weights.sum(dim=-1, keepdim=True)) @ v
+    return _softmax_reference((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])) @ v
 
 
 SDPA = OperatorSpec(
