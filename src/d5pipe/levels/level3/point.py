@@ -20,7 +20,6 @@ starts: each rank moves its whole training split to its device.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -36,6 +35,7 @@ from d5pipe.core.seeds import derive_seed
 from d5pipe.core.stage_resources import merged_resources
 from d5pipe.levels.contract import PointContext, PointSkipped, register_closer
 from d5pipe.levels.dataset_key import is_lazy
+from d5pipe.levels.declare import installed
 from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import early_stop, outcome, quality, training
 from d5pipe.levels.level3.launch import LaunchPlan, build_launch
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
 
 
 def _skip_if_unavailable(backend: str, device: str) -> None:
-    if backend == "horovod" and importlib.util.find_spec("horovod") is None:
+    if backend == "horovod" and not installed("horovod"):
         raise PointSkipped("horovod is not installed (scripts/install_horovod.sh VENV builds it)")
-    if backend == "mpi" and importlib.util.find_spec("mpi4py") is None:
+    if backend == "mpi" and not installed("mpi4py"):
         raise PointSkipped("mpi4py is not installed")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise PointSkipped(f"train.device={device} but no CUDA device is available")

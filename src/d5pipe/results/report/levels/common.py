@@ -84,7 +84,6 @@ def upper_bounds(rows: pd.DataFrame, modes: Sequence[tuple[str, str]]) -> list[B
 def repetition_means(rows: pd.DataFrame, metrics: Sequence[str]) -> list[Block]:
     """Per configuration, each outcome over its repetitions (axis ``repeat``): mean [95% t-CI], and
     "not reached" said as such (d5pipe.results.repetition_mean). Nothing without repetitions."""
-    from d5pipe.plan.point_config import REPEAT_AXIS
     from d5pipe.results.repetition_mean import repetition_mean
 
     ok = rows[(rows["status"] == "ok") & rows["metric"].isin(list(metrics))]
