@@ -33,7 +33,7 @@ def build_sections(data: RunData) -> Report:
     sections += [s for s in (profiles(data), node_variability(data), slurm_jobs(data), warnings(data), provenance(data))
                  if s is not None]
     m = data.manifest
-    name = str(m.get("experiment") or data.config.get("name") or data.run_dir.name)
+    name = str(m.get("experiment") or data.config.get("name") or data.res.run_dir.root.name)
     report_cfg = data.config.get("report")
     title = str(report_cfg.get("title") or "") if isinstance(report_cfg, dict) else ""
     subtitle = (f"experiment {name} · {len(data.results['point_id'].unique())} points · "

@@ -91,7 +91,8 @@ def comparison_blocks(data: RunData, stage: str) -> tuple[list[Block], Section |
     swept = [f for f in factors if f.column in data.results.columns
              and data.results.loc[data.results["stage"] == stage, f.column].nunique() > 1]
     factor = (swept or factors)[0]  # the level's compared factor that this run sweeps
-    pairs = data.comparisons[data.comparisons["stage"] == stage] if not data.comparisons.empty else data.comparisons
+    pairs = data.res.comparisons
+    pairs = pairs[pairs["stage"] == stage] if not pairs.empty else pairs
     pairs = pairs[pairs["factor"] == factor.column] if not pairs.empty else pairs
     if pairs.empty:
         return [Text(f"Side by side ({factor.title}): {_why_none(data, stage, factor)}", "note")], None

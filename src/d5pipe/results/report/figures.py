@@ -61,7 +61,7 @@ def verdict_table(data: RunData, stage: str, rows: pd.DataFrame, metrics: Sequen
     cols, body, _ = wide_table(rows, metrics, axes)
     if not body:
         return []
-    v = data.verdicts[data.verdicts["stage"] == stage]
+    v = data.res.verdicts[data.res.verdicts["stage"] == stage]
     verdict = dict(zip(v["point_id"].astype(str), v["verdict"].astype(str)))
     body = [[*r, verdict.get(str(r[0]), "")] for r in body]
     cols = [*cols, "verdict"]
@@ -72,7 +72,7 @@ def verdict_table(data: RunData, stage: str, rows: pd.DataFrame, metrics: Sequen
     body = [body[i] for i in order]
     bad = {j for j, i in enumerate(order) if failing[i]}
     n_fail = int((v["verdict"] == "fail").sum())
-    run_ok = not (data.verdicts["verdict"] == "fail").any()
+    run_ok = not (data.res.verdicts["verdict"] == "fail").any()
     n_pass = sum(r[-1] == "pass" for r in body)
     if n_fail:
         line = Text(f"{n_fail} of {len(v)} point(s) of {stage} fail (a check, a crash or never ran); "

@@ -5,7 +5,7 @@ re-run, re-measured or computed a second time."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -13,32 +13,23 @@ from typing import Any
 import pandas as pd
 
 from d5pipe.core.errors import D5PipeError
-from d5pipe.results.collect import SampleSource
 from d5pipe.results.columns import axis_columns
 from d5pipe.results.run_results import RunResults
 
 
 @dataclass
 class RunData:
-    run_dir: Path
-    results: pd.DataFrame
-    """results.parquet (tidy, one row per point and metric)."""
+    res: RunResults
+    """The one results pass: the verdicts, warnings, curves, side-by-side pairs and profiles it holds."""
     manifest: dict[str, Any]
     config_text: str
     config: dict[str, Any]
     reproduce: dict[str, Any] | None
-    warnings: pd.DataFrame
-    """Every warning of the run (d5pipe.results.run_warnings.COLUMNS), as warnings.parquet holds them."""
-    curves: pd.DataFrame
-    """stage, point_id, series, step, value."""
-    verdicts: pd.DataFrame
-    """One row per point: stage, point_id, status, verdict, reason (d5pipe.results.verdicts)."""
-    samples: SampleSource
-    """(stage, point_id, metric) -> raw samples from the point record, or None."""
-    comparisons: pd.DataFrame
-    """Every side-by-side pair of the run (d5pipe.results.comparisons)."""
-    profiles: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """profile.parquet (d5pipe.results.profiles); empty when no point was profiled."""
+
+    @property
+    def results(self) -> pd.DataFrame:
+        """results.parquet (tidy, one row per point and metric)."""
+        return self.res.frame
 
     def stage_rows(self, stage: str) -> pd.DataFrame:
         return self.results[self.results["stage"] == stage]
@@ -78,17 +69,5 @@ def report_data(res: RunResults) -> RunData:
     """The report's view of ``res``: its results plus manifest.json, config.yaml and reproduce.json."""
     rd = res.run_dir
     config_text = rd.config_text if rd.config_path.exists() else ""
-    return RunData(
-        run_dir=rd.root,
-        results=res.frame,
-        manifest=rd.manifest,
-        config_text=config_text,
-        config=rd.config if config_text else {},
-        reproduce=_read_json(rd.reproduce_path),
-        warnings=res.warnings,
-        curves=res.curves,
-        verdicts=res.verdicts,
-        samples=res.samples,
-        comparisons=res.comparisons,
-        profiles=res.profiles,
-    )
+    return RunData(res=res, manifest=rd.manifest, config_text=config_text, config=rd.config if config_text else {},
+                   reproduce=_read_json(rd.reproduce_path))

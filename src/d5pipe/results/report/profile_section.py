@@ -13,7 +13,7 @@ MAX_POINTS = 40
 
 
 def profiles(data: Any) -> Section | None:
-    frame = data.profiles
+    frame = data.res.profiles
     if frame is None or frame.empty:
         return None
     conf = data.config.get("profile") if isinstance(data.config.get("profile"), dict) else {}

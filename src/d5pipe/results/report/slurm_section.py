@@ -16,7 +16,6 @@ from d5pipe.results.report.blocks import Block, Section, Table, Text
 from d5pipe.results.report.loader import RunData
 from d5pipe.results.report.units import number, quantity
 from d5pipe.results.slurm_incidents import FAILED_STATES, incident_lines
-from d5pipe.rundir.layout import RunDir
 
 
 def _pct(v: object) -> str:
@@ -25,7 +24,7 @@ def _pct(v: object) -> str:
 
 def slurm_jobs(data: RunData) -> Section | None:
     """The efficiency table; None for a run that had no SLURM jobs."""
-    path = RunDir.of(data.run_dir).side_table("accounting")
+    path = data.res.run_dir.side_table("accounting")
     if not path.exists():
         return None
     acct = pd.read_parquet(path)
@@ -33,7 +32,7 @@ def slurm_jobs(data: RunData) -> Section | None:
     note = str(acct["note"].iloc[0]) if "note" in acct.columns and len(acct) else ""
     if acct.empty or "slurm_state" not in acct.columns:
         return Section("slurm", "SLURM jobs", [Text(f"No accounting data: {note or 'sacct had none'}.", "warn")])
-    events = RunDir.of(data.run_dir).side_table("slurm_events")
+    events = data.res.run_dir.side_table("slurm_events")
     if events.is_file():
         table = pd.read_parquet(events)
         head, *lines = incident_lines(table, limit=50)

@@ -41,7 +41,7 @@ def params_text(data: RunData, stage: str, point_id: str) -> str:
 
 def verdict_counts(data: RunData) -> pd.DataFrame:
     """Per stage: points, pass, fail, unchecked (ran, no check), skipped (could not run here)."""
-    v = data.verdicts
+    v = data.res.verdicts
     skipped = (v["status"] == "skipped") & (v["verdict"] != "fail")
     kind = v["verdict"].where(~skipped, "skipped")
     table = pd.crosstab(v["stage"], kind).reindex(columns=["pass", "fail", "unchecked", "skipped"], fill_value=0)
@@ -64,7 +64,7 @@ def overview(data: RunData) -> Section:
         line = Text(f"No point failed: {total['pass']} pass, {total['unchecked']} unchecked (ran; no check "
                     f"applies), {total['skipped']} skipped (cannot run here).", "good")
     blocks: list[Block] = [line, Table(["stage", *cols], rows, "Points per stage and verdict", bad)]
-    pairs = data.comparisons
+    pairs = data.res.comparisons
     if not pairs.empty:  # the side-by-side answers, counted: what changed, what is undecided
         n = pairs["verdict"].value_counts()
         parts = [f"{int(n.get(v, 0))} {v}" for v in ("faster", "slower", "equivalent", "inconclusive", "not compared")
@@ -80,7 +80,7 @@ def overview(data: RunData) -> Section:
 
 def failures(data: RunData) -> Section | None:
     """Every failing point with its reason, then the skipped ones; None when there are neither."""
-    v = data.verdicts
+    v = data.res.verdicts
     failing = v[v["verdict"] == "fail"]
     skipped = v[(v["status"] == "skipped") & (v["verdict"] != "fail")]
     if failing.empty and skipped.empty:
@@ -119,7 +119,7 @@ def failures(data: RunData) -> Section | None:
 
 def collect_warnings(data: RunData) -> list[RunWarning]:
     """The run's warnings (d5pipe.results.run_warnings), the rows of warnings.parquet, in order."""
-    return from_frame(data.warnings)
+    return from_frame(data.res.warnings)
 
 
 def cause_title(cause: str) -> str:

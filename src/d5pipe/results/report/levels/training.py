@@ -101,7 +101,7 @@ def stall_sentence(rows: pd.DataFrame, axes: list[str]) -> list[Block]:
 def section(data: RunData) -> Section:
     rows = data.stage_rows(LEVEL.name)
     blocks: list[Block] = []
-    curves = data.curves[data.curves["stage"] == LEVEL.name]
+    curves = data.res.curves[data.res.curves["stage"] == LEVEL.name]
     if not curves.empty:
         axes = varying_axes(rows, repeat=True)
         pts = rows.drop_duplicates("point_id").set_index("point_id")
