@@ -24,7 +24,6 @@ class Sweep:
     axes: tuple[str, ...]
     factors: tuple[tuple[tuple[Any, ...], ...], ...]
     """Per factor, its rows; each row holds the values of that factor's axes."""
-    factor_axes: tuple[tuple[str, ...], ...]
     excludes: tuple[tuple[tuple[int, Any], ...], ...]
     """Per exclude: (axis index, value) pairs."""
 
@@ -36,7 +35,6 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
     excludes = sweep.get("exclude") or []
     axes: list[str] = []
     factors: list[tuple[tuple[Any, ...], ...]] = []
-    factor_axes: list[tuple[str, ...]] = []
 
     def add_axis(axis: str, where: str) -> None:
         if axis in axes:
@@ -57,7 +55,6 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
             seen.add(k)
         add_axis(axis, where)
         factors.append(tuple((v,) for v in values))
-        factor_axes.append((axis,))
 
     for i, group in enumerate(zips):
         where = f"sweep.zip[{i}]"
@@ -84,7 +81,6 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
                 raise D5PipeError(f"{where}: duplicate row {dict(zip(names, row))!r}")
             seen_rows.add(k)
         factors.append(rows)
-        factor_axes.append(names)
 
     index = {a: i for i, a in enumerate(axes)}
     parsed_ex: list[tuple[tuple[int, Any], ...]] = []
@@ -100,7 +96,7 @@ def parse_sweep(sweep: dict[str, Any]) -> Sweep:
             pairs.append((index[axis], value))
         parsed_ex.append(tuple(pairs))
 
-    return Sweep(tuple(axes), tuple(factors), tuple(factor_axes), tuple(parsed_ex))
+    return Sweep(tuple(axes), tuple(factors), tuple(parsed_ex))
 
 
 def iter_points(sweep: Sweep) -> Iterator[tuple[Any, ...]]:
