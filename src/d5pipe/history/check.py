@@ -41,7 +41,6 @@ class Finding:
     unit: str
     machine: str
     step: Step
-    run_before: str
     run_after: str
     created_after: Any
     changed: tuple[str, ...]
@@ -82,7 +81,6 @@ class SeriesResult:
     params: str
     metric: str
     machine: str
-    run_ids: tuple[str, ...]
     check: SeriesCheck
 
 
@@ -153,7 +151,7 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
         chk = check_series(run_logs(g, str(about.unit), metric), family.get(_name(metric)), alpha, min_step,
                            threshold)
         results.append(SeriesResult(ser, str(about.experiment), str(about.stage), str(about.params), metric, machine,
-                                    tuple(g["run_id"]), chk))
+                                    chk))
         for st in chk.steps:
             if since is None or _after(g["created"].iloc[st.index], since):
                 ids = [str(r) for r in g["run_id"]]  # the profiles are read once the series' stream is done
@@ -161,7 +159,7 @@ def check_history(con: duckdb.DuckDBPyConnection, *, experiment: str | None = No
                 pending.append((about, st, g.iloc[st.index - 1], g.iloc[st.index], sides))
     rows = run_rows_of(con, sorted({str(r["run_id"]) for _, _, b, a, _ in pending for r in (b, a)}))
     findings = [Finding(str(about.experiment), str(about.stage), str(about.params), str(after["metric"]),
-                        str(about.unit), str(after["machine"]), st, str(before["run_id"]), str(after["run_id"]),
+                        str(about.unit), str(after["machine"]), st, str(after["run_id"]),
                         after["created"],
                         what_changed(rows.get(str(before["run_id"]), {}), rows.get(str(after["run_id"]), {})),
                         lower_is_better(str(about.unit), str(after["metric"])), why=_why(con, *sides))
