@@ -87,8 +87,6 @@ class Step:
 @dataclass(frozen=True)
 class SeriesCheck:
     runs: int
-    sigma: float
-    """Run-to-run standard deviation of the log values used (moderated)."""
     status: Status
     steps: tuple[Step, ...] = ()
     needed: int | None = None
@@ -244,7 +242,7 @@ def check_series(logs: Sequence[float], noise: FamilyNoise | None = None, alpha:
     y = np.asarray(logs, dtype=float)
     n = len(y)
     if n < 2 * MIN_RUNS:
-        return SeriesCheck(n, 0.0, "inconclusive", needed=MIN_RUNS,
+        return SeriesCheck(n, "inconclusive", needed=MIN_RUNS,
                            note=f"{n} run(s): a step needs {MIN_RUNS} runs on each side")
     places = max(1, n - 2 * MIN_RUNS + 1)
     level = alpha / places
@@ -268,17 +266,17 @@ def check_series(logs: Sequence[float], noise: FamilyNoise | None = None, alpha:
     if undecided:
         size = max(min(undecided), math.log1p(min_step))
         need = math.ceil(2 * (z * sigma / size) ** 2)
-        return SeriesCheck(n, sigma, "inconclusive", tuple(steps), need,
+        return SeriesCheck(n, "inconclusive", tuple(steps), need,
                            f"{len(undecided)} candidate step(s) not confirmed by the runs on either side",
                            tuple(small))
     if steps:
-        return SeriesCheck(n, sigma, "steps", tuple(steps), small=tuple(small))
+        return SeriesCheck(n, "steps", tuple(steps), small=tuple(small))
     detectable = z * sigma * 2 / math.sqrt(n)  # balanced halves
     if detectable > math.log1p(min_step):
         need = math.ceil(4 * (z * sigma / math.log1p(min_step)) ** 2)
-        return SeriesCheck(n, sigma, "inconclusive", (), need,
+        return SeriesCheck(n, "inconclusive", (), need,
                            f"too noisy to rule out a {min_step:.0%} step in {n} runs "
                            f"(run-to-run spread {math.expm1(sigma):.1%})", tuple(small))
     under = (f"{len(small)} confirmed step(s) under {threshold:.0%} not reported "
              f"({', '.join(f'x{st.ratio:.3f} at run {st.index + 1}' for st in small)})") if small else ""
-    return SeriesCheck(n, sigma, "steady", note=under, small=tuple(small))
+    return SeriesCheck(n, "steady", note=under, small=tuple(small))
