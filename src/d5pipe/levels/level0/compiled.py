@@ -40,7 +40,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -295,11 +295,7 @@ def entries(operators: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
             if isinstance(value, Mapping) and value.get("_target_") == FACTORY}
 
 
-def spec_json(spec: BuildSpec) -> dict[str, Any]:
-    return asdict(spec)
-
-
 def spec_of(data: Mapping[str, Any]) -> BuildSpec:
-    """:func:`spec_json`'s inverse (``plan/index.json``'s ``builds``)."""
+    """``dataclasses.asdict``'s inverse for a :class:`BuildSpec` (``plan/index.json``'s ``builds``)."""
     return BuildSpec(str(data["package"]), str(data["root"]), tuple(data["sources"]), tuple(data["include_dirs"]),
                      tuple(data["flags"]))

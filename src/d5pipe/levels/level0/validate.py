@@ -8,6 +8,7 @@ again before it imports them (d5pipe.levels.level0.registry).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from typing import Any
 
 from d5pipe.core.allowlist import check_deprecated_prefixes
@@ -68,7 +69,7 @@ def builds(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     if found is None:
         return {}
     spec = compiled.check_entry(found[1], found[0])
-    return {spec.key(): compiled.spec_json(spec)}
+    return {spec.key(): asdict(spec)}
 
 
 def check_targets(cfg: Mapping[str, Any]) -> None:
