@@ -182,6 +182,28 @@ def test_a_network_with_random_masks_is_not_translated() -> None:
     assert trace(mlp((1, 8, 8), 10, [16]), SHAPE).kinds() == ["flatten", "linear", "relu"]
 
 
+def test_a_network_a_framework_does_not_build_skips_its_point(tmp_path, monkeypatch) -> None:
+    """TensorFlow's builder refuses a grouped convolution while the point checks it: the point is
+    skipped with the reason (UnsupportedNetwork's contract), not failed."""
+    from d5pipe.levels.contract import PointContext, PointSkipped
+    from d5pipe.levels.level2 import framework_point
+    from d5pipe.levels.level2.point import run_point
+
+    def grouped(*_args: Any) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1, groups=2), torch.nn.Flatten(),
+                                   torch.nn.Linear(4 * 6 * 6, 4))
+
+    monkeypatch.setattr(framework_point, "build_model", grouped)
+    images = {"name": "synthetic_images", "image_shape": [2, 6, 6], "n_samples": 64, "n_classes": 4,
+              "noise": 0.5, "generator_seed": 7}
+    train = {"epochs": 1, "batch_size": 16, "lr": 0.05, "optimizer": "sgd", "peak": False, "framework": "tensorflow",
+             "framework_check_steps": 1, "target_accuracy": None}
+    cfg = {"name": "t", "seed": 0, "timer": {}, "model": {"name": "cnn"}, "dataset": images, "train": train}
+    ctx = PointContext("t", "level2", "p1", {}, cfg, 3, tmp_path, tmp_path / "work", tmp_path / "data", {})
+    with pytest.raises(PointSkipped, match="tensorflow: grouped convolutions are not translated"):
+        run_point(ctx)
+
+
 @pytest.mark.slow
 def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, cli) -> None:
     from tests.conftest import PLUGIN_FIXTURES, TEST_CONF

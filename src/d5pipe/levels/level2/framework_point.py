@@ -163,23 +163,23 @@ def run_framework_point(ctx: PointContext, conf: TrainConf, data: Dataset, seed:
                         seeds: dict[str, int], mllog: TrainingLog) -> PointOutcome:
     """Check, then train and time, one framework (see the module docstring), seeded (``seeds``) and
     its MLPerf log started by d5pipe.levels.level2.point."""
-    try:
+    key, target = target_of(asdict(conf), "framework")
+    spec = optimizer_spec(conf)
+    threads = torch.get_num_threads()
+    try:  # a network the tracer or the framework's builder does not translate: skipped, with the reason
         model = build_model(ctx.config.get("model") or {}, data.input_shape, data.n_classes)
         graph = trace(model, (conf.batch_size, *data.input_shape))
+        w0 = initial_weights(model, graph)
+
+        def make(dtype: str) -> Any:
+            return build(target, key, offered={"model": model, "dtype": dtype})
+
+        first = [b for _, b in zip(range(conf.framework_check_steps), _batches(conf, data, seed))]
+        reference, agreement = _check(model, graph, w0, spec, first, threads, make)
+        framework = make("float32")
+        told, compile_s = prepare(framework, graph, w0, spec, first[0], threads)
     except UnsupportedNetwork as exc:
         raise PointSkipped(str(exc)) from exc
-    w0 = initial_weights(model, graph)
-    spec = optimizer_spec(conf)
-    key, target = target_of(asdict(conf), "framework")
-
-    def make(dtype: str) -> Any:
-        return build(target, key, offered={"model": model, "dtype": dtype})
-
-    threads = torch.get_num_threads()
-    first = [b for _, b in zip(range(conf.framework_check_steps), _batches(conf, data, seed))]
-    reference, agreement = _check(model, graph, w0, spec, first, threads, make)
-    framework = make("float32")
-    told, compile_s = prepare(framework, graph, w0, spec, first[0], threads)
     mllog.begin_run()
     run = _train(framework, model, graph, conf, data, seed, mllog)
     mllog.stop(conf.target_accuracy, epochs_to_target(run.curves, conf.target_accuracy) is not None)
