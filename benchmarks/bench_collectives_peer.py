@@ -133,11 +133,20 @@ def machine_states(ds: list[float], bs: list[float], every: list[float]) -> dict
             f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
 
 
+def judged(bare: list[float], ours: list[float], policy: Any) -> tuple[Any, str]:
+    """d5pipe's comparison of the launches' values (bare the baseline) and its CI as text; unpaired: a
+    launch's speed does not carry over to the other side's launch of its round."""
+    from d5pipe.results.timing_compare import compare_one
+
+    c = compare_one("allreduce_time", "s", bare, ours, policy, paired=False)
+    return c, f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]" if c.ci else "-"
+
+
 def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines: list[str], sizes: list[int]) -> None:
     """The comparison table and, per engine, placement and allocation."""
     import numpy as np
 
-    from d5pipe.results.timing_compare import Policy, compare_one
+    from d5pipe.results.timing_compare import Policy
 
     print(f"{'engine':<26} {'size':>6} {'buffer':<7} {'d5pipe us':>10} {'bare us':>9} {'d5pipe/bare':>11} "
           f"{'95% CI':>16} {'verdict (10%)':>24}  {'d5pipe rounds [min, max] us':>27}  {'bare rounds [min, max] us':>25}")
@@ -152,9 +161,7 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                 if len(ds) < 2 or len(bs) < 2:
                     print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} (fewer than two launches a side)")
                     continue
-                # unpaired: a launch's speed does not carry over to the other side's launch of its round
-                c = compare_one("allreduce_time", "s", bs, ds, policy, paired=False)
-                ci = f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]" if c.ci else "-"
+                c, ci = judged(bs, ds, policy)
                 print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} {fmt_us(statistics.median(ds)):>10} "
                       f"{fmt_us(statistics.median(bs)):>9} {c.ratio or float('nan'):>11.3f} {ci:>16} {c.label():>24}  "
                       f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
@@ -166,8 +173,7 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                     if len(d_in) < 2 or len(b_in) < 2:
                         print(f"{'':<26}   {state}: {len(d_in)} d5pipe / {len(b_in)} bare launches (too few to compare)")
                         continue
-                    cs = compare_one("allreduce_time", "s", b_in, d_in, policy, paired=False)
-                    cis = f"[{cs.ci[0]:.3f}, {cs.ci[1]:.3f}]" if cs.ci else "-"
+                    cs, cis = judged(b_in, d_in, policy)
                     print(f"{'':<26}   {state}: {len(d_in)} d5pipe / {len(b_in)} bare launches, d5pipe "
                           f"{fmt_us(statistics.median(d_in))} us, bare {fmt_us(statistics.median(b_in))} us, "
                           f"ratio {cs.ratio or float('nan'):.3f} {cis} -> {cs.label()}")
