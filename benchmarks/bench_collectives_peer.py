@@ -20,7 +20,7 @@ the baseline; unpaired, since a launch's speed does not carry over to the other 
 round) with its verdict at a 10% margin (``equivalent``: the whole CI within x1.1) and how many launches
 would decide, and the spread between rounds (min and max of each side's launches). Where the launches
 fall in two speed states of the machine (a gap of x1.5 or more with none between, found from every
-side's launches together: :func:`machine_states`), the same comparison within each state follows,
+side's launches together: :func:`state_cut`), the same comparison within each state follows,
 with how many launches of each side landed in it. Then the
 placement (binding, each rank's CPUs) and the allocation (allocator, bytes on huge pages) of each side.
 
@@ -117,20 +117,17 @@ STATE_GAP = 1.5
 difference a side could make (the verdict's margin is 10%)."""
 
 
-def machine_states(ds: list[float], bs: list[float], every: list[float]) -> dict[str, tuple[list[float], list[float]]]:
-    """The launches of each side split by the machine's state, when its launches fall in two: the
-    largest gap between the sorted values of every launch of this engine and size (all sides) is at
-    least :data:`STATE_GAP`; {} when they do not. On this VM a launch of the same program lands in
-    one of two speed states for d5pipe and the bare loop alike; within one state the sides are
-    compared like with like. The split is from every side's values together, so it favours none."""
+def state_cut(every: list[float]) -> float | None:
+    """Where the machine's two speed states divide the launches of one engine and size, or None when
+    they do not fall in two: the largest gap between the sorted values of every launch (all sides)
+    must be at least :data:`STATE_GAP`. On this VM a launch of the same program lands in one of two
+    speed states for d5pipe and the bare loop alike; within one state the sides are compared like
+    with like. The cut is from every side's values together, so it favours none."""
     values = sorted(every)
     if len(values) < 4:
-        return {}
+        return None
     gap, cut = max((b / a, (a * b) ** 0.5) for a, b in zip(values, values[1:]))
-    if gap < STATE_GAP:
-        return {}
-    return {f"fast state (< {fmt_us(cut)} us)": ([d for d in ds if d < cut], [b for b in bs if b < cut]),
-            f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
+    return cut if gap >= STATE_GAP else None
 
 
 def judged(bare: list[float], ours: list[float], policy: Any) -> tuple[Any, str]:
@@ -153,11 +150,13 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
     policy = Policy(margin=MARGIN)
     for engine in engines:
         for size in sizes:
-            bare = got[(engine, size, "bare")]
+            values = {sd: [float(np.median(r["times_s"])) for r in got[(engine, size, sd)] if r is not None]
+                      for sd in sides_of(engine)}  # a launch's value: its median iteration
+            cut = state_cut([v for vs in values.values() for v in vs])
+            bs = values["bare"]
             for side in sides_of(engine)[:-1]:
                 label = f"{size // 2**20} MiB" if size >= 2**20 else f"{size} B"
-                ds = [float(np.median(d["times_s"])) for d in got[(engine, size, side)] if d is not None]
-                bs = [float(np.median(b["times_s"])) for b in bare if b is not None]
+                ds = values[side]
                 if len(ds) < 2 or len(bs) < 2:
                     print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} (fewer than two launches a side)")
                     continue
@@ -167,9 +166,10 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                       f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
                       f"{'[' + fmt_us(min(bs)) + ', ' + fmt_us(max(bs)) + ']':>25}")
                 print(f"{'':<26}   {c.text()}")
-                for state, (d_in, b_in) in machine_states(ds, bs, [float(np.median(x["times_s"])) for sd in
-                                                                  sides_of(engine) for x in got[(engine, size, sd)]
-                                                                  if x is not None]).items():
+                states = {} if cut is None else {
+                    f"fast state (< {fmt_us(cut)} us)": ([d for d in ds if d < cut], [b for b in bs if b < cut]),
+                    f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
+                for state, (d_in, b_in) in states.items():
                     if len(d_in) < 2 or len(b_in) < 2:
                         print(f"{'':<26}   {state}: {len(d_in)} d5pipe / {len(b_in)} bare launches (too few to compare)")
                         continue
