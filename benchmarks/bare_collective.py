@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.level3.placement import bind_from_env, huge_page_bytes
+from d5pipe.levels.level3.placement import bind_from_env, huge_page_bytes, lower_pollers, polling_threads
 
 RESET_EVERY = 8
 
@@ -50,6 +50,7 @@ def engine_loop(engine: str, n_elems: int) -> Loop:
 
         dist.init_process_group("gloo", init_method="env://", rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]))
+        lower_pollers("ddp")  # as d5pipe's ranks do once the engine has started, where the launch asked
         return (dist.get_rank(), lambda: dist.barrier(), lambda: dist.all_reduce(tensor), tensor, "torch.ones",
                 dist.destroy_process_group)
     if engine == "horovod":
@@ -77,6 +78,7 @@ def main(argv: list[str]) -> int:
             buf.fill(1.0) if isinstance(buf, np.ndarray) else buf.fill_(1.0)
     address = buf.ctypes.data if isinstance(buf, np.ndarray) else buf.data_ptr()
     record = {"rank": rank, "times_s": times, "cpus": sorted(os.sched_getaffinity(0)), "bind": placed["bind"],
+              "polling_threads": polling_threads(engine),
               "allocator": allocator, "huge_page_bytes": huge_page_bytes(address, (message_bytes // 4) * 4)}
     barrier()
     (out_dir / f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")

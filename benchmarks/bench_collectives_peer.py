@@ -22,7 +22,8 @@ would decide, and the spread between rounds (min and max of each side's launches
 fall in two speed states of the machine (a gap of x1.5 or more with none between, found from every
 side's launches together: :func:`state_cut`), the same comparison within each state follows,
 with how many launches of each side landed in it. Then the
-placement (binding, each rank's CPUs) and the allocation (allocator, bytes on huge pages) of each side.
+placement (binding, each rank's CPUs, the engine's polling threads and their nice values as the
+ranks found them) and the allocation (allocator, bytes on huge pages) of each side.
 
 Usage: python benchmarks/bench_collectives_peer.py [--rounds 5] [--sizes 1048576,16777216]
        [--engines mpi,ddp,horovod] [--ranks 2] [--steps 100] [--warmup 10] [--bind auto|core|none]
@@ -69,6 +70,7 @@ def d5pipe_side(engine: str, size: int, buffer: str, a: argparse.Namespace, work
     metrics = {m.name: m.value for m in out.metrics}
     launch = out.extra["launch"]
     return {"times_s": out.samples["iter_time_max_s"], "binding": launch["binding"], "rank_cpus": launch["rank_cpus"],
+            "polling_threads": launch["polling_threads"],
             "allocator": metrics.get("buffer_allocator"), "huge_page_bytes": metrics.get("buffer_huge_page_bytes"),
             "threads_per_rank": launch["threads_per_rank"], "argv": launch["argv"]}
 
@@ -87,6 +89,7 @@ def bare_side(engine: str, size: int, a: argparse.Namespace, work: Path) -> dict
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(a.ranks)]
     return {"times_s": max_over_ranks([r["times_s"] for r in ranks]), "binding": plan.binding,
             "rank_cpus": {str(r["rank"]): r["cpus"] for r in ranks}, "allocator": ranks[0]["allocator"],
+            "polling_threads": {str(r["rank"]): r["polling_threads"] for r in ranks},
             "huge_page_bytes": min(int(r["huge_page_bytes"] or 0) for r in ranks),
             "threads_per_rank": plan.threads_per_rank, "argv": plan.argv}
 
@@ -106,6 +109,12 @@ def run(side: str, engine: str, size: int, a: argparse.Namespace, work: Path) ->
 def sides_of(engine: str) -> list[str]:
     """d5pipe on the engine's tensor; on the peers' allocation where that differs (mpi4py); the bare loop."""
     return ["d5pipe:engine", *(["d5pipe:peer"] if engine == "mpi" else []), "bare"]
+
+
+def pollers(per_rank: dict[str, list[dict[str, Any]]]) -> str:
+    """The engine's polling threads each rank ended with and their nice values, as found in the ranks."""
+    found = sorted({f"{t['name']} at nice {t['nice']}" for threads in per_rank.values() for t in threads})
+    return "polling threads: " + (", ".join(found) if found else "none known")
 
 
 def fmt_us(seconds: float) -> str:
@@ -186,7 +195,8 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                     last = done[-1]
                     huge = last["huge_page_bytes"]
                     print(f"  {NAMES[engine]:<26} {size:>9} B {side:<14} binding={last['binding']}, "
-                          f"rank CPUs {last['rank_cpus']}, {last['threads_per_rank']} thread(s)/rank; buffer "
+                          f"rank CPUs {last['rank_cpus']}, {last['threads_per_rank']} thread(s)/rank, "
+                          f"{pollers(last.get('polling_threads') or {})}; buffer "
                           f"{last['allocator']}, {'?' if huge is None else huge // 2**20} MiB on huge pages")
 
 

@@ -119,12 +119,17 @@ def test_bind_core_asks_the_ranks_to_pin_themselves_where_they_fit(tmp_path: Pat
         bound = build_launch(backend=backend, ranks=2, spec_path=spec, cores=2, port=1, threads_per_rank=1)
         assert bound.binding == "core" and bound.env["D5PIPE_BIND"] == "core"
         assert bound.argv[bound.argv.index("D5PIPE_BIND") - 1] == "-x"  # mpirun hands it to the ranks
-    gloo = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1)  # auto: DDP's are not
-    assert gloo.binding.startswith("none (auto") and "D5PIPE_BIND" not in gloo.env
-    torchrun = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1, bind="core")
-    assert torchrun.binding == "core" and torchrun.env["D5PIPE_BIND"] == "core"
-    unbound = build_launch(backend="mpi", ranks=2, spec_path=spec, cores=2, port=1, bind="none")
-    assert unbound.binding == "none" and "D5PIPE_BIND" not in unbound.env
+        assert "D5PIPE_LOWER_POLLERS" not in bound.env  # no polling thread of theirs is known
+    for bind in ("auto", "core"):  # DDP's ranks too, and gloo's polling thread yields to theirs
+        gloo = build_launch(backend="ddp", ranks=2, spec_path=spec, cores=2, port=1, bind=bind)
+        assert gloo.binding == "core (polling threads at nice 19)" and gloo.env["D5PIPE_BIND"] == "core"
+        assert gloo.env["D5PIPE_LOWER_POLLERS"] == "1"
+    for backend in ("mpi", "ddp"):  # none: the OS places them, d5pipe changes no priority
+        unbound = build_launch(backend=backend, ranks=2, spec_path=spec, cores=2, port=1, bind="none")
+        assert unbound.binding == "none" and not {"D5PIPE_BIND", "D5PIPE_LOWER_POLLERS"} & set(unbound.env)
+    crowded = build_launch(backend="ddp", ranks=4, spec_path=spec, cores=2, port=1, threads_per_rank=1)
+    assert crowded.binding.startswith("none (oversubscribed") and crowded.binding.endswith("at nice 19)")
+    assert "D5PIPE_BIND" not in crowded.env and crowded.env["D5PIPE_LOWER_POLLERS"] == "1"
     over = build_launch(backend="mpi", ranks=4, spec_path=spec, cores=2, port=1, threads_per_rank=1)
     assert over.binding.startswith("none (oversubscribed") and "D5PIPE_BIND" not in over.env
     srun = build_launch(backend="mpi", ranks=2, spec_path=spec, executor_name="slurm", cores=2, port=1)

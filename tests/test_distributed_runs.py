@@ -141,3 +141,18 @@ def test_two_rank_collective_is_bound_to_cores_and_records_its_buffer(tmp_path: 
     if usable_cores() >= 2:  # each rank on a core of its own
         assert _metric(out, "bind").value == "core" and _metric(out, "ranks_share_cpus").value is False
         assert len(cpus["0"]) == len(cpus["1"]) == 1 and cpus["0"] != cpus["1"]
+
+
+@pytest.mark.slow
+def test_two_rank_gloo_collective_binds_its_ranks_and_lowers_gloos_poller(tmp_path: Path, data_dir: Path) -> None:
+    """bind: auto places DDP's ranks as the MPI engines' (a core each where they fit), and each rank's
+    gloo polling thread runs at nice 19 once the process group is up (d5pipe.levels.level3.placement)."""
+    ctx = _ctx(tmp_path, data_dir, backend="ddp", benchmark="collective", message_bytes=1 << 16, steps=3,
+               threads_per_rank=1)
+    out = run_point(ctx)
+    assert _metric(out, "collective_correct").value == "pass"
+    launch = out.extra["launch"]
+    assert launch["env"]["D5PIPE_LOWER_POLLERS"] == "1" and "polling threads at nice 19" in launch["binding"]
+    assert launch["polling_threads"] == {r: [{"name": "gloo_tcp_loop", "nice": 19}] for r in ("0", "1")}
+    if usable_cores() >= 2:
+        assert _metric(out, "bind").value == "core" and _metric(out, "ranks_share_cpus").value is False

@@ -75,3 +75,24 @@ def test_a_collective_point_records_its_buffer_and_the_placement_of_its_ranks() 
     unbound = collective_outcome({"ranks": 2, "collective": "allreduce", "message_bytes": 4096}, ranks,
                                  {**launch, "binding": "none (oversubscribed: 4 ranks x 1 threads on 2 cores)"})
     assert next(m.value for m in unbound.metrics if m.name == "bind") == "none"
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_gloos_polling_thread_is_lowered_only_where_the_launch_asked(asked: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real gloo process group (one rank): its TCP loop thread goes to nice 19 with
+    D5PIPE_LOWER_POLLERS=1, and stays at the process's priority without; the rank's own thread never moves."""
+    code = (
+        "import json, os, torch.distributed as dist\n"
+        "from d5pipe.levels.level3.placement import lower_pollers\n"
+        f"dist.init_process_group('gloo', init_method='file://{tmp_path}/rdv', rank=0, world_size=1)\n"
+        "found = lower_pollers('ddp')\n"
+        "print(json.dumps([found, os.getpriority(os.PRIO_PROCESS, 0)]))\n"
+        "dist.destroy_process_group()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "D5PIPE_LOWER_POLLERS"}
+    if asked:
+        env["D5PIPE_LOWER_POLLERS"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    found, own = json.loads(out.stdout.strip().splitlines()[-1])
+    assert own == os.getpriority(os.PRIO_PROCESS, 0)
+    assert found == [{"name": "gloo_tcp_loop", "nice": 19 if asked else own}]

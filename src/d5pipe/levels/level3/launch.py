@@ -22,6 +22,7 @@ from pathlib import Path
 
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.toolchain import run_tool
+from d5pipe.levels.level3.placement import BIND_ENV, POLLER_NICE, POLLERS_ENV, POLLING_THREADS
 from d5pipe.levels.level3.schema import BACKENDS, BINDINGS, LAUNCHERS
 
 LOOPBACK = "127.0.0.1"
@@ -171,8 +172,9 @@ def build_launch(
     starts ranks that run point after point, d5pipe.levels.level3.session). ``slurm_nodes`` is
     the number of nodes srun spreads the ranks over (``--ntasks-per-node`` = ranks / nodes).
 
-    ``bind`` is ``distributed.bind``: ``core`` (``auto`` for the MPI engines) asks the ranks to pin
-    themselves (``D5PIPE_BIND=core``) under torchrun and mpirun when ranks x threads fit the cores. ``module`` is what each rank runs
+    ``bind`` is ``distributed.bind``: ``core`` and ``auto`` ask the ranks to pin themselves
+    (``D5PIPE_BIND=core``) under torchrun and mpirun when ranks x threads fit the cores, and to lower
+    their engine's polling threads (``D5PIPE_LOWER_POLLERS=1``, d5pipe.levels.level3.placement). ``module`` is what each rank runs
     (``python -m MODULE ARGS``; the benchmarks launch their bare loops the same way).
 
     ``extra_args`` are appended to the launcher's own options (each one argument, never split).
@@ -201,16 +203,16 @@ def build_launch(
     the_port = free_port() if port is None else port
     env = base_env(ranks, threads, the_port, master_addr)
     binding = "none"
-    if bind == "auto":  # MPI ranks poll and collide unbound; gloo's I/O thread needs a core beside its rank's
-        bind = "none" if backend == "ddp" else "core"
-        binding = "none (auto: ddp's gloo threads left to the OS)"
     if chosen == "srun":
         binding = "srun"
-    elif bind == "core" and oversubscribed:
+    elif bind != "none" and oversubscribed:
         binding = f"none (oversubscribed: {ranks} ranks x {threads} threads on {n_cores} cores)"
-    elif bind == "core":
+    elif bind != "none":  # auto and core: unbound ranks poll and collide (d5pipe.levels.level3.placement)
         binding = "core"
-        env["D5PIPE_BIND"] = "core"  # d5pipe.levels.level3.placement.BIND_ENV
+        env[BIND_ENV] = "core"
+    if bind != "none" and POLLING_THREADS.get(backend):  # gloo's poller yields to the ranks' threads
+        env[POLLERS_ENV] = "1"
+        binding += f" (polling threads at nice {POLLER_NICE})"
     extras = [str(a) for a in (extra_args or [])]
     args = [str(a) for a in worker_args] if worker_args is not None else [str(spec_path)]
     worker = [sys.executable, "-m", module, *args]

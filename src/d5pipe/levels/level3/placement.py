@@ -1,6 +1,6 @@
 """Where a collective runs: the cores of each rank and the pages of its buffer (issue 59).
 
-**Cores.** With ``distributed.bind: core`` (``auto`` for the MPI engines: mpi4py, Horovod) the launch (:func:`d5pipe.levels.level3.launch.build_launch`)
+**Cores.** With ``distributed.bind: core`` or ``auto`` the launch (:func:`d5pipe.levels.level3.launch.build_launch`)
 sets ``D5PIPE_BIND=core`` in the ranks' environment under torchrun and mpirun, unless ranks x threads
 exceed the usable cores (then the OS places the ranks, as Open MPI leaves oversubscribed ranks
 unbound; srun's tasks are placed by SLURM). The worker, and anything launched the same way (the
@@ -8,10 +8,22 @@ bare loops of ``benchmarks/bare_collective.py``), calls :func:`bind_from_env` be
 starts: local rank ``r`` with ``t`` threads gets the cores ``sorted(usable)[r*t:(r+1)*t]`` (wrapping
 round the usable set), pinned for every thread the process has, so the engine's own threads
 (MPI, gloo, Horovod's background thread) inherit them. Unbound ranks on 2 cores made a 1 MiB allreduce
-read 130 us in some runs and 660-700 us in others. DDP's ranks are left to the OS under ``auto``:
-gloo runs the transfer on an I/O thread of its own, and with one core per rank that thread waits for
-the rank's to yield (a 1 MiB allreduce read 1.2-4.9 ms pinned, 0.8-1.2 ms unbound, on 2 cores).
+read 130 us in some runs and 660-700 us in others.
 Every point records how its ranks were placed and the CPUs each ran on.
+
+**Polling threads.** gloo's TCP transport runs a thread (``gloo_tcp_loop``) that calls ``epoll_wait``
+in a loop and so is always runnable; next to a rank's own thread on a busy core it takes its time
+slices, and the rank's thread waits for one (a 1 MiB allreduce on 2 ranks on 2 cores took either
+~0.5 ms or ~3.8 ms per iteration, about half of each, so a launch's median landed on either:
+0.5-3.2 ms over ten launches). So under ``bind: auto`` and ``core`` the launch sets
+``D5PIPE_LOWER_POLLERS`` and, once its engine has started, a rank (and a bare loop launched the same
+way) puts the engine's polling threads (:data:`POLLING_THREADS`) at nice :data:`POLLER_NICE`
+(:func:`lower_pollers`): the poller still runs whenever a core is free, but yields to the rank's
+threads on a busy one. Measured (bare gloo loop, 2 ranks on 2 cores, 200 iterations, three launches
+each): unbound 0.57-3.5 ms, unbound with the poller lowered 0.48-0.49 ms, each rank pinned to a core
+with the poller lowered 0.32-0.35 ms (16 MiB: 10.8-11.9 ms unbound, 5.3 ms pinned and lowered). So
+``auto`` binds DDP's ranks too. Each rank records its engine's polling threads and their nice value
+(:func:`polling_threads`); ``bind: none`` touches neither cores nor priorities.
 
 **Buffers.** ``distributed.buffer: engine`` hands the engine a torch tensor (``torch.ones``), the way
 training hands it gradients; ``peer`` allocates as the engine's peer benchmarks do
@@ -24,6 +36,7 @@ allocator made the buffer and how many of its bytes sit on huge pages (:func:`hu
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +50,13 @@ if TYPE_CHECKING:
 BIND_ENV = "D5PIPE_BIND"
 """Set to ``core`` by the launch when the ranks are to pin themselves."""
 LOCAL_RANK_VARS: tuple[str, ...] = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "PMIX_RANK")
+POLLERS_ENV = "D5PIPE_LOWER_POLLERS"
+"""Set to ``1`` by the launch when the engine's polling threads are to yield to the rank's own."""
+POLLING_THREADS: dict[str, tuple[str, ...]] = {"ddp": ("gloo_tcp_loop",)}
+"""Per engine, the kernel names (``/proc/self/task/*/comm``) of the threads it starts that poll
+without blocking: gloo's TCP device loop (torch.distributed's CPU backend)."""
+POLLER_NICE = 19
+"""The nice value of a lowered polling thread: the lowest priority of the normal scheduling class."""
 PEER_ALLOCATORS: dict[str, str] = {"mpi": "numpy.ones", "ddp": "torch.ones", "horovod": "torch.ones"}
 """How each engine's peer benchmarks allocate a collective's buffer: OSU's Python benchmarks (OMB-Py)
 and mpi4py's demos use numpy arrays; torch.distributed's and Horovod's benchmarks use torch tensors."""
@@ -54,9 +74,7 @@ def rank_cpus(usable: Sequence[int], local_rank: int, threads: int) -> list[int]
 
 def pin_process(cpus: Sequence[int]) -> None:
     """Pin every thread of this process to ``cpus`` (threads started later inherit the mask)."""
-    tasks = Path("/proc/self/task")
-    tids = [int(t) for t in os.listdir(tasks)] if tasks.is_dir() else [0]
-    for tid in tids:
+    for tid in [tid for tid, _ in _threads()] or [0]:
         try:
             os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:  # a thread that ended meanwhile
@@ -80,6 +98,41 @@ def bind_from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     cpus = rank_cpus(sorted(os.sched_getaffinity(0)), local_rank_from_env(env), threads)
     pin_process(cpus)
     return {"bind": "core", "cpus": cpus}
+
+
+def _threads() -> list[tuple[int, str]]:
+    """(thread ID, kernel name) of every thread of this process."""
+    tasks, found = Path("/proc/self/task"), []
+    for tid in os.listdir(tasks) if tasks.is_dir() else []:
+        try:
+            found.append((int(tid), (tasks / tid / "comm").read_text(encoding="utf-8").strip()))
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return found
+
+
+def polling_threads(engine: str) -> list[dict[str, Any]]:
+    """This process's threads of ``engine`` that poll (:data:`POLLING_THREADS`) and their nice value."""
+    names = POLLING_THREADS.get(engine, ())
+    found = []
+    for tid, name in _threads():
+        if name in names:
+            with contextlib.suppress(ProcessLookupError):
+                found.append({"name": name, "nice": os.getpriority(os.PRIO_PROCESS, tid)})
+    return found
+
+
+def lower_pollers(engine: str, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Once ``engine`` has started its threads: where the launch asked (:data:`POLLERS_ENV`), put its
+    polling threads at nice :data:`POLLER_NICE`; then :func:`polling_threads`, for the record."""
+    env = os.environ if env is None else env
+    if env.get(POLLERS_ENV) == "1":
+        names = POLLING_THREADS.get(engine, ())
+        for tid, name in _threads():
+            if name in names:
+                with contextlib.suppress(ProcessLookupError):
+                    os.setpriority(os.PRIO_PROCESS, tid, POLLER_NICE)
+    return polling_threads(engine)
 
 
 def huge_page_bytes(address: int, nbytes: int) -> int | None:

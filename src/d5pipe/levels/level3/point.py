@@ -312,6 +312,7 @@ def _launch_info(plan: LaunchPlan, rank_results: list[dict[str, Any]], reused: b
         "binding": plan.binding,
         "rank_cpus": {str(r.get("rank", i)): list(r.get("cpus") or []) for i, r in enumerate(rank_results)},
         "ranks_share_cpus": ranks_share_cpus(rank_results),
+        "polling_threads": {str(r.get("rank", i)): list(r.get("polling_threads") or []) for i, r in enumerate(rank_results)},
         "hosts": hosts,
         "ranks_per_host": dict(Counter(str(r["hostname"]) for r in rank_results)),
         "shared_host": shared_host(rank_results),

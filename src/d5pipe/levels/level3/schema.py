@@ -15,8 +15,8 @@ BENCHMARKS: tuple[str, ...] = ("train", "collective")
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "allgather")
 LAUNCHERS: tuple[str, ...] = ("auto", "torchrun", "mpirun", "srun")
 BINDINGS: tuple[str, ...] = ("auto", "core", "none")
-"""Rank placement (d5pipe.levels.level3.placement): each rank on cores of its own, or left to the OS;
-``auto``: cores for the MPI engines, the OS for DDP."""
+"""Rank placement (d5pipe.levels.level3.placement): each rank on cores of its own with its engine's
+polling threads lowered, or left to the OS; ``auto``: ``core``."""
 BUFFERS: tuple[str, ...] = ("engine", "peer")
 """A collective point's buffer: the engine's own tensor, or allocated as that engine's peer benchmarks
 allocate theirs (d5pipe.levels.level3.placement.PEER_ALLOCATORS)."""
@@ -96,14 +96,15 @@ class DistributedConf:
     """``plateau``: the least decrease of the workers' mean loss that counts as an improvement."""
     bind: str = later("auto", choices=BINDINGS)
     """Rank placement under torchrun and mpirun. ``core`` pins local rank r to cores
-    ``[r*t, (r+1)*t)`` of the usable ones (t = threads per rank), every thread of the process; ``none``
-    leaves the ranks to the OS; ``auto`` is ``core`` for ``mpi`` and ``horovod`` (ranks that poll
-    MPI: unbound on 2 cores a 1 MiB mpi4py allreduce read 130 us in some runs and 660-700 us, up to
-    13 ms, in others) and ``none`` for ``ddp`` (gloo's I/O thread needs a core beside the rank's:
-    pinned to one core each, a 1 MiB allreduce read 1.2-4.9 ms from run to run, unbound 0.8-1.2 ms).
+    ``[r*t, (r+1)*t)`` of the usable ones (t = threads per rank), every thread of the process, and
+    lowers the engine's polling threads (gloo's TCP loop, always runnable) to nice 19 so that they yield
+    to the rank's own on a busy core; ``none`` leaves the ranks and their threads to the OS; ``auto`` is
+    ``core`` (unbound on 2 cores a 1 MiB mpi4py allreduce read 130 us in some runs and 660-700 us, up to
+    13 ms, in others; a 1 MiB gloo allreduce 0.5-3.2 ms, pinned with its poller lowered 0.32-0.35 ms).
     Ranks are left to the OS when ranks x threads exceed the cores (as Open MPI leaves oversubscribed
-    ranks) and placed by SLURM under srun. Each point records how its ranks were placed and the CPUs
-    each ran on (d5pipe.levels.level3.placement)."""
+    ranks; gloo's poller is still lowered) and placed by SLURM under srun. Each point records how its
+    ranks were placed, the CPUs each ran on and its engine's polling threads with their nice value
+    (d5pipe.levels.level3.placement)."""
     buffer: str = later("engine", choices=BUFFERS)
     """Collective points: the buffer handed to the engine. ``engine``: a torch tensor
     (``torch.ones``), what training hands the engine; ``peer``: allocated as the engine's peer

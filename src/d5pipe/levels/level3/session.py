@@ -31,6 +31,7 @@ from typing import IO, Any
 from d5pipe.core.atomic import write_json
 from d5pipe.core.toolchain import kill_group
 from d5pipe.levels.level3.launch import LaunchPlan
+from d5pipe.levels.level3.placement import BIND_ENV, POLLERS_ENV
 from d5pipe.measure.process import die_with_parent
 
 POLL_S = 0.005
@@ -40,7 +41,7 @@ LAUNCH_ATTEMPTS = 2
 """Launches of a session whose ranks die before finishing their first point (then: the point fails)."""
 LOG_TAIL_CHARS = 3000
 INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                 "D5PIPE_BIND"})
+                                 BIND_ENV, POLLERS_ENV})
 
 
 def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:

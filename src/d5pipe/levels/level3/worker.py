@@ -36,7 +36,7 @@ from d5pipe.levels.level2.schema import TrainConf
 from d5pipe.levels.level3 import early_stop, training
 from d5pipe.levels.level3.backends import Backend, make_backend, rank_from_env
 from d5pipe.levels.level3.collectives import run_collective
-from d5pipe.levels.level3.placement import BIND_ENV, bind_from_env
+from d5pipe.levels.level3.placement import BIND_ENV, bind_from_env, lower_pollers, polling_threads
 from d5pipe.levels.level3.shard_check import save_samples
 from d5pipe.levels.level3.strategies import Communicator
 from d5pipe.levels.optim import make_optimizer
@@ -52,7 +52,9 @@ def _start(spec: dict[str, Any]) -> tuple[Backend, torch.device]:
     _, _, local_rank = rank_from_env()
     cuda = str(spec["device"]).startswith("cuda")
     device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if cuda else torch.device("cpu")
-    return make_backend(str(spec["backend"]), device, float(spec["timeout_s"])), device
+    backend = make_backend(str(spec["backend"]), device, float(spec["timeout_s"]))
+    lower_pollers(backend.name)  # the engine's threads have started: its pollers yield where asked
+    return backend, device
 
 
 @functools.lru_cache(maxsize=4)
@@ -222,6 +224,7 @@ def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> No
         boot_id=_boot_id(),
         cpus=sorted(os.sched_getaffinity(0)),
         bind=os.environ.get(BIND_ENV, "none"),
+        polling_threads=polling_threads(backend.name),
         pid=os.getpid(),
         threads=torch.get_num_threads(),
         wall_s=time.time() - started,
