@@ -12,22 +12,27 @@ message size (default 1 MiB and 16 MiB) on ``--ranks`` ranks, two kinds of fresh
   times its own in-place allreduce, buffers allocated as the peers allocate them.
 
 Both sides combine ranks as OSU and nccl-tests do: the maximum over ranks per iteration, then the
-median over the iterations. Each round runs every (engine, size, side) once, in a random order
-(Abedi & Brecht's randomized interleaved trials), so drift on a shared machine hits all sides.
-Printed per engine, size and buffer: each side's median over the rounds of its launches' values, the
-ratio d5pipe / bare and its 95% CI from d5pipe's own comparison model (Welch's t on the logs, bare as
-the baseline; unpaired, since a launch's speed does not carry over to the other side's launch of its
-round) with its verdict at a 10% margin (``equivalent``: the whole CI within x1.1) and how many launches
-would decide, and the spread between rounds (min and max of each side's launches). Where the launches
-fall in two speed states of the machine (a gap of x1.5 or more with none between, found from every
-side's launches together: :func:`state_cut`), the same comparison within each state follows,
-with how many launches of each side landed in it. Then the
+median over the iterations. Each round runs every (engine, size, side) once: the (engine, size)
+blocks in a random order, and the sides of a block back to back in a random order (Abedi & Brecht's
+randomized interleaved trials), so drift on a shared machine hits all sides, and the launches compared
+with each other run next to each other in time. Printed per engine, size and buffer: each side's
+median over the rounds of its launches' values, the ratio d5pipe / bare and its 95% CI from d5pipe's
+own comparison model (Welch's t on the logs, bare as the baseline; unpaired) with its verdict at a 10%
+margin (``equivalent``: the whole CI within x1.1) and how many launches would decide, and the spread
+between rounds (min and max of each side's launches). Then the same comparison paired by round
+(:func:`paired`): the median of the per-round ratios with its CI from order statistics. On this VM
+a launch lands in one of two speed states, which hold for tens of seconds (a 1 MiB mpi4py allreduce:
+about 84 or 186 us, for d5pipe and the bare loop alike); adjacent launches mostly share the state, so
+the per-round ratio cancels it, and a round whose launches straddle a change is one outlying ratio,
+which moves a median little. Where the launches fall in two such states (a gap of x1.5 or more with
+none between, found from every side's launches together: :func:`state_cut`), the unpaired comparison
+within each state follows too, with how many launches of each side landed in it. Then the
 placement (binding, each rank's CPUs, the engine's polling threads and their nice values as the
 ranks found them) and the allocation (allocator, bytes on huge pages) of each side.
 
 Usage: python benchmarks/bench_collectives_peer.py [--rounds 5] [--sizes 1048576,16777216]
        [--engines mpi,ddp,horovod] [--ranks 2] [--steps 100] [--warmup 10] [--bind auto|core|none]
-       [--seed 0] [--json out.json]
+       [--seed 0] [--json out.json] | --replay out.json
 """
 
 from __future__ import annotations
@@ -148,6 +153,39 @@ def judged(bare: list[float], ours: list[float], policy: Any) -> tuple[Any, str]
     return c, f"[{c.ci[0]:.3f}, {c.ci[1]:.3f}]" if c.ci else "-"
 
 
+def round_order(engines: list[str], sizes: list[int], rng: random.Random) -> list[tuple[str, int, str]]:
+    """One round's launches: the (engine, size) blocks in random order, and within each block its
+    sides back to back in random order, so that the launches compared with each other are adjacent
+    in time (the machine's speed state, which holds for tens of seconds, is then mostly shared)."""
+    blocks = [(e, s) for e in engines for s in sizes]
+    rng.shuffle(blocks)
+    order = []
+    for engine, size in blocks:
+        sides = sides_of(engine)
+        rng.shuffle(sides)
+        order += [(engine, size, side) for side in sides]
+    return order
+
+
+def paired(bare: list[dict[str, Any] | None], ours: list[dict[str, Any] | None]) -> str:
+    """The per-round ratios d5pipe / bare (rounds where both launches completed): their median, its 95%
+    CI from order statistics (d5pipe.measure.stats.median_ci; a round whose two launches fell in
+    different speed states is one outlying ratio, not a shifted mean) and the verdict at the margin."""
+    import numpy as np
+
+    from d5pipe.measure.stats import median_ci
+
+    ratios = [float(np.median(d["times_s"]) / np.median(b["times_s"]))
+              for b, d in zip(bare, ours) if b is not None and d is not None]
+    if len(ratios) < 2:
+        return "paired: fewer than two rounds with both launches"
+    ci, mid = median_ci(ratios), float(np.median(ratios))
+    verdict = ("equivalent" if ci.low >= 1 / (1 + MARGIN) and ci.high <= 1 + MARGIN else
+               "slower" if ci.low > 1 else "faster" if ci.high < 1 else "inconclusive")
+    return (f"paired by round ({len(ratios)} rounds): median ratio {mid:.3f} [{ci.low:.3f}, {ci.high:.3f}] "
+            f"({100 * ci.coverage:.1f}% CI) -> {verdict}; ratios from {min(ratios):.2f} to {max(ratios):.2f}")
+
+
 def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines: list[str], sizes: list[int]) -> None:
     """The comparison table and, per engine, placement and allocation."""
     import numpy as np
@@ -175,6 +213,7 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                       f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
                       f"{'[' + fmt_us(min(bs)) + ', ' + fmt_us(max(bs)) + ']':>25}")
                 print(f"{'':<26}   {c.text()}")
+                print(f"{'':<26}   {paired(got[(engine, size, 'bare')], got[(engine, size, side)])}")
                 states = {} if cut is None else {
                     f"fast state (< {fmt_us(cut)} us)": ([d for d in ds if d < cut], [b for b in bs if b < cut]),
                     f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
@@ -200,6 +239,17 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                           f"{last['allocator']}, {'?' if huge is None else huge // 2**20} MiB on huge pages")
 
 
+def replay(path: Path) -> int:
+    """The tables of an earlier run, from its ``--json``."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    got: dict[tuple[str, int, str], list[dict[str, Any] | None]] = {}
+    for run in raw["runs"]:
+        got.setdefault((run["engine"], int(run["size"]), run["side"]), []).append(None if run.get("failed") else run)
+    engines = [e for e in raw["args"]["engines"].split(",") if any(k[0] == e for k in got)]
+    table(got, engines, sorted({k[1] for k in got}))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", default="mpi,ddp,horovod", help="of mpi, ddp, horovod (unavailable ones are skipped)")
@@ -213,7 +263,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--seed", type=int, default=0, help="of the random order of the runs")
     ap.add_argument("--json", help="write every launch's raw result here")
+    ap.add_argument("--replay", help="print the tables of a run written by --json (nothing is launched)")
     a = ap.parse_args()
+    if a.replay:
+        return replay(Path(a.replay))
     # the ranks of the bare side import benchmarks.bare_collective from this checkout
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     engines = [e for e in a.engines.split(",") if available(e)]
@@ -221,7 +274,7 @@ def main() -> int:
     sizes = [int(s) for s in a.sizes.split(",")]
     rng = random.Random(a.seed)
     print(f"allreduce (sum, float32, in place) on {a.ranks} ranks, bind={a.bind}; {a.rounds} round(s), each a fresh "
-          f"launch per (engine, size, side) in random order; {a.warmup} warm-up + {a.steps} timed iterations per "
+          f"launch per (engine, size, side), the sides of each (engine, size) back to back, in random order; {a.warmup} warm-up + {a.steps} timed iterations per "
           f"launch; per iteration: barrier, own call, max over ranks; a launch's value is the median"
           + (f"; not available here: {', '.join(skipped)}" if skipped else ""))
     got: dict[tuple[str, int, str], list[dict[str, Any] | None]] = {
@@ -229,9 +282,7 @@ def main() -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
-            jobs = list(got)
-            rng.shuffle(jobs)
-            for i, (engine, size, side) in enumerate(jobs):
+            for i, (engine, size, side) in enumerate(round_order(engines, sizes, rng)):
                 res = run(side, engine, size, a, Path(tmp) / f"r{r}-{i}")
                 got[(engine, size, side)].append(res)
                 if res is not None:
