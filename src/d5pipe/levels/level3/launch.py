@@ -42,7 +42,8 @@ class LaunchPlan:
     binding: str = "none"
     """How the ranks are placed: ``core`` (each pins itself to cores of its own,
     d5pipe.levels.level3.placement), ``none`` (left to the OS; with why when bind=core was asked)
-    or ``srun`` (SLURM places the tasks)."""
+    or ``srun`` (SLURM places the tasks); followed by ``(polling threads at nice 19)`` where the ranks
+    lower their engine's polling threads."""
 
 
 def usable_cores() -> int:
