@@ -9,7 +9,8 @@ over gloo and Horovod: a torch tensor) and refilled with ones every 8 iterations
 grow by a factor of n per call). Each rank writes its times to ``OUT_DIR/rank<r>.json``; the parent
 takes the maximum over ranks per iteration and the median over iterations.
 
-Usage (by the benchmark): ``python -m benchmarks.bare_collective ENGINE MESSAGE_BYTES WARMUP ITERS OUT_DIR``.
+Usage (by the benchmark): ``python -m benchmarks.bare_collective ENGINE MESSAGE_BYTES WARMUP ITERS OUT_DIR
+[peer|engine]`` (the allocation; ``engine``: mpi4py on a torch tensor's memory, as d5pipe's engine buffer).
 """
 
 from __future__ import annotations
@@ -32,15 +33,23 @@ RESET_EVERY = 8
 Loop = tuple[int, Callable[[], Any], Callable[[], Any], Any, str, Callable[[], Any]]
 
 
-def engine_loop(engine: str, n_elems: int) -> Loop:
-    """``(rank, barrier, allreduce, buffer, allocator, finish)`` of ``engine``, set up as its users do."""
+def engine_loop(engine: str, n_elems: int, allocation: str = "peer") -> Loop:
+    """``(rank, barrier, allreduce, buffer, allocator, finish)`` of ``engine``, set up as its users do;
+    ``allocation`` ``engine``: mpi4py's buffer is a torch tensor's memory (``torch.ones(n).numpy()``,
+    as d5pipe's ``distributed.buffer: engine`` hands it), not a numpy array of its own."""
     if engine == "mpi":
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
-        arr = np.ones(n_elems, dtype=np.float32)
+        if allocation == "engine":
+            import torch
+
+            owner = torch.ones(n_elems, dtype=torch.float32)
+            arr, allocator = owner.numpy(), "torch.ones"  # a view: the tensor's memory
+        else:
+            arr, allocator = np.ones(n_elems, dtype=np.float32), "numpy.ones"
         return (comm.Get_rank(), comm.Barrier,
-                lambda: comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), arr, "numpy.ones", lambda: None)
+                lambda: comm.Allreduce(MPI.IN_PLACE, arr, op=MPI.SUM), arr, allocator, lambda: None)
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -64,8 +73,9 @@ def engine_loop(engine: str, n_elems: int) -> Loop:
 
 def main(argv: list[str]) -> int:
     engine, message_bytes, warmup, iters, out_dir = argv[0], int(argv[1]), int(argv[2]), int(argv[3]), Path(argv[4])
+    allocation = argv[5] if len(argv) > 5 else "peer"
     placed = bind_from_env()  # the placement d5pipe's ranks get
-    rank, barrier, allreduce, buf, allocator, finish = engine_loop(engine, message_bytes // 4)
+    rank, barrier, allreduce, buf, allocator, finish = engine_loop(engine, message_bytes // 4, allocation)
     times: list[float] = []
     for i in range(warmup + iters):
         barrier()

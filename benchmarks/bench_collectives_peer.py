@@ -9,7 +9,12 @@ message size (default 1 MiB and 16 MiB) on ``--ranks`` ranks, two kinds of fresh
   the peers allocate torch tensors, the same buffer as ``engine``);
 * **bare**: ``benchmarks/bare_collective.py``, launched the same way (d5pipe's ``build_launch``:
   same launcher, environment, threads and ``distributed.bind`` placement) -- a barrier, each rank
-  times its own in-place allreduce, buffers allocated as the peers allocate them.
+  times its own in-place allreduce, buffers allocated as the peers allocate them; for mpi4py also
+  (``bare:engine``) on a torch tensor's memory, as d5pipe's engine buffer is.
+
+Each d5pipe side is judged against the bare side allocated alike: ``d5pipe:engine`` against
+``bare:engine`` (mpi4py) or ``bare`` (torch.distributed and Horovod, whose peers allocate torch
+tensors), ``d5pipe:peer`` against ``bare``.
 
 Both sides combine ranks as OSU and nccl-tests do: the maximum over ranks per iteration, then the
 median over the iterations. Each round runs every (engine, size, side) once: the (engine, size)
@@ -80,8 +85,9 @@ def d5pipe_side(engine: str, size: int, buffer: str, a: argparse.Namespace, work
             "threads_per_rank": launch["threads_per_rank"], "argv": launch["argv"]}
 
 
-def bare_side(engine: str, size: int, a: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """The bare loop on its ranks, launched as d5pipe launches its workers; times are max over ranks."""
+def bare_side(engine: str, size: int, allocation: str, a: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """The bare loop on its ranks, launched as d5pipe launches its workers, its buffer allocated as the
+    peers allocate it (``peer``) or as d5pipe's engine buffer is (``engine``); times are max over ranks."""
     from d5pipe.levels.level3.launch import build_launch
     from d5pipe.levels.level3.outcome import max_over_ranks
     from d5pipe.levels.level3.session import run_once
@@ -89,7 +95,7 @@ def bare_side(engine: str, size: int, a: argparse.Namespace, work: Path) -> dict
     out_dir = work / "ranks"
     out_dir.mkdir(parents=True)
     plan = build_launch(backend=engine, ranks=a.ranks, spec_path=out_dir, threads_per_rank=a.threads, bind=a.bind,
-                        module=BARE_MODULE, worker_args=[engine, str(size), str(a.warmup), str(a.steps), str(out_dir)])
+                        module=BARE_MODULE, worker_args=[engine, str(size), str(a.warmup), str(a.steps), str(out_dir), allocation])
     run_once(plan, work, work / "launch.log", a.timeout)
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(a.ranks)]
     return {"times_s": max_over_ranks([r["times_s"] for r in ranks]), "binding": plan.binding,
@@ -100,11 +106,12 @@ def bare_side(engine: str, size: int, a: argparse.Namespace, work: Path) -> dict
 
 
 def run(side: str, engine: str, size: int, a: argparse.Namespace, work: Path) -> dict[str, Any] | None:
-    """One fresh launch of ``side`` (``bare``, ``d5pipe:engine`` or ``d5pipe:peer``); None if it failed."""
+    """One fresh launch of ``side`` (``bare``, ``bare:engine``, ``d5pipe:engine`` or ``d5pipe:peer``);
+    None if it failed."""
     work.mkdir(parents=True)
     try:
-        if side == "bare":
-            return bare_side(engine, size, a, work)
+        if side.startswith("bare"):
+            return bare_side(engine, size, "engine" if side == "bare:engine" else "peer", a, work)
         return d5pipe_side(engine, size, side.split(":")[1], a, work)
     except Exception as exc:  # noqa: BLE001 - one failed launch is reported, the rounds go on
         print(f"  {engine} {size} {side}: FAILED {type(exc).__name__}: {str(exc)[-800:]}", file=sys.stderr)
@@ -112,8 +119,16 @@ def run(side: str, engine: str, size: int, a: argparse.Namespace, work: Path) ->
 
 
 def sides_of(engine: str) -> list[str]:
-    """d5pipe on the engine's tensor; on the peers' allocation where that differs (mpi4py); the bare loop."""
-    return ["d5pipe:engine", *(["d5pipe:peer"] if engine == "mpi" else []), "bare"]
+    """d5pipe on the engine's tensor and the bare loop on the peers' allocation; where the two differ
+    (mpi4py: torch's memory, numpy's), also d5pipe on the peers' and the bare loop on the engine's."""
+    return ["d5pipe:engine", *(["d5pipe:peer", "bare:engine"] if engine == "mpi" else []), "bare"]
+
+
+def baseline(side: str, got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engine: str, size: int) -> str:
+    """The bare side a d5pipe side is judged against: the one allocated alike (``bare:engine`` for
+    ``d5pipe:engine`` where it ran, else ``bare``)."""
+    alike = "bare:engine" if side == "d5pipe:engine" else "bare"
+    return alike if any(r is not None for r in got.get((engine, size, alike), [])) else "bare"
 
 
 def pollers(per_rank: dict[str, list[dict[str, Any]]]) -> str:
@@ -180,7 +195,8 @@ def paired(bare: list[dict[str, Any] | None], ours: list[dict[str, Any] | None])
     if len(ratios) < 2:
         return "paired: fewer than two rounds with both launches"
     ci, mid = median_ci(ratios), float(np.median(ratios))
-    verdict = ("equivalent" if ci.low >= 1 / (1 + MARGIN) and ci.high <= 1 + MARGIN else
+    verdict = ("inconclusive (too few rounds for a 95% CI)" if not ci.exact else
+               "equivalent" if ci.low >= 1 / (1 + MARGIN) and ci.high <= 1 + MARGIN else
                "slower" if ci.low > 1 else "faster" if ci.high < 1 else "inconclusive")
     return (f"paired by round ({len(ratios)} rounds): median ratio {mid:.3f} [{ci.low:.3f}, {ci.high:.3f}] "
             f"({100 * ci.coverage:.1f}% CI) -> {verdict}; ratios from {min(ratios):.2f} to {max(ratios):.2f}")
@@ -197,13 +213,13 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
     policy = Policy(margin=MARGIN)
     for engine in engines:
         for size in sizes:
-            values = {sd: [float(np.median(r["times_s"])) for r in got[(engine, size, sd)] if r is not None]
+            values = {sd: [float(np.median(r["times_s"])) for r in got.get((engine, size, sd), []) if r is not None]
                       for sd in sides_of(engine)}  # a launch's value: its median iteration
             cut = state_cut([v for vs in values.values() for v in vs])
-            bs = values["bare"]
-            for side in sides_of(engine)[:-1]:
+            for side in [sd for sd in sides_of(engine) if sd.startswith("d5pipe")]:
                 label = f"{size // 2**20} MiB" if size >= 2**20 else f"{size} B"
-                ds = values[side]
+                base = baseline(side, got, engine, size)
+                ds, bs = values[side], values[base]
                 if len(ds) < 2 or len(bs) < 2:
                     print(f"{NAMES[engine]:<26} {label:>6} {side.split(':')[1]:<7} (fewer than two launches a side)")
                     continue
@@ -213,7 +229,9 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                       f"{'[' + fmt_us(min(ds)) + ', ' + fmt_us(max(ds)) + ']':>27}  "
                       f"{'[' + fmt_us(min(bs)) + ', ' + fmt_us(max(bs)) + ']':>25}")
                 print(f"{'':<26}   {c.text()}")
-                print(f"{'':<26}   {paired(got[(engine, size, 'bare')], got[(engine, size, side)])}")
+                made = next((r["allocator"] for r in got[(engine, size, base)] if r is not None), "?")
+                print(f"{'':<26}   against {base} ({made}); "
+                      f"{paired(got[(engine, size, base)], got[(engine, size, side)])}")
                 states = {} if cut is None else {
                     f"fast state (< {fmt_us(cut)} us)": ([d for d in ds if d < cut], [b for b in bs if b < cut]),
                     f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
@@ -229,7 +247,7 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
     for engine in engines:
         for size in sizes:
             for side in sides_of(engine):
-                done = [r for r in got[(engine, size, side)] if r is not None]
+                done = [r for r in got.get((engine, size, side), []) if r is not None]
                 if done:
                     last = done[-1]
                     huge = last["huge_page_bytes"]
