@@ -1,7 +1,10 @@
-"""Process lifetime: nothing d5pipe starts outlives the process that started it.
+"""Process lifetime: nothing d5pipe starts outlives the process that started it. Used by the shard's
+point workers (d5pipe.execute.supervisor), Snakemake's jobs (d5pipe.execute.jobs), the Snakemake
+driver and level 3's launchers and rank processes.
 
-Used by the shard's point workers (d5pipe.execute.supervisor), Snakemake's jobs
-(d5pipe.execute.jobs), the Snakemake driver and level 3's launchers and rank processes.
+And which boot of which machine a process runs in (:func:`boot_id`): level 3's ranks record it (ranks
+that report the same one share a machine), the environment record's cache key includes it
+(d5pipe.provenance.environment).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import ctypes
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
@@ -17,6 +21,15 @@ try:  # loaded once here: die_with_parent also runs between fork and exec (preex
     _PRCTL: Any = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # pragma: no cover - not Linux
     _PRCTL = None
+
+
+def boot_id() -> str:
+    """The kernel's boot ID (``/proc/sys/kernel/random/boot_id``; empty where there is none): processes
+    that read the same one run on one machine, in one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:

@@ -45,6 +45,7 @@ from d5pipe.core.canonical import digest
 from d5pipe.core.errors import D5PipeError
 from d5pipe.core.toolchain import compiler_info
 from d5pipe.measure.energy import meter as energy_meter
+from d5pipe.measure.process import boot_id
 from d5pipe.provenance import probes as envprobe
 from d5pipe.provenance.lock import current_lock, editable_commit, lock_record
 from d5pipe.rundir.layout import MANIFEST_FILE, RunDir
@@ -122,11 +123,7 @@ def _fingerprint() -> str:
     working directory: a shard job's is the run directory, which changes as the run writes to it."""
     here = os.getcwd()
     paths = sorted({p for p in sys.path if p and os.path.isdir(p) and os.path.abspath(p) != here})
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
-    except OSError:
-        boot = ""
-    return digest({"schema": ENV_SCHEMA_VERSION, "host": socket.gethostname(), "boot": boot,
+    return digest({"schema": ENV_SCHEMA_VERSION, "host": socket.gethostname(), "boot": boot_id(),
                    "exe": sys.executable, "paths": [(p, os.stat(p).st_mtime_ns) for p in paths]}, 16)
 
 

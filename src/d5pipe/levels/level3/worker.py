@@ -43,7 +43,7 @@ from d5pipe.levels.optim import make_optimizer
 from d5pipe.levels.training_log import facts
 from d5pipe.measure import energy
 from d5pipe.measure.mllog import TrainingLog
-from d5pipe.measure.process import die_with_parent
+from d5pipe.measure.process import boot_id, die_with_parent
 
 
 def _start(spec: dict[str, Any]) -> tuple[Backend, torch.device]:
@@ -221,7 +221,7 @@ def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> No
         backend=backend.name,
         experiment=spec["experiment"],
         hostname=socket.gethostname(),
-        boot_id=_boot_id(),
+        boot_id=boot_id(),
         cpus=sorted(os.sched_getaffinity(0)),
         bind=os.environ.get(BIND_ENV, "none"),
         polling_threads=polling_threads(backend.name),
@@ -230,14 +230,6 @@ def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> No
         wall_s=time.time() - started,
     )
     write_json(out_dir / f"rank{backend.rank}.json", result)
-
-
-def _boot_id() -> str:
-    """The kernel's boot ID: "nodes" that report the same one are one machine."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
 
 
 def _next_spec(session: Path, index: int) -> dict[str, Any] | None:
