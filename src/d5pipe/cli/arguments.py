@@ -1,10 +1,13 @@
-"""Argument types shared by the subcommands: a bad value is argparse's one-line error, exit 2."""
+"""Argument types shared by the subcommands: a bad value is argparse's one-line error, exit 2 (a bad
+``KEY=VALUE`` item, :func:`key_values`, a D5PipeError's one line, exit 2 as well)."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
+
+from d5pipe.core.errors import D5PipeError
 
 N = TypeVar("N", int, float)
 
@@ -42,6 +45,20 @@ def percent(text: str) -> float:
 def percent_or_zero(text: str) -> float:
     """A percentage, 0 allowed (``--run-noise``)."""
     return _number(text, lambda v: 0 <= v < 1000, "a percentage, 0 or more", float)
+
+
+def key_values(items: Sequence[str], flag: str, form: str = "KEY=VALUE",
+               key_ok: Callable[[str], bool] = bool) -> dict[str, str]:
+    """The ``KEY=VALUE`` items of a repeatable ``flag`` (``--param``, ``--env-a``) as a dict, each value
+    the text after the first ``=`` (a later item of a key wins); an item without ``=``, or whose key
+    ``key_ok`` refuses (default: an empty one), is a one-line error that names ``form``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key_ok(key):
+            raise D5PipeError(f"{flag} {item!r}: expected {form}")
+        out[key] = value
+    return out
 
 
 ALLOW_HELP = ("allow importing plug-in targets under this package or module prefix (repeatable; also "

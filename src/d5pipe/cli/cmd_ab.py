@@ -14,7 +14,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from d5pipe.cli.arguments import add_allow_argument, add_until_decided_arguments, apply_allow, positive_int
+from d5pipe.cli.arguments import add_allow_argument, add_until_decided_arguments, apply_allow, key_values, positive_int
 from d5pipe.cli.cmd_compare import (
     REGRESSION_EXIT,
     add_policy_arguments,
@@ -51,13 +51,13 @@ def main(args: argparse.Namespace) -> int:
     import sys
 
     from d5pipe.core.errors import D5PipeError
-    from d5pipe.execute.ab import SIDES, SideSpec, parse_env, run_ab
+    from d5pipe.execute.ab import SIDES, SideSpec, run_ab
     from d5pipe.provenance.bundle import opened_bundle
     from d5pipe.provenance.run_diff import run_differences
     from d5pipe.results.compare_table import format_table, summary_line
 
     apply_allow(args.allow)
-    envs = {s: parse_env(getattr(args, f"env_{s}"), f"--env-{s}") for s in SIDES}
+    envs = {s: key_values(getattr(args, f"env_{s}"), f"--env-{s}", "NAME=VALUE", str.isidentifier) for s in SIDES}
     pythons = {s: getattr(args, f"python_{s}") or sys.executable for s in SIDES}
     for side, exe in pythons.items():
         if not Path(exe).is_file():

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from d5pipe.cli.arguments import percent_or_zero
+from d5pipe.cli.arguments import key_values, percent_or_zero
 from d5pipe.core.errors import D5PipeError
 
 ACTIONS = ("import", "runs", "series", "latest", "check", "trend")
@@ -59,15 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _params(items: list[str]) -> dict[str, Any]:
+    """``--param KEY=VALUE`` items, each value read as YAML (``16`` an integer)."""
     import yaml
 
-    out = {}
-    for item in items:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise D5PipeError(f"--param {item!r}: expected KEY=VALUE")
-        out[key] = yaml.safe_load(val)
-    return out
+    return {key: yaml.safe_load(val) for key, val in key_values(items, "--param").items()}
 
 
 def _print_frame(df: Any, columns: list[str]) -> None:

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,17 +74,6 @@ class AbResult:
     exit_codes: dict[str, int]
     alone: int = 0
     """Points of either side that met no partner and were measured alone (not interleaved)."""
-
-
-def parse_env(items: Sequence[str], flag: str) -> dict[str, str]:
-    """``NAME=VALUE`` items (``--env-a``) as a dict; a bad item is a one-line error."""
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.isidentifier():
-            raise D5PipeError(f"{flag} {item!r}: expected NAME=VALUE")
-        out[name] = value
-    return out
 
 
 def _check_out(out: Path) -> None:
