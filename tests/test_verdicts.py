@@ -85,3 +85,22 @@ def test_verdicts_follow_the_recipe_without_re_measuring(verdict_run, tmp_path: 
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads((run / "verdict.json").read_text())["failed_checks"] == 2
 
+
+
+def test_one_junit_writer_for_a_runs_points_and_the_historys_series() -> None:
+    """d5pipe.results.junit.junit_document writes both: a run's suites count their cases (a point
+    never run is a failure and, by its status, skipped), ``history check``'s do not."""
+    from d5pipe.results.junit import Case, junit_document
+
+    suites = {"level0": [Case("d5pipe.level0", "a", failure="not run", skipped="not run", properties=(("ok", "fail"),)),
+                         Case("d5pipe.level0", "b", skipped="skipped: no GPU")],
+              "level1": [Case("d5pipe.level1", "c")]}
+    root = ET.fromstring(junit_document("d5pipe", suites))
+    assert (root.get("name"), root.get("tests"), root.get("failures")) == ("d5pipe", "3", "1")
+    level0 = root.find("testsuite[@name='level0']")
+    assert level0 is not None and [level0.get(k) for k in ("tests", "failures", "skipped")] == ["2", "1", "2"]
+    a = level0.find("testcase[@name='a']")
+    assert a is not None and a.get("classname") == "d5pipe.level0" and a.find("skipped") is None
+    assert a.findtext("failure") == "not run" and a.find("properties/property").attrib == {"name": "ok", "value": "fail"}
+    bare = ET.fromstring(junit_document("d5pipe history", suites, suite_counts=False))
+    assert [s.keys() for s in bare.iter("testsuite")] == [["name"], ["name"]] and bare.get("failures") == "1"

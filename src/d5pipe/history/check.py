@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from d5pipe.history.steps import (
     family_noise,
 )
 from d5pipe.provenance.environment import flatten
+from d5pipe.results.junit import Case, junit_document
 from d5pipe.results.profiles import explain_change
 from d5pipe.results.timing_compare import lower_is_better
 
@@ -202,20 +202,14 @@ def _after(ts: Any, since: datetime) -> bool:
 
 def junit_xml(result: HistoryCheck, fail_pct: float | None) -> bytes:
     """A test suite per stage, a test case per series and metric: failed when it holds a
-    regression beyond ``fail_pct`` percent, skipped when inconclusive."""
-    root = ET.Element("testsuites", name="d5pipe history", tests=str(len(result.series)))
+    regression beyond ``fail_pct`` percent, skipped when inconclusive (d5pipe.results.junit writes it;
+    a suite here does not count its cases)."""
     by_key = {(f.experiment, f.stage, f.params, f.metric, f.machine): f for f in result.findings if f.regression}
-    stages = dict.fromkeys(s.stage for s in result.series)  # in order of appearance
-    suites = {stage: ET.SubElement(root, "testsuite", name=stage) for stage in stages}
-    failures = 0
+    suites: dict[str, list[Case]] = {}  # stages in order of appearance
     for s in result.series:
-        case = ET.SubElement(suites[s.stage], "testcase", classname=f"d5pipe.history.{s.experiment}.{s.stage}",
-                             name=f"{s.params} {s.metric} @{s.machine}")
         f = by_key.get((s.experiment, s.stage, s.params, s.metric, s.machine))
-        if f is not None and fail_pct is not None and f.slowdown * 100 > fail_pct:
-            failures += 1
-            ET.SubElement(case, "failure", message=f.line()).text = f.line()
-        elif s.check.status == "inconclusive":
-            ET.SubElement(case, "skipped", message=s.check.note)
-    root.set("failures", str(failures))
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+        failure = f.line() if f is not None and fail_pct is not None and f.slowdown * 100 > fail_pct else None
+        suites.setdefault(s.stage, []).append(Case(
+            f"d5pipe.history.{s.experiment}.{s.stage}", f"{s.params} {s.metric} @{s.machine}", failure=failure,
+            skipped=s.check.note if failure is None and s.check.status == "inconclusive" else None))
+    return junit_document("d5pipe history", suites, suite_counts=False)
