@@ -111,11 +111,14 @@ def test_an_invalid_run_fails_its_verdict_naming_loadgens_reasons(tmp_path: Path
              {"key": "result_perf_constraints_met", "value": False},
              {"key": "result_completed_samples_per_sec", "value": 97.8},
              {"key": "result_90.00_percentile_latency_ns", "value": 1292647},
-             {"key": "note", "value": "Logging allocation detected: tid 1", "metadata": {"is_warning": True}}]
-    detail = tmp_path / "mlperf_log_detail.txt"
-    detail.write_text("\n".join([":::MLLOG {not json", *(":::MLLOG " + json.dumps(x) for x in lines)]) + "\n")
+             {"key": "note", "value": "Logging allocation detected: tid 1", "metadata": {"is_warning": True}},
+             {"key": "error_invalid_config", "value": "Multiple conf files are used", "metadata": {"is_error": True}}]
+    detail = tmp_path / "mlperf_log_detail.txt"  # every line as LoadGen writes it: with its time_ms and metadata
+    detail.write_text("\n".join([":::MLLOG {not json", *(":::MLLOG " + json.dumps({"time_ms": 0.01, "metadata": {}, **x})
+                                                          for x in lines)]) + "\n")
     result = read_detail(detail)
     assert result["warnings"] == [] and result["result_query_count"] == 31
+    assert result["errors"] == ["Multiple conf files are used"]
     found = {m.name: m for m in result_metrics("server", result, 4)}
     assert found["loadgen_valid"].value == "fail" and found["loadgen_valid"].kind == "verdict"
     assert "early stopping" in str(found["loadgen_valid"].detail) and "latency bound" in str(found["loadgen_valid"].detail)

@@ -10,6 +10,9 @@ earlier one's messages about the same keys):
   seed and global batch size of the point's config, evaluations in time order.
 
 The outcome is ``pass`` or ``fail`` with the checker's messages, each naming its rule (key).
+
+The checker's parser (:func:`parse_log`) reads every MLPerf-format log d5pipe reads: these logs, a
+published result's (d5pipe.results.mlperf_result) and LoadGen's detail log (level 1).
 """
 
 from __future__ import annotations
@@ -113,15 +116,25 @@ def _run(lines: list[Any], rules: Path, strict: bool) -> tuple[list[str], list[s
     return [*checker.overwritable.values(), *checker.not_overwritable], list(checker.warnings.values())
 
 
+def parse_log(path: Path) -> tuple[list[Any], list[tuple[str, str]]]:
+    """**The one parser of ``:::MLLOG`` lines** (a training log, a published result's, LoadGen's detail
+    log): mlperf_logging's parser of :data:`RULESET` (one line format for every ruleset). Its lines in
+    order (``LogLine``: ``key``, ``timestamp``, ``value`` as ``{"value": ..., "metadata": {...}}``), and
+    each line it could not parse with why. A line without ``time_ms``, ``key``, ``value`` or
+    ``metadata`` (LoadGen and mllog write all four) raises ``KeyError``."""
+    from mlperf_logging.compliance_checker import mlp_parser
+
+    lines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
+    return list(lines), list(errors)
+
+
 def check_log(log: Path, seed: int, global_batch_size: int, rules_dir: Path, scratch: Path) -> Compliance:
     """Both rulesets on ``log`` (d5pipe's strictly: a key it requires once, found twice with the same
     value, fails rather than warns); MLPerf's goes to ``rules_dir``, d5pipe's (the point's seed and
     batch size in it) to ``scratch``."""
-    from mlperf_logging.compliance_checker import mlp_parser
-
     # the checker reads a relative ruleset path from its own directory
     scratch, rules_dir = Path(scratch).resolve(), Path(rules_dir).resolve()
-    lines, errors = mlp_parser.parse_file(str(log), ruleset=RULESET)
+    lines, errors = parse_log(log)
     messages = [f"line not parsed: {error}: {line.strip()[:120]}" for line, error in errors]
     official, ours = official_rules(rules_dir), d5pipe_rules(scratch, seed, global_batch_size)
     found, warnings = _run(lines, official, strict=False)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from d5pipe.core.atomic import file_sha256, read_json
 from d5pipe.core.errors import D5PipeError
-from d5pipe.measure.mllog_check import RULESET
+from d5pipe.measure.mllog_check import parse_log
 
 if TYPE_CHECKING:
     from d5pipe.results.timing_compare import TimingComparison
@@ -73,10 +73,9 @@ def log_files(path: Path) -> list[Path]:
 
 
 def read_log(path: Path) -> MlperfRun:
-    """One log through mlperf_logging's parser; a log without run_start/run_stop is a user error."""
-    from mlperf_logging.compliance_checker import mlp_parser
-
-    lines, errors = mlp_parser.parse_file(str(path), ruleset=RULESET)
+    """One log through mlperf_logging's parser (d5pipe.measure.mllog_check.parse_log); a log without
+    run_start/run_stop is a user error."""
+    lines, errors = parse_log(path)
     if errors:
         raise D5PipeError(f"{path}: not an MLPerf log: line {errors[0][0].strip()[:80]!r} ({errors[0][1]})")
     values: dict[str, list[Any]] = {}

@@ -29,7 +29,6 @@ is valid (each probe a LoadGen run in ``peak_qps/probe_<k>/``) and reports it as
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -166,21 +165,19 @@ def run_loadgen(infer: Infer, batches: Sequence[Any], told: dict[str, Any], out_
 
 
 def read_detail(path: Path) -> dict[str, Any]:
-    """LoadGen's detail log as ``{key: value}`` (the last line of a key wins) plus ``errors`` and
+    """LoadGen's detail log (its lines read by d5pipe.measure.mllog_check.parse_log; one that does not
+    parse is left out) as ``{key: value}`` (the last line of a key wins) plus ``errors`` and
     ``warnings``: the values of its lines flagged ``is_error`` / ``is_warning``."""
+    from d5pipe.measure.mllog_check import parse_log  # not at import: the level registry imports this module
+
     out: dict[str, Any] = {"errors": [], "warnings": []}
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.startswith(":::MLLOG "):
-            continue
-        try:
-            entry = json.loads(line[len(":::MLLOG "):])
-        except json.JSONDecodeError:
-            continue
-        meta = entry.get("metadata") or {}
+    lines, _ = parse_log(path)
+    for line in lines:
+        value, meta = line.value.get("value"), line.value.get("metadata") or {}
         for flag, kept in (("is_error", "errors"), ("is_warning", "warnings")):
-            if meta.get(flag) and not str(entry.get("value")).startswith(BENIGN):
-                out[kept].append(str(entry.get("value")))
-        out[str(entry.get("key"))] = entry.get("value")
+            if meta.get(flag) and not str(value).startswith(BENIGN):
+                out[kept].append(str(value))
+        out[str(line.key)] = value
     return out
 
 
