@@ -208,11 +208,16 @@ def test_a_network_a_framework_does_not_build_skips_its_point(tmp_path, monkeypa
 def test_a_run_checks_every_framework_and_ranks_only_those_that_pass(tmp_path, cli) -> None:
     from tests.conftest import PLUGIN_FIXTURES, TEST_CONF
 
-    out = tmp_path / "run"
+    out, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
     r = cli("run", "train_frameworks_tiny", "--config-dir", str(TEST_CONF), "--out", str(out), "--allow",
             "user_frameworks", env={"PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN_FIXTURES),
-                                                                                os.environ.get("PYTHONPATH")]))})
+                                                                                os.environ.get("PYTHONPATH")])),
+                                    "TMPDIR": str(tmp)})
     assert r.returncode == 3, r.stdout + r.stderr  # the user's framework failed its check
+    # TensorFlow's autograph writes each function it converts to a temporary file that it deletes at
+    # exit: the processes that ran the points ran their exit handlers (d5pipe.measure.process.exit_now)
+    assert not list(tmp.glob("__autograph_generated_file*"))
     df = pd.read_parquet(out / "results.parquet")
     checks = df[df["metric"] == "framework_check"].groupby("train.framework")["text"].agg(set).to_dict()
     assert checks == {"torch": {"pass"}, "jax": {"pass"}, "tensorflow": {"pass"}, "off_by_one": {"fail"}}

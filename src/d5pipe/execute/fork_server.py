@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from d5pipe.execute.fork_client import MAX_MESSAGE, START_ENV
-from d5pipe.measure.process import die_with_parent
+from d5pipe.measure.process import die_with_parent, exit_now, forget_exit_handlers
 
 WAKE = "wake"
 _STARTED_IN = os.getcwd()
@@ -94,6 +94,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
         die_with_parent()
+        forget_exit_handlers()  # the server's; a child runs those registered in it (exit_now)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
         for fd in fds:
@@ -118,10 +119,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
 
         traceback.print_exc()
     finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+        exit_now(code)
 
 
 def _import_path(server: str, job: str) -> None:

@@ -15,7 +15,9 @@ of microseconds) and writes each point's record itself. The parent waits for eac
 
 A worker is forked from a parent that has imported torch but run no torch operation and never
 touched CUDA, so the fork is cheap and safe. Workers die with their parent (``PR_SET_PDEATHSIG``)
-and are not daemonic processes, so that a point may start its own (a DataLoader's workers).
+and are not daemonic processes, so that a point may start its own (a DataLoader's workers). A worker
+that ends runs the exit handlers registered in it, not its parent's (d5pipe.measure.process.exit_now:
+libraries delete there what they made, such as TensorFlow's autograph files); a killed one runs none.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from d5pipe.measure.process import die_with_parent
+from d5pipe.measure.process import die_with_parent, exit_now, forget_exit_handlers
 
 PointFn = Callable[[int], str]
 """Runs point ``i`` of the shard in the worker, writes its record, returns its status."""
@@ -59,6 +61,7 @@ class Result:
 
 def _worker_loop(conn: Connection, run: PointFn, on_exit: Callable[[], None] | None) -> None:
     die_with_parent()
+    forget_exit_handlers()  # the parent's are the parent's; the worker runs its own when it ends
     try:
         os.setpgid(0, 0)  # its own group: a timeout kills the worker and what it started
     except OSError:
@@ -74,7 +77,7 @@ def _worker_loop(conn: Connection, run: PointFn, on_exit: Callable[[], None] | N
     if on_exit is not None:
         on_exit()
     conn.close()
-    os._exit(0)  # skip interpreter teardown: the records are written
+    exit_now(0)  # skip interpreter teardown: the records are written
 
 
 class Supervisor:
