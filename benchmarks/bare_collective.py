@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from d5pipe.levels.level3.placement import bind_from_env, huge_page_bytes, lower_pollers, polling_threads
+from d5pipe.levels.level3.placement import PAGE_BYTES, bind_from_env, huge_page_bytes, lower_pollers, polling_threads
 
 RESET_EVERY = 8
 
@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
             buf.fill(1.0) if isinstance(buf, np.ndarray) else buf.fill_(1.0)
     address = buf.ctypes.data if isinstance(buf, np.ndarray) else buf.data_ptr()
     record = {"rank": rank, "times_s": times, "cpus": sorted(os.sched_getaffinity(0)), "bind": placed["bind"],
-              "polling_threads": polling_threads(engine),
+              "polling_threads": polling_threads(engine), "page_offset": address % PAGE_BYTES,
               "allocator": allocator, "huge_page_bytes": huge_page_bytes(address, (message_bytes // 4) * 4)}
     barrier()
     (out_dir / f"rank{rank}.json").write_text(json.dumps(record), encoding="utf-8")

@@ -81,6 +81,7 @@ def d5pipe_side(engine: str, size: int, buffer: str, a: argparse.Namespace, work
     launch = out.extra["launch"]
     return {"times_s": out.samples["iter_time_max_s"], "binding": launch["binding"], "rank_cpus": launch["rank_cpus"],
             "polling_threads": launch["polling_threads"],
+            "page_offsets": [a.get("page_offset") for a in out.extra.get("allocation", [])],
             "allocator": metrics.get("buffer_allocator"), "huge_page_bytes": metrics.get("buffer_huge_page_bytes"),
             "threads_per_rank": launch["threads_per_rank"], "argv": launch["argv"]}
 
@@ -101,6 +102,7 @@ def bare_side(engine: str, size: int, allocation: str, a: argparse.Namespace, wo
     return {"times_s": max_over_ranks([r["times_s"] for r in ranks]), "binding": plan.binding,
             "rank_cpus": {str(r["rank"]): r["cpus"] for r in ranks}, "allocator": ranks[0]["allocator"],
             "polling_threads": {str(r["rank"]): r["polling_threads"] for r in ranks},
+            "page_offsets": [r.get("page_offset") for r in ranks],
             "huge_page_bytes": min(int(r["huge_page_bytes"] or 0) for r in ranks),
             "threads_per_rank": plan.threads_per_rank, "argv": plan.argv}
 

@@ -45,6 +45,7 @@ def test_the_peer_buffer_is_allocated_as_each_engines_peers_allocate_theirs() ->
     buf, rec = allocate("peer", "mpi", 1024)
     assert rec["allocator"] == "numpy.ones"
     assert rec["bytes"] == 4096 and bool((buf == 1).all())
+    assert rec["page_offset"] == buf.data_ptr() % 4096  # where in its page the allocator served it
     for buffer, engine in (("engine", "mpi"), ("peer", "ddp"), ("peer", "horovod"), ("engine", "ddp")):
         assert allocate(buffer, engine, 8)[1]["allocator"] == "torch.ones"
     if sys.platform.startswith("linux"):

@@ -57,6 +57,9 @@ POLLING_THREADS: dict[str, tuple[str, ...]] = {"ddp": ("gloo_tcp_loop",)}
 without blocking: gloo's TCP device loop (torch.distributed's CPU backend)."""
 POLLER_NICE = 19
 """The nice value of a lowered polling thread: the lowest priority of the normal scheduling class."""
+PAGE_BYTES = 4096
+"""A buffer's record keeps its start's offset within a page: where the allocator served it from (a fresh
+mapping starts a page plus the allocator's header; its heap, anywhere)."""
 PEER_ALLOCATORS: dict[str, str] = {"mpi": "numpy.ones", "ddp": "torch.ones", "horovod": "torch.ones"}
 """How each engine's peer benchmarks allocate a collective's buffer: OSU's Python benchmarks (OMB-Py)
 and mpi4py's demos use numpy arrays; torch.distributed's and Horovod's benchmarks use torch tensors."""
@@ -164,4 +167,5 @@ def allocate(buffer: str, engine: str, n_elems: int) -> tuple[torch.Tensor, dict
         tensor = torch.ones(n_elems, dtype=torch.float32)
     nbytes = tensor.numel() * tensor.element_size()
     return tensor, {"buffer": buffer, "allocator": allocator, "bytes": nbytes,
-                    "huge_page_bytes": huge_page_bytes(tensor.data_ptr(), nbytes)}
+                    "huge_page_bytes": huge_page_bytes(tensor.data_ptr(), nbytes),
+                    "page_offset": tensor.data_ptr() % PAGE_BYTES}
