@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,10 @@ POLLERS_ENV = "D5PIPE_LOWER_POLLERS"
 """Set to ``1`` by the launch when the engine's polling threads are to yield to the rank's own."""
 POLLING_THREADS: dict[str, tuple[str, ...]] = {"ddp": ("gloo_tcp_loop",)}
 """Per engine, the kernel names (``/proc/self/task/*/comm``) of the threads it starts that poll
-without blocking: gloo's TCP device loop (torch.distributed's CPU backend)."""
+without blocking: gloo's TCP device loop (torch.distributed's CPU backend; on CUDA it runs NCCL, and
+its ranks look for none)."""
+POLLER_WAIT_S = 2.0
+"""How long :func:`lower_pollers` waits for an engine's polling threads to appear under their names."""
 POLLER_NICE = 19
 """The nice value of a lowered polling thread: the lowest priority of the normal scheduling class."""
 PAGE_BYTES = 4096
@@ -125,12 +129,18 @@ def polling_threads(engine: str) -> list[dict[str, Any]]:
     return found
 
 
-def lower_pollers(engine: str, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Once ``engine`` has started its threads: where the launch asked (:data:`POLLERS_ENV`), put its
-    polling threads at nice :data:`POLLER_NICE`; then :func:`polling_threads`, for the record."""
+def lower_pollers(engine: str, env: Mapping[str, str] | None = None,
+                  wait_s: float = POLLER_WAIT_S) -> list[dict[str, Any]]:
+    """Once ``engine`` has started its threads: wait up to ``wait_s`` for its polling threads to carry
+    their names (a thread names itself once it runs: gloo's, just after the process group is up, may
+    not have yet); where the launch asked (:data:`POLLERS_ENV`), put them at nice
+    :data:`POLLER_NICE`; then :func:`polling_threads`, for the record."""
     env = os.environ if env is None else env
+    names = POLLING_THREADS.get(engine, ())
+    deadline = time.monotonic() + wait_s
+    while names and not polling_threads(engine) and time.monotonic() < deadline:
+        time.sleep(0.005)
     if env.get(POLLERS_ENV) == "1":
-        names = POLLING_THREADS.get(engine, ())
         for tid, name in _threads():
             if name in names:
                 with contextlib.suppress(ProcessLookupError):
