@@ -118,14 +118,18 @@ def _threads() -> list[tuple[int, str]]:
     return found
 
 
-def polling_threads(engine: str) -> list[dict[str, Any]]:
-    """This process's threads of ``engine`` that poll (:data:`POLLING_THREADS`) and their nice value."""
+def _pollers(engine: str) -> list[tuple[int, str]]:
+    """(thread ID, kernel name) of this process's threads of ``engine`` that poll (:data:`POLLING_THREADS`)."""
     names = POLLING_THREADS.get(engine, ())
+    return [(tid, name) for tid, name in _threads() if name in names]
+
+
+def polling_threads(engine: str) -> list[dict[str, Any]]:
+    """This process's threads of ``engine`` that poll and their nice value."""
     found = []
-    for tid, name in _threads():
-        if name in names:
-            with contextlib.suppress(ProcessLookupError):
-                found.append({"name": name, "nice": os.getpriority(os.PRIO_PROCESS, tid)})
+    for tid, name in _pollers(engine):
+        with contextlib.suppress(ProcessLookupError):
+            found.append({"name": name, "nice": os.getpriority(os.PRIO_PROCESS, tid)})
     return found
 
 
@@ -136,15 +140,13 @@ def lower_pollers(engine: str, env: Mapping[str, str] | None = None,
     not have yet); where the launch asked (:data:`POLLERS_ENV`), put them at nice
     :data:`POLLER_NICE`; then :func:`polling_threads`, for the record."""
     env = os.environ if env is None else env
-    names = POLLING_THREADS.get(engine, ())
     deadline = time.monotonic() + wait_s
-    while names and not polling_threads(engine) and time.monotonic() < deadline:
+    while POLLING_THREADS.get(engine) and not _pollers(engine) and time.monotonic() < deadline:
         time.sleep(0.005)
     if env.get(POLLERS_ENV) == "1":
-        for tid, name in _threads():
-            if name in names:
-                with contextlib.suppress(ProcessLookupError):
-                    os.setpriority(os.PRIO_PROCESS, tid, POLLER_NICE)
+        for tid, _ in _pollers(engine):
+            with contextlib.suppress(ProcessLookupError):
+                os.setpriority(os.PRIO_PROCESS, tid, POLLER_NICE)
     return polling_threads(engine)
 
 
