@@ -45,15 +45,6 @@ def _logged_to(log: Path | None) -> Iterator[None]:
             sys.stdout, sys.stderr = old_out, old_err
 
 
-def _fast_exit() -> None:
-    """End the job now: its outputs are written and synced, and tearing down an interpreter that
-    imported torch costs most of a second per job (d5pipe.measure.process.exit_now runs the exit
-    handlers, which delete what libraries left for them)."""
-    from d5pipe.measure.process import exit_now
-
-    exit_now(0)
-
-
 SHARD_NAME = re.compile(r"^s[0-9]{5}$")
 
 
@@ -67,6 +58,7 @@ def shard_main(argv: list[str]) -> int:
     stage, shard, marker, log = argv
     from d5pipe.core.errors import DiskFull, is_disk_full
     from d5pipe.execute.shard import run_shard
+    from d5pipe.measure.process import exit_now
 
     try:
         with _logged_to(Path(log)):
@@ -77,8 +69,9 @@ def shard_main(argv: list[str]) -> int:
         full = err if isinstance(err, DiskFull) else DiskFull.at(err.filename or log)
         print(f"d5pipe: error: {full}", file=sys.stderr, flush=True)
         return full.exit_code
-    _fast_exit()
-    return 0  # not reached
+    # end now: the outputs are written and synced, and tearing down an interpreter that imported torch
+    # costs most of a second per job (exit_now still runs the exit handlers: libraries clean up there)
+    exit_now(0)
 
 
 def prepare_data_job(smk: Any) -> None:
