@@ -13,6 +13,7 @@ from d5pipe.levels.level3.collectives import (
     actual_message_bytes,
     busbw_factor,
     elements_per_rank,
+    run_collective,
 )
 from d5pipe.levels.level3.scaling import ring_allreduce_bytes, scaling_table
 from d5pipe.levels.level3.strategies import Strategy
@@ -28,6 +29,35 @@ def test_busbw_factors_follow_nccl_tests() -> None:
     assert busbw_factor("broadcast", 4) == 1.0
     with pytest.raises(D5PipeError, match="distributed.collective"):
         busbw_factor("alltoall", 4)
+
+
+class _OneRank:
+    """A one-rank engine whose prepared call counts its calls and returns ``result(t)``."""
+
+    name, rank, size = "mpi", 0, 1
+
+    def __init__(self, result) -> None:  # type: ignore[no-untyped-def]
+        self.result, self.calls, self.barriers = result, 0, 0
+
+    def barrier(self) -> None:
+        self.barriers += 1
+
+    def prepared(self, collective, t):  # type: ignore[no-untyped-def]
+        def call():  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return self.result(t)
+        return call
+
+
+@pytest.mark.parametrize(("result", "correct"), [(lambda t: t, True), (lambda t: t * 2, False)])
+def test_the_collective_timed_is_the_one_checked(result, correct) -> None:  # type: ignore[no-untyped-def]
+    """run_collective checks and times the engine's prepared call (Backend.prepared): an engine whose
+    call computes something else fails the check; one check call, then warm-up + timed calls."""
+    engine = _OneRank(result)
+    got = run_collective(engine, {"collective": "allreduce", "message_bytes": 64, "steps": 5,  # type: ignore[arg-type]
+                                  "warmup_steps": 2, "buffer": "engine"})
+    assert got["correct"] is correct
+    assert engine.calls == 1 + 2 + 5 and engine.barriers == 2 + 5 and len(got["times_s"]) == 5
 
 
 def test_message_sizes_round_to_whole_elements() -> None:

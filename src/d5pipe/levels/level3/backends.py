@@ -18,6 +18,7 @@ wrapper, which also time the calls they count, are in d5pipe.levels.level3.count
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Callable, Sequence
@@ -52,6 +53,12 @@ class Backend(Protocol):
 
     def allgather(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenation of every rank's ``t`` (1-D) in rank order."""
+        ...
+
+    def prepared(self, collective: str, t: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """``collective`` (``allreduce``, ``broadcast`` or ``allgather``) on ``t`` as a call without
+        arguments that returns the result: what a collective benchmark times and checks. Whatever the
+        engine's call needs besides ``t`` is made once here, as a peer benchmark's loop holds its buffers."""
         ...
 
     def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
@@ -169,6 +176,9 @@ class DdpBackend:
         self._dist.all_gather(list(out.chunk(self.size)), t)
         return out
 
+    def prepared(self, collective: str, t: torch.Tensor) -> Callable[[], torch.Tensor]:
+        return functools.partial(getattr(self, collective), t)  # torch.distributed takes the tensor itself
+
     def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
         dist = self._dist
         bufs = [torch.empty_like(t) for _ in peers]
@@ -218,6 +228,9 @@ class HorovodBackend:
 
     def allgather(self, t: torch.Tensor) -> torch.Tensor:
         return self._hvd.allgather(t)
+
+    def prepared(self, collective: str, t: torch.Tensor) -> Callable[[], torch.Tensor]:
+        return functools.partial(getattr(self, collective), t)  # Horovod takes the tensor itself
 
     def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
         """Horovod has no send/recv: one ``alltoall`` whose splits reach exactly ``peers``."""
@@ -280,6 +293,30 @@ class MpiBackend:
         out = torch.empty(t.numel() * self.size, dtype=t.dtype)
         self.comm.Allgather(t.numpy(), out.numpy())
         return out
+
+    def prepared(self, collective: str, t: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """mpi4py's call on numpy views of ``t`` (and of the gathered output) taken once: the
+        per-call ``t.numpy()`` of the methods above cost about 1.2 us of a 90 us allreduce at 1 MiB
+        (docs/performance.md), which an OSU-style loop on one buffer does not pay."""
+        comm, mpi, view = self.comm, self._mpi, t.numpy()
+        if collective == "allreduce":
+            def call() -> torch.Tensor:
+                comm.Allreduce(mpi.IN_PLACE, view, op=mpi.SUM)
+                return t
+        elif collective == "broadcast":
+            def call() -> torch.Tensor:
+                comm.Bcast(view, root=0)
+                return t
+        elif collective == "allgather":
+            out = torch.empty(t.numel() * self.size, dtype=t.dtype)
+            out_view = out.numpy()
+
+            def call() -> torch.Tensor:
+                comm.Allgather(view, out_view)
+                return out
+        else:
+            raise D5PipeError(f"distributed.collective: unknown value {collective!r}")
+        return call
 
     def exchange(self, t: torch.Tensor, peers: list[int]) -> list[torch.Tensor]:
         bufs = [torch.empty_like(t) for _ in peers]

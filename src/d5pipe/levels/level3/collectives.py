@@ -9,7 +9,9 @@ Bandwidths follow nccl-tests (``doc/PERFORMANCE.md``):
 As in nccl-tests, ``S`` for allgather is the size of the *gathered* buffer (each rank contributes
 ``S/n``); for allreduce and broadcast it is the buffer each rank holds.
 
-Timing: every iteration starts after a barrier; each rank times its own call; the iteration's time
+Timing: every iteration starts after a barrier; each rank times its own call (the engine's call
+with its buffers made once, as a peer benchmark's loop holds them: ``Backend.prepared``; the
+correctness check runs the same call); the iteration's time
 is the **maximum over ranks** (the operation is done when the slowest rank has it). The statistics
 (median + order-statistic CI) are computed on those per-iteration maxima. The buffer is the
 engine's own tensor or one allocated as the engine's peer benchmarks allocate theirs
@@ -59,10 +61,11 @@ def actual_message_bytes(collective: str, message_bytes: int, ranks: int) -> int
 
 
 def check_result(backend: Backend, collective: str, n_elems: int) -> bool:
-    """Run the collective once on rank-dependent values and check the result exactly."""
+    """Run the collective once on rank-dependent values, by the call the benchmark times
+    (``Backend.prepared``), and check the result exactly."""
     r, n = backend.rank, backend.size
     buf = torch.full((n_elems,), float(r + 1), dtype=torch.float32)
-    out = getattr(backend, collective)(buf)  # the Backend method of that name
+    out = backend.prepared(collective, buf)()
     if collective == "allreduce":
         expected = torch.full((n_elems,), float(n * (n + 1) // 2), dtype=torch.float32)
     elif collective == "broadcast":
@@ -76,19 +79,19 @@ def run_collective(backend: Backend, spec: dict[str, Any]) -> dict[str, Any]:
     """This rank's part of a collective benchmark: per-iteration times (s) after a barrier."""
     collective = str(spec["collective"])
     busbw_factor(collective, backend.size)  # validates the name
-    run = getattr(backend, collective)  # the Backend method of that name
     n_elems = elements_per_rank(collective, int(spec["message_bytes"]), backend.size)
     # the timed buffer first, as a peer benchmark's first allocation: once the check's buffer of the
     # same size is freed, glibc serves the next one from its heap (its mmap threshold rises to the
     # freed size), and numpy's huge-page advice then finds no fresh mapping to apply to
     buf, allocation = allocate(str(spec.get("buffer", "engine")), backend.name, n_elems)
     correct = check_result(backend, collective, n_elems)
+    run = backend.prepared(collective, buf)  # the engine's own call, its buffers held as a peer loop holds them
     times: list[float] = []
     warmup, iters = int(spec["warmup_steps"]), int(spec["steps"])
     for i in range(warmup + iters):
         backend.barrier()
         t0 = time.perf_counter()
-        run(buf)
+        run()
         t1 = time.perf_counter()
         if i >= warmup:
             times.append(t1 - t0)
