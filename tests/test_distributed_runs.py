@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,13 +148,22 @@ def test_two_rank_collective_is_bound_to_cores_and_records_its_buffer(tmp_path: 
 
 
 @pytest.mark.slow
-def test_two_rank_gloo_collective_binds_its_ranks_and_lowers_gloos_poller(tmp_path: Path, data_dir: Path) -> None:
+def test_two_rank_gloo_collective_binds_its_ranks_and_lowers_gloos_poller(
+        tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """bind: auto places DDP's ranks as the MPI engines' (a core each where they fit), and each rank's
-    gloo polling thread runs at nice 19 once the process group is up (d5pipe.levels.level3.placement)."""
+    gloo polling thread runs at nice 19 once the process group is up (d5pipe.levels.level3.placement).
+    The launch leaves nothing in the temporary directory (d5pipe.levels.level3.session.launch_tmp)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # this process's temporary directory, too
     ctx = _ctx(tmp_path, data_dir, backend="ddp", benchmark="collective", message_bytes=1 << 16, steps=3,
                threads_per_rank=1)
     out = run_point(ctx)
     assert _metric(out, "collective_correct").value == "pass"
+    assert [p.name[:13] for p in temp.iterdir()] == ["d5pipe-ranks-"]  # the live session's, and nothing else
+    run_closers(ctx.cache)  # as the shard does when it ends
+    assert list(temp.iterdir()) == []  # torchrun's torchelastic_* directory went with its launch
     launch = out.extra["launch"]
     assert launch["env"]["D5PIPE_LOWER_POLLERS"] == "1" and "polling threads at nice 19" in launch["binding"]
     assert launch["polling_threads"] == {r: [{"name": "gloo_tcp_loop", "nice": 19}] for r in ("0", "1")}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from d5pipe.levels.level3.launch import LaunchPlan
-from d5pipe.levels.level3.session import LaunchDied, RankSession
+from d5pipe.levels.level3.launch import LaunchPlan, build_launch
+from d5pipe.levels.level3.session import LAUNCH_TMP_PREFIX, LaunchDied, RankSession
 
 # a stand-in for the ranks: answers point 0 (when told to) and then dies
 FAKE = """
@@ -86,3 +87,61 @@ def test_the_wait_for_the_ranks_to_launch_is_timed_apart_from_the_point(tmp_path
     whole = time.monotonic() - t0
     session.close()
     assert session.launch_s is not None and 0.3 <= session.launch_s <= whole
+
+
+LEAVE = """
+import os, sys, time
+from pathlib import Path
+(Path(os.environ["TMPDIR"]) / "left-by-a-rank").write_text("x")
+(Path(sys.argv[1]) / "tmp-written").write_text(os.environ["TMPDIR"])
+time.sleep(600)
+"""
+
+
+def _wait_for(predicate, what: str, ceiling_s: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + ceiling_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {ceiling_s:g} s: {what}"
+        time.sleep(0.05)
+
+
+def test_a_killed_launch_takes_its_temporary_directory_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each launch gets a TMPDIR of its own (launchers leave files in the temporary directory), and
+    killing the launch removes it with whatever the ranks left there."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # this process's temporary directory, too
+    root = tmp_path / "session"
+    session = RankSession(LaunchPlan("fake", [sys.executable, "-c", LEAVE, str(root)], {}, 1, False, 1), root, 1)
+    session.start()
+    try:
+        _wait_for(lambda: (root / "tmp-written").exists(), "the rank wrote into its TMPDIR")
+        own = Path((root / "tmp-written").read_text())
+        assert own.parent == temp and own.name.startswith(LAUNCH_TMP_PREFIX) and (own / "left-by-a-rank").exists()
+    finally:
+        session.kill()
+    assert not session.alive() and list(temp.iterdir()) == []
+
+
+@pytest.mark.mpi
+def test_a_killed_mpirun_leaves_no_session_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A killed mpirun leaves its session directory (ompi.<pid>) behind, and a later mpirun given the
+    same process id fails to start; here it lies in the launch's own TMPDIR, which goes with it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # this process's temporary directory, too
+    root = tmp_path / "session"
+    plan = build_launch(backend="mpi", ranks=1, spec_path=root, worker_args=["--session", str(root)])
+    session = RankSession(plan, root, 1)
+    session.start()  # the real rank worker, waiting for its first point
+    try:
+        assert session.tmp is not None
+        own = session.tmp
+        _wait_for(lambda: any(own.glob("ompi.*")), "mpirun made its session directory in the launch's TMPDIR")
+    finally:
+        session.kill()
+    assert list(temp.iterdir()) == []

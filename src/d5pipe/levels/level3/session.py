@@ -17,13 +17,23 @@ others wait, or a rank died), the parent kills the session's process group after
 ``distributed.timeout_s`` and the next point starts a new one. Sessions are kept per launch key
 (backend, ranks, nodes, launcher, threads...) in the shard worker's cache and closed when the
 shard ends.
+
+Every local launch (torchrun, mpirun) gets a temporary directory of its own as ``TMPDIR``
+(:func:`launch_tmp`), removed once the launcher has ended, killed or not. The launchers leave files
+in the temporary directory: torchrun a ``torchelastic_*`` directory per launch, even when it ends
+normally; a killed mpirun its session directory ``ompi.<pid>``, and a later mpirun that gets the same
+process id then fails to start ("The PMIx server's listener thread failed to start"; with 75 such
+directories on this machine one launch in about 300 failed so). Under srun the ranks run on other
+nodes, in SLURM's job environment, and keep their ``TMPDIR``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -40,6 +50,7 @@ CLOSE_WAIT_S = 3.0
 LAUNCH_ATTEMPTS = 2
 """Launches of a session whose ranks die before finishing their first point (then: the point fails)."""
 LOG_TAIL_CHARS = 3000
+LAUNCH_TMP_PREFIX = "d5pipe-ranks-"
 INHERITED_RANK_VARS = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                                  BIND_ENV, POLLERS_ENV})
 
@@ -51,25 +62,38 @@ def tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
         return ""
 
 
-def start_ranks(plan: LaunchPlan, cwd: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """Start ``plan``'s launcher in its own session (killed as a group) that dies with this process."""
+def launch_tmp(plan: LaunchPlan) -> Path | None:
+    """A new temporary directory for one launch of ``plan`` (None under srun: see the module docstring)."""
+    return None if plan.launcher == "srun" else Path(tempfile.mkdtemp(prefix=LAUNCH_TMP_PREFIX))
+
+
+def start_ranks(plan: LaunchPlan, cwd: Path, log: IO[bytes], tmp: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``plan``'s launcher in its own session (killed as a group) that dies with this process;
+    ``tmp`` (:func:`launch_tmp`) is its and its ranks' ``TMPDIR``."""
     # rank variables (and the binding) of an enclosing launch must not leak into the workers
     env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return subprocess.Popen(plan.argv, cwd=cwd, env={**env, **plan.env}, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, preexec_fn=die_with_parent)
 
 
 def run_once(plan: LaunchPlan, cwd: Path, log_path: Path, timeout_s: float) -> None:
     """One launch for one point (``distributed.reuse_ranks: false``): run the launcher to its end;
-    on timeout kill its whole process group."""
-    with open(log_path, "wb") as log:
-        proc = start_ranks(plan, cwd, log)
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            kill_group(proc)
-            raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: "
-                               f"{tail(log_path)}") from None
+    on timeout kill its whole process group. Its temporary directory goes with it."""
+    tmp = launch_tmp(plan)
+    try:
+        with open(log_path, "wb") as log:
+            proc = start_ranks(plan, cwd, log, tmp)
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                kill_group(proc)
+                raise RuntimeError(f"{plan.launcher} exceeded distributed.timeout_s={timeout_s}: "
+                                   f"{tail(log_path)}") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     if rc != 0:
         raise RuntimeError(f"{plan.launcher} exited with {rc}: {tail(log_path)}")
 
@@ -87,6 +111,8 @@ class RankSession:
         self.log = root / "launch.log"
         self.next_index = 0
         self.proc: subprocess.Popen[bytes] | None = None
+        self.tmp: Path | None = None
+        """This launch's ``TMPDIR`` (:func:`launch_tmp`), removed with its ranks."""
         self.started = 0.0
         self.launch_s: float | None = None
         """Seconds from starting the launcher to the ranks' process group being up (the worker's
@@ -99,16 +125,22 @@ class RankSession:
         (self.root / "stop").unlink(missing_ok=True)
         (self.root / "ready.json").unlink(missing_ok=True)
         self.started, self.launch_s = time.monotonic(), None
+        self.kill()  # a launch before this one, and its temporary directory
+        self.tmp = launch_tmp(self.plan)
         with open(self.log, "ab") as log:
-            self.proc = start_ranks(self.plan, self.root, log)
+            self.proc = start_ranks(self.plan, self.root, log, self.tmp)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
+        """End the launch (its whole process group) and remove its temporary directory."""
         if self.proc is not None:
             kill_group(self.proc)
             self.proc = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
     def close(self) -> None:
         """Ask the ranks to stop; kill them if they do not within :data:`CLOSE_WAIT_S`."""
