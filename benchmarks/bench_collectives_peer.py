@@ -26,10 +26,11 @@ own comparison model (Welch's t on the logs, bare as the baseline; unpaired) wit
 margin (``equivalent``: the whole CI within x1.1) and how many launches would decide, and the spread
 between rounds (min and max of each side's launches). Then the same comparison paired by round
 (:func:`paired`): the median of the per-round ratios with its CI from order statistics. On this VM
-a launch lands in one of two speed states, which hold for tens of seconds (a 1 MiB mpi4py allreduce:
-about 84 or 186 us, for d5pipe and the bare loop alike); adjacent launches mostly share the state, so
-the per-round ratio cancels it, and a round whose launches straddle a change is one outlying ratio,
-which moves a median little. Where the launches fall in two such states (a gap of x1.5 or more with
+a launch lands in one of two speed states, which hold for a few seconds and change within a launch
+too (a 1 MiB mpi4py allreduce: about 88 or 184 us, for d5pipe and the bare loop alike); adjacent
+launches often share the state, so the per-round ratio cancels it, and a round whose launches straddle
+a change is one outlying ratio, which moves a median little; where the states divide the launches,
+the paired comparison is also given over the rounds whose two launches fell in one state. Where the launches fall in two such states (a gap of x1.5 or more with
 none between, found from every side's launches together: :func:`state_cut`), the unpaired comparison
 within each state follows too, with how many launches of each side landed in it. Then the
 placement (binding, each rank's CPUs, the engine's polling threads and their nice values as the
@@ -173,7 +174,7 @@ def judged(bare: list[float], ours: list[float], policy: Any) -> tuple[Any, str]
 def round_order(engines: list[str], sizes: list[int], rng: random.Random) -> list[tuple[str, int, str]]:
     """One round's launches: the (engine, size) blocks in random order, and within each block its
     sides back to back in random order, so that the launches compared with each other are adjacent
-    in time (the machine's speed state, which holds for tens of seconds, is then mostly shared)."""
+    in time (the machine's speed state, which holds for seconds, is then often shared)."""
     blocks = [(e, s) for e in engines for s in sizes]
     rng.shuffle(blocks)
     order = []
@@ -184,23 +185,30 @@ def round_order(engines: list[str], sizes: list[int], rng: random.Random) -> lis
     return order
 
 
-def paired(bare: list[dict[str, Any] | None], ours: list[dict[str, Any] | None]) -> str:
+def paired(bare: list[dict[str, Any] | None], ours: list[dict[str, Any] | None], cut: float | None = None) -> str:
     """The per-round ratios d5pipe / bare (rounds where both launches completed): their median, its 95%
     CI from order statistics (d5pipe.measure.stats.median_ci; a round whose two launches fell in
-    different speed states is one outlying ratio, not a shifted mean) and the verdict at the margin."""
+    different speed states is one outlying ratio, not a shifted mean) and the verdict at the margin.
+    With ``cut`` (:func:`state_cut`), only the rounds whose two launches fell in the same state: the
+    state changes within seconds, so rounds that straddle one are not rare, and a few more of them one
+    way than the other shift the median of all rounds' ratios."""
     import numpy as np
 
     from d5pipe.measure.stats import median_ci
 
-    ratios = [float(np.median(d["times_s"]) / np.median(b["times_s"]))
-              for b, d in zip(bare, ours) if b is not None and d is not None]
+    pairs = [(float(np.median(b["times_s"])), float(np.median(d["times_s"])))
+             for b, d in zip(bare, ours) if b is not None and d is not None]
+    if cut is not None:
+        pairs = [(b, d) for b, d in pairs if (b < cut) == (d < cut)]
+    ratios = [d / b for b, d in pairs]
+    label = "paired by round" if cut is None else "paired by round, both launches in one state"
     if len(ratios) < 2:
-        return "paired: fewer than two rounds with both launches"
+        return f"{label}: fewer than two rounds"
     ci, mid = median_ci(ratios), float(np.median(ratios))
     verdict = ("inconclusive (too few rounds for a 95% CI)" if not ci.exact else
                "equivalent" if ci.low >= 1 / (1 + MARGIN) and ci.high <= 1 + MARGIN else
                "slower" if ci.low > 1 else "faster" if ci.high < 1 else "inconclusive")
-    return (f"paired by round ({len(ratios)} rounds): median ratio {mid:.3f} [{ci.low:.3f}, {ci.high:.3f}] "
+    return (f"{label} ({len(ratios)} rounds): median ratio {mid:.3f} [{ci.low:.3f}, {ci.high:.3f}] "
             f"({100 * ci.coverage:.1f}% CI) -> {verdict}; ratios from {min(ratios):.2f} to {max(ratios):.2f}")
 
 
@@ -234,6 +242,8 @@ def table(got: dict[tuple[str, int, str], list[dict[str, Any] | None]], engines:
                 made = next((r["allocator"] for r in got[(engine, size, base)] if r is not None), "?")
                 print(f"{'':<26}   against {base} ({made}); "
                       f"{paired(got[(engine, size, base)], got[(engine, size, side)])}")
+                if cut is not None:
+                    print(f"{'':<26}   {paired(got[(engine, size, base)], got[(engine, size, side)], cut)}")
                 states = {} if cut is None else {
                     f"fast state (< {fmt_us(cut)} us)": ([d for d in ds if d < cut], [b for b in bs if b < cut]),
                     f"slow state (> {fmt_us(cut)} us)": ([d for d in ds if d > cut], [b for b in bs if b > cut])}
