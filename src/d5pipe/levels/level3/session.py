@@ -22,9 +22,9 @@ Every local launch (torchrun, mpirun) gets a temporary directory of its own as `
 (:func:`launch_tmp`), removed once the launcher has ended, killed or not. The launchers leave files
 in the temporary directory: torchrun a ``torchelastic_*`` directory per launch, even when it ends
 normally; a killed mpirun its session directory ``ompi.<pid>``, and a later mpirun that gets the same
-process id then fails to start ("The PMIx server's listener thread failed to start"; with 75 such
-directories on this machine one launch in about 300 failed so). Under srun the ranks run on other
-nodes, in SLURM's job environment, and keep their ``TMPDIR``.
+process id then fails to start ("The PMIx server's listener thread failed to start": such
+directories placed at the next process ids reproduce it; process ids wrap at 32768 by default).
+Under srun the ranks run on other nodes, in SLURM's job environment, and keep their ``TMPDIR``.
 """
 
 from __future__ import annotations
