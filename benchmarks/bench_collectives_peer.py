@@ -29,10 +29,10 @@ between rounds (min and max of each side's launches). Then the same comparison p
 a launch lands in one of two speed states, which hold for a few seconds and change within a launch
 too (a 1 MiB mpi4py allreduce: about 88 or 184 us, for d5pipe and the bare loop alike); adjacent
 launches often share the state, so the per-round ratio cancels it, and a round whose launches straddle
-a change is one outlying ratio, which moves a median little; where the states divide the launches,
-the paired comparison is also given over the rounds whose two launches fell in one state. Where the launches fall in two such states (a gap of x1.5 or more with
-none between, found from every side's launches together: :func:`state_cut`), the unpaired comparison
-within each state follows too, with how many launches of each side landed in it. Then the
+a change is one outlying ratio, which moves a median little. Where the launches fall in two such
+states (a gap of x1.5 or more with none between, found from every side's launches together:
+:func:`state_cut`), the paired comparison follows over the rounds whose two launches fell in one
+state, and the unpaired comparison within each state, with how many launches of each side landed in it. Then the
 placement (binding, each rank's CPUs, the engine's polling threads and their nice values as the
 ranks found them) and the allocation (allocator, bytes on huge pages) of each side.
 
