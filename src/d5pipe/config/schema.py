@@ -137,9 +137,10 @@ class ExecutorConf:
     """Local: start each shard job (so each repetition) as a fork of a server that has imported torch
     and d5pipe once, not as a fresh interpreter (d5pipe.execute.fork_server); SLURM jobs are always
     fresh processes. Each point's record says how its process started (``provenance.process_start``).
-    Off by default: a one-point level-0 run takes 2.6x less time with it, but its repetitions
-    spread about a quarter less than fresh processes' (docs/performance.md), so its statistics
-    would understate the variation between processes."""
+    Off by default: a one-point level-0 run takes 2.6x less time with it, but that its repetitions
+    spread no less than fresh processes' is not shown. Whole runs read its spread a quarter lower;
+    there a fresh run lasts longer and sees more drift. Within one time window, forks read about
+    as spread as fresh processes, with CIs reaching 12-37% lower (docs/performance.md)."""
 
 
 @dataclass

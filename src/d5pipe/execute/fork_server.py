@@ -1,8 +1,8 @@
 """A local run's fork server: shard jobs (so each repetition) stay separate processes without each
 paying for the interpreter's start and torch's import.
 
-``d5pipe run`` with the local executor and ``executor.fork_server: true`` (off by default: forked
-repetitions spread less than fresh ones, docs/performance.md) starts one server per run
+``d5pipe run`` with the local executor and ``executor.fork_server: true`` (off by default until forked
+repetitions are shown to spread no less than fresh ones, docs/performance.md) starts one server per run
 (:func:`start` once the config is composed, so that it imports torch while the run is prepared;
 :func:`serving` around Snakemake names the run). Once named, the server moves into the run
 directory and binds the Unix socket ``RUN/shards/fork.sock`` at once (a job that connects early
@@ -18,7 +18,8 @@ job's ``OMP_NUM_THREADS`` (torch read the server's at import), and runs
 What a fork cannot give each child: its own hash randomisation (``PYTHONHASHSEED`` is fixed when
 the server's interpreter starts) and its own layout of what the imports allocated (address-space
 randomisation happens at ``exec``). benchmarks/bench_repetition_start.py measures the
-between-repetition spread with and without the server.
+between-repetition spread with and without the server, whole run against whole run;
+benchmarks/bench_fork_spread.py compares forks and fresh processes within one time window.
 
 Lifetime: the server dies with the driver (``PR_SET_PDEATHSIG``) and is ended by it when the run
 ends (normally, by an error or by Ctrl-C); a child dies with the server (``PR_SET_PDEATHSIG``)
