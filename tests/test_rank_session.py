@@ -145,3 +145,17 @@ def test_a_killed_mpirun_leaves_no_session_directory(tmp_path: Path, monkeypatch
     finally:
         session.kill()
     assert list(temp.iterdir()) == []
+    # the rank, killed with its launcher while it may still be importing, does not wait on for points
+    _wait_for(lambda: not _processes_naming(str(root)), "the orphaned rank ended")
+
+
+def _processes_naming(text: str) -> list[int]:
+    """This machine's processes whose command line contains ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
