@@ -233,30 +233,21 @@ def run_spec(backend: Backend, spec: dict[str, Any], device: torch.device) -> No
     write_json(out_dir / f"rank{backend.rank}.json", result)
 
 
-def _orphaned(launcher: int) -> bool:
-    """Whether this rank's launcher is gone: its parent changed, or it is init's (a launcher killed
-    while this rank was still importing, before ``PR_SET_PDEATHSIG`` was set, leaves it so; under a
-    subreaper only the first test tells)."""
-    parent = os.getppid()
-    return parent != launcher or parent == 1
-
-
-def _next_spec(session: Path, index: int, launcher: int) -> dict[str, Any] | None:
-    """Wait for ``point-<index>.json`` (None once ``stop`` appears or the launcher is gone)."""
+def _next_spec(session: Path, index: int) -> dict[str, Any] | None:
+    """Wait for ``point-<index>.json`` (None once ``stop`` appears)."""
     path, stop = session / f"point-{index}.json", session / "stop"
     delay = 0.001
     while not path.exists():
-        if stop.exists() or _orphaned(launcher):
+        if stop.exists():
             return None
         time.sleep(delay)
         delay = min(0.02, delay * 2)
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def run_session(session: Path, launcher: int) -> int:
-    """Run point after point (d5pipe.levels.level3.session); the process group is set up once. A rank
-    whose launcher is gone (``launcher``: its parent's pid) stops waiting for points."""
-    first = _next_spec(session, 0, launcher)
+def run_session(session: Path) -> int:
+    """Run point after point (d5pipe.levels.level3.session); the process group is set up once."""
+    first = _next_spec(session, 0)
     if first is None:
         return 0
     backend, device = _start(first)
@@ -272,7 +263,7 @@ def run_session(session: Path, launcher: int) -> int:
                 "rank": backend.rank, "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc()})
         index += 1
-        spec = _next_spec(session, index, launcher)
+        spec = _next_spec(session, index)
     backend.finalize()
     return 0
 
@@ -280,11 +271,15 @@ def run_session(session: Path, launcher: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``worker SPEC.json`` runs one point; ``worker --session DIR`` runs a session's points."""
     args = sys.argv[1:] if argv is None else argv
-    launcher = os.getppid()
-    die_with_parent()  # a rank never outlives its launcher (from here on; before, see _orphaned)
+    die_with_parent()  # a rank never outlives its launcher
+    if os.getppid() == 1:
+        # the launcher was killed before that, while this rank was still importing: the kernel sends no
+        # signal then, and the rank is init's (its parent is always a launcher: mpirun, torchrun or
+        # slurmstepd; under a subreaper this is not seen)
+        return 0
     bind_from_env()  # on the cores the launch gave this rank, before the engine starts its threads
     if len(args) == 2 and args[0] == "--session":
-        return run_session(Path(args[1]), launcher)
+        return run_session(Path(args[1]))
     if len(args) != 1:
         print("usage: python -m d5pipe.levels.level3.worker SPEC.json | --session DIR", file=sys.stderr)
         return 2
