@@ -72,6 +72,9 @@ def test_each_repetition_is_a_fork_of_its_own_and_the_server_ends_with_the_run(f
     assert len({s["pid"] for s in starts}) == 3  # one process per repetition
     (server,) = {int(str(s["server_pid"])) for s in starts}
     assert server not in {s["pid"] for s in starts}
+    heaps = [s["heap"] for s in starts]  # each child varied its heap layout, and says how
+    assert all(64 <= h["blocks"] <= 256 and h["kept"] <= h["blocks"] for h in heaps)  # type: ignore[index, operator]
+    assert len({json.dumps(h, sort_keys=True) for h in heaps}) == 3
     assert not _alive(server)
     assert not (finished / "shards" / "fork.sock").exists()
 
@@ -118,3 +121,44 @@ def test_without_a_server_the_job_runs_fresh_and_says_so(finished: Path, tmp_pat
     assert len(fresh) == 1
     assert "no fork server" in str(fresh[0]["why"])
     assert fresh[0]["pid"] == client.pid  # the client became the job (exec), no second process
+
+
+FIRST_TENSOR = """
+import os, sys
+import torch
+from d5pipe.execute.fork_server import vary_heap
+offsets = set()
+for _ in range(12):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        if sys.argv[1] == "vary":
+            vary_heap()
+        os.write(w, str(torch.empty(64, 64).data_ptr() % 4096).encode())
+        os._exit(0)
+    os.close(w)
+    offsets.add(os.read(r, 64))
+    os.close(r)
+    os.waitpid(pid, 0)
+print(len(offsets))
+"""
+
+
+@pytest.mark.parametrize("how", ["vary", "inherit"])
+def test_forks_put_their_tensors_at_offsets_of_their_own(how: str) -> None:
+    """Forks of one server inherit its heap: unvaried, each puts its first tensor at the same offset
+    within a page, which a fresh process would not (its imports, hash seed and environment move
+    it); varied (what the server's children do), they spread over several."""
+    out = subprocess.run([sys.executable, "-c", FIRST_TENSOR, how], capture_output=True, text=True, check=True)
+    distinct = int(out.stdout)
+    assert distinct >= 4 if how == "vary" else distinct == 1
+
+
+def test_the_report_says_how_the_repetitions_started(finished: Path) -> None:
+    from types import SimpleNamespace
+
+    from d5pipe.results.report.sections import repetitions_fact
+
+    assert "repetitions started as | forks of the run's fork server" in (finished / "report.md").read_text()
+    for executor in ({"name": "local"}, {"name": "slurm", "fork_server": True}):  # SLURM jobs: always fresh
+        assert repetitions_fact(SimpleNamespace(config={"executor": executor})).startswith("fresh processes")  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ Sections a level reads are defined next to that level (``d5pipe.levels.*.schema`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Optional
 
@@ -138,9 +139,16 @@ class ExecutorConf:
     and d5pipe once, not as a fresh interpreter (d5pipe.execute.fork_server); SLURM jobs are always
     fresh processes. Each point's record says how its process started (``provenance.process_start``).
     Off by default: a one-point level-0 run takes 2.6x less time with it, but that its repetitions
-    spread no less than fresh processes' is not shown. Whole runs read its spread a quarter lower;
-    there a fresh run lasts longer and sees more drift. Within one time window, forks read about
-    as spread as fresh processes, with CIs reaching 12-37% lower (docs/performance.md)."""
+    spread no less than fresh processes' is not shown. Whole runs read its spread a quarter to a
+    half lower; there a fresh run lasts longer and sees more drift. Within one time window, through
+    d5pipe's own shard jobs, forks read 0.52-1.05 of fresh processes' spread, never "not lower" at
+    a 10% margin (docs/performance.md). The report says how a run's repetitions started."""
+
+
+def forks_repetitions(executor: Mapping[str, Any]) -> bool:
+    """Whether a run with this executor config starts its shard jobs, so its repetitions, as forks
+    of a fork server (local runs with ``fork_server``; SLURM jobs are always fresh processes)."""
+    return executor.get("name", "local") == "local" and bool(executor.get("fork_server", False))
 
 
 @dataclass

@@ -12,14 +12,16 @@ inherit -- and takes the environment record's subprocess readings once (the MPI 
 before the imports; the git state of the code it imported). For every job
 (d5pipe.execute.fork_client) it forks a child that takes the job's standard streams, cwd and
 environment, re-seeds Python's and numpy's global generators, sets torch's threads from the
-job's ``OMP_NUM_THREADS`` (torch read the server's at import), and runs
-``d5pipe.execute.jobs.shard_main``; the child's exit code goes back to the client.
+job's ``OMP_NUM_THREADS`` (torch read the server's at import), gives itself a heap layout of its
+own (:func:`vary_heap`: unvaried, every child would put its tensors at the same addresses), and
+runs ``d5pipe.execute.jobs.shard_main``; the child's exit code goes back to the client.
 
 What a fork cannot give each child: its own hash randomisation (``PYTHONHASHSEED`` is fixed when
-the server's interpreter starts) and its own layout of what the imports allocated (address-space
-randomisation happens at ``exec``). benchmarks/bench_repetition_start.py measures the
+the server's interpreter starts) and its own address-space layout of the libraries and of what
+the imports allocated (randomised at ``exec``). benchmarks/bench_repetition_start.py measures the
 between-repetition spread with and without the server, whole run against whole run;
-benchmarks/bench_fork_spread.py compares forks and fresh processes within one time window.
+benchmarks/bench_fork_spread.py compares a toy server's forks and fresh processes within one time
+window, benchmarks/bench_fork_shards.py this server's forks and d5pipe's fresh shard jobs.
 
 Lifetime: the server dies with the driver (``PR_SET_PDEATHSIG``) and is ended by it when the run
 ends (normally, by an error or by Ctrl-C); a child dies with the server (``PR_SET_PDEATHSIG``)
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import selectors
 import signal
 import socket
@@ -105,8 +108,9 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int], server_
         _import_path(os.environ.get("PYTHONPATH", ""), request["env"].get("PYTHONPATH", ""))
         os.environ.clear()
         os.environ.update(request["env"])
-        os.environ[START_ENV] = json.dumps({"how": "fork", "server_pid": server_pid, "t0": request["t0"]})
         _reseed()
+        heap = vary_heap()
+        os.environ[START_ENV] = json.dumps({"how": "fork", "server_pid": server_pid, "heap": heap, "t0": request["t0"]})
         _watch_client(conn)
         from d5pipe.execute.jobs import shard_main
 
@@ -149,6 +153,34 @@ def _reseed() -> None:
     threads = os.environ.get("OMP_NUM_THREADS", "")
     if threads.isdigit() and int(threads) > 0:
         torch.set_num_threads(int(threads))
+
+
+_KEPT: list[bytearray] = []
+"""The blocks :func:`vary_heap` keeps, for the child's life."""
+
+
+def vary_heap(rng: random.Random | None = None) -> dict[str, int]:
+    """Give this child a heap layout of its own, as a fresh process has (recorded as ``heap``).
+
+    Forks of one server inherit one heap, so without this every child allocates its tensors at the
+    same addresses and offsets within a page (a fresh process's import sequence, hash seed and
+    environment move them), and the children's spread leaves out the layout's share of
+    process-to-process variation (Mytkowicz et al., ASPLOS 2009; Curtsinger & Berger's Stabilizer,
+    ASPLOS 2013, randomise layout to sample it). Here a random number (64-256) of blocks of random
+    size (16 B - 32 KiB in 16-byte steps, below malloc's mmap threshold, so from the heap that small
+    tensors come from) are allocated, taking up the server's free chunks, and about half freed
+    again: later allocations land in the freed holes or past the kept blocks (about 1.3 MiB). Forty
+    such children put the three tensors of a 64x64 matmul at 40 different triples of offsets within
+    a page, the first tensor at 25-28 offsets; 20 fresh processes, at 17 triples, the first at 10;
+    unvaried children, all at one. Measured against fresh processes in one time window:
+    benchmarks/bench_fork_shards.py."""
+    rng = rng or random.Random(os.urandom(16))
+    blocks = [bytearray(rng.randrange(16, 1 << 15, 16)) for _ in range(rng.randint(64, 256))]
+    kept = [b for b in blocks if rng.random() < 0.5]
+    _KEPT.extend(kept)
+    n = len(blocks)
+    del blocks  # the others are freed here
+    return {"blocks": n, "kept": len(kept), "kept_bytes": sum(map(len, kept))}
 
 
 def _listen(sock_path: str) -> socket.socket:
@@ -232,7 +264,9 @@ def _reap(pidfd: int, sel: selectors.BaseSelector, live: dict[int, tuple[int, so
 
 def enabled(executor: dict[str, Any]) -> bool:
     """Whether a run with this executor config runs its shard jobs through a fork server."""
-    return executor.get("name", "local") == "local" and bool(executor.get("fork_server", False))
+    from d5pipe.config.schema import forks_repetitions
+
+    return forks_repetitions(executor)
 
 
 def start() -> subprocess.Popen[bytes]:

@@ -81,6 +81,17 @@ def mlperf_fact(data: RunData) -> str:
             f"checker (training {RULESET} common and open rules less {', '.join(NOT_APPLICABLE)}; d5pipe's rules)")
 
 
+def repetitions_fact(data: RunData) -> str:
+    """How the run's repetitions were started: forks of its fork server or fresh processes."""
+    from d5pipe.config.schema import forks_repetitions
+
+    if forks_repetitions(data.config.get("executor") or {}):
+        return ("forks of the run's fork server (executor.fork_server): torch imported once, each fork with a "
+                "heap layout of its own; that forks spread as much as fresh processes is not shown "
+                "(docs/performance.md); each record's provenance.process_start says how it started")
+    return "fresh processes, each its own interpreter"
+
+
 def provenance(data: RunData) -> Section:
     m = data.manifest
     facts = [
@@ -91,6 +102,7 @@ def provenance(data: RunData) -> Section:
         ["config hash", str(m.get("config_hash", ""))],
         ["root seed", str(m.get("seed", data.config.get("seed", "")))],
         ["environment hash", str(m.get("env_hash", ""))],
+        ["repetitions started as", repetitions_fact(data)],
         ["energy", energy_fact(data)],
         ["MLPerf logs", mlperf_fact(data)],
     ]
