@@ -9,7 +9,10 @@ on CPU 1, with d5pipe's timer (``d5pipe.measure.timer.measure``, 0.2 s budget). 
 * ``fresh``: a new interpreter that imports torch, as d5pipe's default repetitions are;
 * ``fixed``: the same with address-space randomisation off (``setarch -R``) and ``PYTHONHASHSEED=0``,
   so every such process has one layout and one hash seed, as forks share their server's;
-* ``fork``: a child forked from one server that imported torch once, as d5pipe's fork server forks.
+* ``fork``: a child forked from one server that imported torch once and made the inputs, so every
+  child times them at the server's addresses: the forks of d5pipe's fork server before its
+  children varied their heaps (d5pipe.execute.fork_server.vary_heap); bench_fork_shards.py times
+  d5pipe's own forks.
 
 A process's value is the median of its samples. Printed per kind against ``fresh``: the spread between
 processes (CV) three ways, with 95% CIs.
@@ -69,10 +72,10 @@ Rounds = list[dict[str, list[float]]]
 
 
 def pooled_cv(rounds: Rounds, kind: str) -> float:
-    """CV over every round's values of ``kind``, each divided by its round's median (all kinds)."""
+    """CV over every round's values of ``kind``, each divided by its round's median (of every kind)."""
     xs = []
     for row in rounds:
-        mid = statistics.median([v for k in KINDS for v in row[k]])
+        mid = statistics.median([v for values in row.values() for v in values])
         xs += [v / mid for v in row[kind]]
     return statistics.stdev(xs) / statistics.mean(xs)
 
