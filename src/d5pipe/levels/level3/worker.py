@@ -53,8 +53,8 @@ def _start(spec: dict[str, Any]) -> tuple[Backend, torch.device]:
     cuda = str(spec["device"]).startswith("cuda")
     device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if cuda else torch.device("cpu")
     backend = make_backend(str(spec["backend"]), device, float(spec["timeout_s"]))
-    # the engine's threads have started: its pollers yield where asked (on CUDA, DDP runs NCCL: no gloo poller)
-    lower_pollers(backend.name if device.type == "cpu" else "")
+    if device.type == "cpu":  # on CUDA, DDP runs NCCL: no gloo poller competes for the rank's cores
+        lower_pollers(backend.name)  # the engine's threads have started: its pollers yield where asked
     return backend, device
 
 
