@@ -26,7 +26,7 @@ by the many repetitions, such as those a heap layout makes a little slower or fa
 bench_repetition_start.py judges: ``lower`` when the whole CI is below 1, ``not lower`` when its
 lower end is at least 0.9 (the house's 10% margin), else ``inconclusive``.
 
-Usage: python benchmarks/bench_fork_shards.py [--rounds 25] [--per 8] [--seed 21] [--json out.json] [--keep]
+Usage: python benchmarks/bench_fork_shards.py [--rounds 25] [--per 8] [--seed 21] [--json out.json] [--keep] [--no-fixed]
 """
 
 from __future__ import annotations
@@ -112,26 +112,28 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=21, help="of the order of the jobs")
     ap.add_argument("--json", help="write every repetition's value here")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
+    ap.add_argument("--no-fixed", action="store_true", help="forks and fresh processes only (more of each in the time)")
     a = ap.parse_args()
+    kinds = tuple(k for k in KINDS if not (a.no_fixed and k == "fixed"))
     tmp = Path(tempfile.mkdtemp(prefix="d5pipe-bench-forkshards-"))
     run = tmp / "run"
     rng = random.Random(a.seed)
     rounds: Rounds = []
     try:
-        shards = iter(plan(run, a.rounds * a.per * len(KINDS) + len(KINDS)))
+        shards = iter(plan(run, a.rounds * a.per * len(kinds) + len(kinds)))
         with serving(run, ["level0"]):
-            for kind in KINDS:  # page cache, the server's imports: not counted
+            for kind in kinds:  # page cache, the server's imports: not counted
                 shard_job(run, next(shards), kind)
             for r in range(a.rounds):
-                order = [k for k in KINDS for _ in range(a.per)]
+                order = [k for k in kinds for _ in range(a.per)]
                 rng.shuffle(order)
-                row: dict[str, list[float]] = {k: [] for k in KINDS}
+                row: dict[str, list[float]] = {k: [] for k in kinds}
                 for kind in order:
                     row[kind].append(shard_job(run, next(shards), kind))
                 rounds.append(row)
                 print(f"round {r + 1}/{a.rounds}: " + ", ".join(
                     f"{k} CV {100 * round_cv(row, k):.2f}% (median {1e6 * statistics.median(row[k]):.2f} us)"
-                    for k in KINDS), file=sys.stderr, flush=True)
+                    for k in kinds), file=sys.stderr, flush=True)
     finally:
         if a.keep:
             print(f"run directory kept: {run}", file=sys.stderr)
@@ -139,10 +141,10 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"one_point (matmul 64x64) through d5pipe's shard jobs, {a.rounds} rounds of {a.per} repetitions "
           "a kind, shuffled together; CV between repetitions:")
-    for kind in KINDS:
+    for kind in kinds:
         print(f"  {kind:<5}: pooled {100 * pooled_cv(rounds, kind):.2f}%, within rounds {100 * within_cv(rounds, kind):.2f}%, "
               f"median of rounds {100 * statistics.median(round_cv(r, kind) for r in rounds):.2f}%")
-    for kind in KINDS[1:]:
+    for kind in kinds[1:]:
         for name, f in (("CV", round_cv), ("MAD/median", round_mad)):
             per_round = [f(r, kind) / f(r, "fresh") for r in rounds if f(r, "fresh") > 0]
             ci = median_ci(per_round)
