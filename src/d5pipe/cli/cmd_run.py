@@ -73,6 +73,7 @@ def _detach(args: argparse.Namespace, argv: list[str]) -> int:
 def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
     """``d5pipe.execute.run.execute_plan`` of the composed plan, with the points whose user code
     changed named first."""
+    from d5pipe.config.schema import forks_repetitions
     from d5pipe.execute import fork_server
     from d5pipe.execute.snakemake_run import discard, start_snakemake
 
@@ -83,7 +84,7 @@ def _run(args: argparse.Namespace, out: Path | None = None) -> RunOutcome:
         from d5pipe.execute.run import default_out, execute_plan, load_plan
 
         plan = load_plan(args.experiment, args.overrides, args.config_dir, args.executor, out or args.out)
-        if fork_server.enabled(plan.config["executor"]) and not args.dry_run:
+        if forks_repetitions(plan.config["executor"]) and not args.dry_run:
             server = fork_server.start()  # imports torch on another core while the run is prepared
         out = Path(out or args.out) if (out or args.out) else default_out(plan)
         for line in code_stale(plan, out):

@@ -142,7 +142,8 @@ class ExecutorConf:
     spread no less than fresh processes' is not shown. Whole runs read its spread a quarter to a
     half lower; there a fresh run lasts longer and sees more drift. Within one time window, through
     d5pipe's own shard jobs, forks read 0.52-1.05 of fresh processes' spread (0.83-0.99 in the
-    longest run), never "not lower" at a 10% margin (docs/performance.md). The report says how a run's repetitions started."""
+    longest run), never "not lower" at a 10% margin (docs/performance.md). The report says how a
+    run's repetitions started."""
 
 
 def forks_repetitions(executor: Mapping[str, Any]) -> bool:

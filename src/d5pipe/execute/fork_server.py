@@ -262,13 +262,6 @@ def _reap(pidfd: int, sel: selectors.BaseSelector, live: dict[int, tuple[int, so
     conn.close()
 
 
-def enabled(executor: dict[str, Any]) -> bool:
-    """Whether a run with this executor config runs its shard jobs through a fork server."""
-    from d5pipe.config.schema import forks_repetitions
-
-    return forks_repetitions(executor)
-
-
 def start() -> subprocess.Popen[bytes]:
     """A fork server that imports torch now and serves once :func:`serving` names its run (so the
     imports run on another core while the driver plans); :func:`discard` ends it unused."""

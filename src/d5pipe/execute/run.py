@@ -197,9 +197,10 @@ def _fork_server(run_dir: Path, executor: dict[str, Any], stages: list[str],
                  dry_run: bool, started: Popen[bytes] | None) -> contextlib.AbstractContextManager[Any]:
     """The run's fork server while Snakemake runs (local executor, ``executor.fork_server``; none
     for a dry run): d5pipe.execute.fork_server; ``started`` one already importing torch."""
-    from d5pipe.execute.fork_server import enabled, serving
+    from d5pipe.config.schema import forks_repetitions
+    from d5pipe.execute.fork_server import serving
 
-    if dry_run or not enabled(executor):
+    if dry_run or not forks_repetitions(executor):
         return contextlib.nullcontext()
     return serving(Path(run_dir), stages, started)
 

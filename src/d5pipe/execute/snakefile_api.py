@@ -91,10 +91,11 @@ def shard_shell(run_dir: str | Path = ".") -> str:
     import shlex
     import sys
 
-    from d5pipe.execute.fork_server import SOCKET, enabled
+    from d5pipe.config.schema import forks_repetitions
+    from d5pipe.execute.fork_server import SOCKET
 
     body = "d5pipe.execute.jobs"
-    if enabled(executor_config(run_dir)):
+    if forks_repetitions(executor_config(run_dir)):
         body = f"d5pipe.execute.fork_client {shlex.quote(SOCKET)}"
     return (f"{shlex.quote(sys.executable)} -m {body} {{params.stage:q}} {{wildcards.shard:q}} "
             "{output:q} {log:q}")
