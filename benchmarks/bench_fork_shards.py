@@ -42,7 +42,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_fork_spread import Rounds, bootstrap, pooled_cv, round_cv, within_cv
+from bench_fork_spread import (
+    Rounds,
+    bootstrap,
+    normalised,
+    pooled_cv,
+    print_spreads,
+    round_cv,
+    shuffled_rounds,
+    verdict,
+    within_cv,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "benchmarks" / "configs"
@@ -57,17 +67,10 @@ def round_mad(row: dict[str, list[float]], kind: str) -> float:
 
 
 def pooled_mad(rounds: Rounds, kind: str) -> float:
-    """MAD/median over every round's values of ``kind``, each divided by its round's median (of every kind)."""
-    xs = []
-    for row in rounds:
-        mid = statistics.median([v for values in row.values() for v in values])
-        xs += [v / mid for v in row[kind]]
+    """MAD/median over every round's values of ``kind`` (:func:`bench_fork_spread.normalised`)."""
+    xs = normalised(rounds, kind)
     centre = statistics.median(xs)
     return statistics.median(abs(x - centre) for x in xs) / centre
-
-
-def verdict(low: float, high: float) -> str:
-    return "lower" if high < 1 else "not lower" if low >= 0.9 else "inconclusive"
 
 
 def plan(run: Path, repetitions: int) -> list[str]:
@@ -117,23 +120,13 @@ def main() -> int:
     kinds = tuple(k for k in KINDS if not (a.no_fixed and k == "fixed"))
     tmp = Path(tempfile.mkdtemp(prefix="d5pipe-bench-forkshards-"))
     run = tmp / "run"
-    rng = random.Random(a.seed)
-    rounds: Rounds = []
     try:
         shards = iter(plan(run, a.rounds * a.per * len(kinds) + len(kinds)))
         with serving(run, ["level0"]):
             for kind in kinds:  # page cache, the server's imports: not counted
                 shard_job(run, next(shards), kind)
-            for r in range(a.rounds):
-                order = [k for k in kinds for _ in range(a.per)]
-                rng.shuffle(order)
-                row: dict[str, list[float]] = {k: [] for k in kinds}
-                for kind in order:
-                    row[kind].append(shard_job(run, next(shards), kind))
-                rounds.append(row)
-                print(f"round {r + 1}/{a.rounds}: " + ", ".join(
-                    f"{k} CV {100 * round_cv(row, k):.2f}% (median {1e6 * statistics.median(row[k]):.2f} us)"
-                    for k in kinds), file=sys.stderr, flush=True)
+            rounds = shuffled_rounds(a.rounds, a.per, kinds, random.Random(a.seed),
+                                     lambda kind: shard_job(run, next(shards), kind))
     finally:
         if a.keep:
             print(f"run directory kept: {run}", file=sys.stderr)
@@ -141,9 +134,7 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     print(f"one_point (matmul 64x64) through d5pipe's shard jobs, {a.rounds} rounds of {a.per} repetitions "
           "a kind, shuffled together; CV between repetitions:")
-    for kind in kinds:
-        print(f"  {kind:<5}: pooled {100 * pooled_cv(rounds, kind):.2f}%, within rounds {100 * within_cv(rounds, kind):.2f}%, "
-              f"median of rounds {100 * statistics.median(round_cv(r, kind) for r in rounds):.2f}%")
+    print_spreads(rounds, kinds)
     for kind in kinds[1:]:
         for name, f in (("CV", round_cv), ("MAD/median", round_mad)):
             per_round = [f(r, kind) / f(r, "fresh") for r in rounds if f(r, "fresh") > 0]

@@ -71,12 +71,19 @@ for line in sys.stdin:
 Rounds = list[dict[str, list[float]]]
 
 
-def pooled_cv(rounds: Rounds, kind: str) -> float:
-    """CV over every round's values of ``kind``, each divided by its round's median (of every kind)."""
+def normalised(rounds: Rounds, kind: str) -> list[float]:
+    """Every round's values of ``kind``, each divided by its round's median (of every kind), so
+    drift between rounds is left out."""
     xs = []
     for row in rounds:
         mid = statistics.median([v for values in row.values() for v in values])
         xs += [v / mid for v in row[kind]]
+    return xs
+
+
+def pooled_cv(rounds: Rounds, kind: str) -> float:
+    """CV over every round's values of ``kind`` (:func:`normalised`)."""
+    xs = normalised(rounds, kind)
     return statistics.stdev(xs) / statistics.mean(xs)
 
 
@@ -87,6 +94,37 @@ def within_cv(rounds: Rounds, kind: str) -> float:
 
 def round_cv(row: dict[str, list[float]], kind: str) -> float:
     return statistics.stdev(row[kind]) / statistics.mean(row[kind])
+
+
+def verdict(low: float, high: float) -> str:
+    """A spread ratio's CI read against 1: ``lower`` when it lies wholly below, ``not lower`` when its
+    lower end is at least 0.9 (the house's 10% margin), else ``inconclusive``."""
+    return "lower" if high < 1 else "not lower" if low >= 0.9 else "inconclusive"
+
+
+def shuffled_rounds(n: int, per: int, kinds: tuple[str, ...], rng: random.Random,
+                    one: Callable[[str], float]) -> Rounds:
+    """``n`` rounds of ``per`` values of each kind from ``one(kind)``, the kinds shuffled together
+    in each round (so they share its time window); each round's CVs on stderr."""
+    rounds: Rounds = []
+    for r in range(n):
+        order = [k for k in kinds for _ in range(per)]
+        rng.shuffle(order)
+        row: dict[str, list[float]] = {k: [] for k in kinds}
+        for kind in order:
+            row[kind].append(one(kind))
+        rounds.append(row)
+        print(f"round {r + 1}/{n}: " + ", ".join(
+            f"{k} CV {100 * round_cv(row, k):.2f}% (median {1e6 * statistics.median(row[k]):.2f} us)"
+            for k in kinds), file=sys.stderr, flush=True)
+    return rounds
+
+
+def print_spreads(rounds: Rounds, kinds: tuple[str, ...]) -> None:
+    """Per kind: the CV between its values pooled (:func:`pooled_cv`), within rounds and the median of rounds'."""
+    for kind in kinds:
+        print(f"  {kind:<5}: pooled {100 * pooled_cv(rounds, kind):.2f}%, within rounds {100 * within_cv(rounds, kind):.2f}%, "
+              f"median of rounds {100 * statistics.median(round_cv(r, kind) for r in rounds):.2f}%")
 
 
 def bootstrap(rounds: Rounds, f: Callable[[Rounds, str], float], kind: str, seed: int) -> tuple[float, float]:
@@ -131,26 +169,13 @@ def main() -> int:
                              check=True)
         return float(json.loads(out.stdout))
 
-    rng = random.Random(a.seed)
-    rounds: Rounds = []
     try:
-        for r in range(a.rounds):
-            order = [k for k in KINDS for _ in range(a.per)]
-            rng.shuffle(order)
-            row: dict[str, list[float]] = {k: [] for k in KINDS}
-            for kind in order:
-                row[kind].append(one(kind))
-            rounds.append(row)
-            print(f"round {r + 1}/{a.rounds}: " + ", ".join(
-                f"{k} CV {100 * round_cv(row, k):.2f}% (median {1e6 * statistics.median(row[k]):.2f} us)"
-                for k in KINDS), file=sys.stderr, flush=True)
+        rounds = shuffled_rounds(a.rounds, a.per, KINDS, random.Random(a.seed), one)
     finally:
         stdin.close()
         server.wait()
     print(f"matmul 64x64, {a.rounds} rounds of {a.per} processes a kind, shuffled together; CV between processes:")
-    for kind in KINDS:
-        print(f"  {kind:<5}: pooled {100 * pooled_cv(rounds, kind):.2f}%, within rounds {100 * within_cv(rounds, kind):.2f}%, "
-              f"median of rounds {100 * statistics.median(round_cv(r, kind) for r in rounds):.2f}%")
+    print_spreads(rounds, KINDS)
     for kind in ("fixed", "fork"):
         per_round = [round_cv(r, kind) / round_cv(r, "fresh") for r in rounds]
         ci = median_ci(per_round)

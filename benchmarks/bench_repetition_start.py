@@ -91,15 +91,16 @@ def spread_verdicts(rows: dict[str, list[dict[str, Any]]], way: str, base: str =
     """Per estimator: the median over rounds of the per-round ratio way/base, its 95% CI (order
     statistics, d5pipe.measure.stats.median_ci) and a verdict: ``lower`` when the whole CI is below 1,
     ``not lower`` when its lower end is at least 0.9 (the house's 10% margin), else ``inconclusive``."""
+    from bench_fork_spread import verdict
+
     from d5pipe.measure.stats import median_ci
 
     lines = []
     for key, what in SPREADS:
         ratios = [a[key] / b[key] for a, b in zip(rows[way], rows[base], strict=True) if b[key] > 0]
         ci = median_ci(ratios)
-        verdict = "lower" if ci.high < 1 else "not lower" if ci.low >= 0.9 else "inconclusive"
         lines.append(f"  {what} {way}/{base}: x{statistics.median(ratios):.2f} [{ci.low:.2f}, {ci.high:.2f}] "
-                     f"(median of {len(ratios)} per-round ratios, {100 * ci.coverage:.0f}% CI) -> {verdict}")
+                     f"(median of {len(ratios)} per-round ratios, {100 * ci.coverage:.0f}% CI) -> {verdict(ci.low, ci.high)}")
     return lines
 
 
